@@ -1,0 +1,93 @@
+//! `bench`: the same messages consumed (a) by a pipeline subscription -> topic and (b) by
+//! a minimal raw-client loop with the same number of streaming pulls that acks at once.
+//! Prints both throughputs, their ratio and the pipeline's CPU per 1,000 messages.
+
+use std::time::{Duration, Instant};
+
+use pubsub_connector_core::{admin, client, emulator::Emulator};
+use pubsub_engine::sql::parse_pipeline;
+
+use crate::pipeline;
+use crate::{BenchArgs, RunArgs};
+
+const PROJECT: &str = "bench";
+
+/// CPU seconds (user + system) this process used so far, from /proc/self/stat.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn raw_loop(profile: &pubsub_schema::PubSubProfile, sub: &str, streams: usize, n: usize) -> anyhow::Result<usize> {
+    let got = admin::drain(profile, sub, streams, Some(n), Duration::from_secs(15)).await?;
+    Ok(got.len())
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let emu = tokio::task::spawn_blocking(Emulator::start).await??;
+    let profile = client::emulator_profile(PROJECT, &emu.endpoint());
+    let streams = args.workers * args.pulls_per_worker;
+    for t in ["in", "out"] {
+        admin::create_topic(&profile, t).await?;
+    }
+    for s in ["warmup", "raw", "pipe"] {
+        admin::create_subscription(&profile, s, "in", 60).await?;
+    }
+    admin::create_subscription(&profile, "out-sub", "out", 60).await?;
+    let payloads: Vec<Vec<u8>> = (0..args.messages)
+        .map(|i| {
+            let pad = "x".repeat(args.message_bytes.saturating_sub(40));
+            format!("{{\"seq\":{i},\"pad\":\"{pad}\"}}").into_bytes()
+        })
+        .collect();
+    admin::publish_all(&profile, "in", payloads, 5000).await?;
+    println!("published {} messages of ~{} bytes to 3 subscriptions", args.messages, args.message_bytes);
+    // Warm the emulator's JIT before measuring.
+    raw_loop(&profile, "warmup", streams, args.messages).await?;
+
+    let t = Instant::now();
+    let raw = raw_loop(&profile, "raw", streams, args.messages).await?;
+    let raw_s = t.elapsed().as_secs_f64();
+
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
+           'subscription' = 'pipe', 'emulator-endpoint' = '{ep}', 'scan.parallel-pull-count' = '{p}', \
+           'scan.flow-control.max-outstanding-element-count' = '100000');
+         CREATE TABLE dst (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
+           'topic' = 'out', 'emulator-endpoint' = '{ep}', 'sink.batching.element-count-threshold' = '1000');
+         INSERT INTO dst SELECT * FROM src;",
+        ep = emu.endpoint(),
+        p = args.pulls_per_worker
+    );
+    let parsed = parse_pipeline(&sql)?;
+    let state = std::env::temp_dir().join(format!("pubsub-bench-state-{}", std::process::id()));
+    let run_args = RunArgs {
+        pipeline: "bench.sql".into(),
+        workers: args.workers,
+        checkpoint_interval: Duration::from_secs(1),
+        state_dir: state.clone(),
+        stop_when_idle: Some(Duration::from_secs(2)),
+        emulator: false,
+    };
+    let cpu0 = cpu_seconds();
+    let t = Instant::now();
+    let summary = pipeline::execute(&parsed, &run_args).await.map_err(|(e, _)| e)?;
+    // The idle wait is not work: take it out of the pipeline's time.
+    let pipe_s = (t.elapsed().as_secs_f64() - 2.0).max(0.001);
+    let cpu = cpu_seconds() - cpu0;
+    let _ = std::fs::remove_dir_all(&state);
+
+    let raw_rate = raw as f64 / raw_s;
+    let pipe_rate = summary.messages_acked as f64 / pipe_s;
+    println!("raw client loop ({streams} streams): {raw} messages, {raw_rate:.0} msg/s");
+    println!(
+        "pipeline ({} workers x {} pulls): {} read, {} written, {} acknowledged, {pipe_rate:.0} msg/s",
+        args.workers, args.pulls_per_worker, summary.messages_read, summary.rows_written, summary.messages_acked
+    );
+    println!("ratio pipeline/raw: {:.2}", pipe_rate / raw_rate);
+    println!("pipeline CPU: {:.3} s per 1,000 messages", cpu / (summary.messages_read.max(1) as f64 / 1000.0));
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! Topic and subscription administration plus bulk publish and drain helpers, used by
+//! `quickstart`, `bench` and the integration tests.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use google_cloud_pubsub::model::Message;
+use pubsub_schema::PubSubProfile;
+
+use crate::client;
+
+/// Creates topic `id`; an existing topic is fine.
+pub async fn create_topic(profile: &PubSubProfile, id: &str) -> anyhow::Result<()> {
+    let admin = client::topic_admin(profile).await?;
+    let name = client::topic_path(&profile.project, id);
+    match admin.create_topic().set_name(name.clone()).send().await {
+        Ok(_) => Ok(()),
+        Err(e) if is_already_exists(&e) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("cannot create topic {name}: {e}")),
+    }
+}
+
+/// Deletes topic `id`.
+pub async fn delete_topic(profile: &PubSubProfile, id: &str) -> anyhow::Result<()> {
+    let admin = client::topic_admin(profile).await?;
+    let name = client::topic_path(&profile.project, id);
+    admin.delete_topic().set_topic(name.clone()).send().await.map_err(|e| anyhow::anyhow!("cannot delete topic {name}: {e}"))?;
+    Ok(())
+}
+
+/// Creates subscription `id` on topic `topic` with an ack deadline in seconds (10..600);
+/// an existing subscription is fine.
+pub async fn create_subscription(profile: &PubSubProfile, id: &str, topic: &str, ack_deadline_s: i32) -> anyhow::Result<()> {
+    let admin = client::subscription_admin(profile).await?;
+    let name = client::subscription_path(&profile.project, id);
+    let result = admin
+        .create_subscription()
+        .set_name(name.clone())
+        .set_topic(client::topic_path(&profile.project, topic))
+        .set_ack_deadline_seconds(ack_deadline_s)
+        .send()
+        .await;
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if is_already_exists(&e) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("cannot create subscription {name}: {e}")),
+    }
+}
+
+fn is_already_exists(e: &google_cloud_pubsub::Error) -> bool {
+    e.status().is_some_and(|s| s.code == google_cloud_gax::error::rpc::Code::AlreadyExists)
+}
+
+/// Publishes every payload over gRPC (REST publishing leaks the emulator's memory) with at
+/// most `window` publishes in flight. Returns the message ids in payload order.
+pub async fn publish_all(profile: &PubSubProfile, topic: &str, payloads: Vec<Vec<u8>>, window: usize) -> anyhow::Result<Vec<String>> {
+    let publisher = client::publisher(profile, &client::topic_path(&profile.project, topic))
+        .set_message_count_threshold(1000)
+        .set_delay_threshold(Duration::from_millis(5))
+        .build()
+        .await?;
+    let n = payloads.len();
+    let mut ids = vec![String::new(); n];
+    let mut in_flight = FuturesUnordered::new();
+    for (i, p) in payloads.into_iter().enumerate() {
+        if in_flight.len() >= window.max(1) {
+            let (j, r): (usize, Result<String, _>) = in_flight.next().await.expect("non-empty");
+            ids[j] = r.map_err(|e| anyhow::anyhow!("publish failed: {e}"))?;
+        }
+        let fut = publisher.publish(Message::new().set_data(p));
+        in_flight.push(async move { (i, fut.await) });
+    }
+    publisher.flush().await;
+    while let Some((j, r)) = in_flight.next().await {
+        ids[j] = r.map_err(|e| anyhow::anyhow!("publish failed: {e}"))?;
+    }
+    Ok(ids)
+}
+
+/// Reads subscription `id` with `streams` streaming pulls, acking everything, until
+/// `expected` distinct messages were seen or nothing arrived for `idle`. Returns message
+/// id -> payload of every distinct message.
+pub async fn drain(
+    profile: &PubSubProfile,
+    id: &str,
+    streams: usize,
+    expected: Option<usize>,
+    idle: Duration,
+) -> anyhow::Result<HashMap<String, Vec<u8>>> {
+    let subscriber = client::subscriber(profile).await?;
+    let name = client::subscription_path(&profile.project, id);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let mut tokens = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..streams.max(1) {
+        let mut stream = subscriber.subscribe(name.clone()).set_max_lease_extension(Duration::from_secs(10)).build();
+        tokens.push(stream.shutdown_token());
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(Ok((m, h))) = stream.next().await {
+                h.ack();
+                if tx.send((m.message_id, m.data.to_vec())).await.is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    drop(tx);
+    let mut seen = HashMap::new();
+    loop {
+        if expected.is_some_and(|e| seen.len() >= e) {
+            break;
+        }
+        match tokio::time::timeout(idle, rx.recv()).await {
+            Ok(Some((id, data))) => {
+                seen.insert(id, data);
+            }
+            _ => break,
+        }
+    }
+    // Ack everything already delivered, then shut down so the acks are sent.
+    while let Ok((id, data)) = rx.try_recv() {
+        seen.insert(id, data);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(tokens.iter().map(|t| t.shutdown()))).await;
+    for t in tasks {
+        t.abort();
+    }
+    Ok(seen)
+}

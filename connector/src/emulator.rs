@@ -1,0 +1,107 @@
+//! Starts the Google Pub/Sub emulator on a free loopback port (tests, `--emulator`,
+//! `quickstart`). The emulator runs in its own process group under a watchdog shell that
+//! kills the group when the starting process dies, so no emulator outlives its user.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+/// Where Debian's google-cloud-sdk package installs the emulator.
+pub const DEFAULT_EMULATOR: &str = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator";
+
+/// A running emulator; dropped, it is killed.
+pub struct Emulator {
+    child: Child,
+    port: u16,
+    _data_dir: tempdir::TempDir,
+}
+
+mod tempdir {
+    /// A directory removed on drop (the emulator's log lives here).
+    pub struct TempDir(pub std::path::PathBuf);
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Emulator {
+    /// Starts the emulator (path from `PUBSUB_EMULATOR_BIN`, else [`DEFAULT_EMULATOR`])
+    /// and waits up to 60 s until it accepts connections. Errors name the binary and
+    /// include the emulator's log tail.
+    pub fn start() -> anyhow::Result<Emulator> {
+        let bin = std::env::var("PUBSUB_EMULATOR_BIN").unwrap_or_else(|_| DEFAULT_EMULATOR.to_string());
+        anyhow::ensure!(
+            std::path::Path::new(&bin).exists(),
+            "Pub/Sub emulator not found at {bin} (install google-cloud-cli-pubsub-emulator or set PUBSUB_EMULATOR_BIN)"
+        );
+        let port = free_port()?;
+        let dir = std::env::temp_dir().join(format!("pubsub-emulator-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join("emulator.log");
+        let script = format!(
+            "\"$0\" --host=127.0.0.1 --port={port} >{log} 2>&1 & \
+             while kill -0 {parent} 2>/dev/null && kill -0 $! 2>/dev/null; do sleep 1; done; kill -9 -- -$$",
+            log = shell_quote(&log),
+            parent = std::process::id()
+        );
+        let child = Command::new("setsid")
+            .arg("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(&bin)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start the Pub/Sub emulator {bin}"))?;
+        let emulator = Emulator { child, port, _data_dir: tempdir::TempDir(dir) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+            if log_text.contains("Server started") && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(emulator);
+            }
+            if Instant::now() > deadline {
+                let tail: String = log_text.lines().rev().take(20).collect::<Vec<_>>().join("\n");
+                anyhow::bail!("the Pub/Sub emulator did not start within 60 s; log tail:\n{tail}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`, as the `emulator-endpoint` option takes it.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The emulator's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self._data_dir.0.join("emulator.log")
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        // The watchdog shell leads the process group: kill the whole group.
+        let _ = Command::new("kill").arg("-9").arg("--").arg(format!("-{}", self.child.id())).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A currently free TCP port on 127.0.0.1.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn shell_quote(p: &std::path::Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}

@@ -1,0 +1,12 @@
+//! The Google Cloud Pub/Sub connector: a StreamingPull source that acknowledges a message
+//! only after the checkpoint covering it completes (SPEC 5), and a sink that publishes
+//! rows and awaits every publish at each checkpoint (SPEC 6).
+
+pub mod admin;
+pub mod client;
+mod connector;
+pub mod emulator;
+pub mod sink;
+pub mod source;
+
+pub use connector::{PubSubConnector, METADATA_DEFS};

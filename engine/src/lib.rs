@@ -1,0 +1,13 @@
+//! The engine side of pubsub-connector: an Arroyo-shaped connector SPI ([`spi`]),
+//! row formats ([`format`]), the SQL front end ([`sql`]) and a Timely Dataflow runtime
+//! with checkpoint epochs, state snapshots and two-phase commit ([`runtime`]).
+//!
+//! This crate knows nothing of Pub/Sub (SPEC section 3).
+
+pub mod duration;
+pub mod format;
+pub mod runtime;
+pub mod spi;
+pub mod sql;
+
+pub use spi::*;

@@ -1,0 +1,441 @@
+//! Builds a job's tasks and Timely workers, then drives checkpoints: triggers barriers,
+//! collects source snapshots, watches the sinks' frontier, writes completed checkpoints
+//! and sends `Commit`, and runs graceful stops and aborts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::{Notify, Semaphore};
+
+use super::dataflow::{run_worker, QueryPlumbing};
+use super::state::{CheckpointMetadata, CheckpointStore};
+use super::tasks::{run_sink, run_source};
+use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig, SinkEvent};
+use crate::spi::{
+    CheckpointBarrier, ConstructedOperator, ControlMessage, Metrics, OperatorContext, OperatorState,
+    SourceCollector, SourceContext, StopMode, TaskInfo, MESSAGES_ACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
+};
+use crate::sql::PlannedPipeline;
+
+/// Asks a running job to stop gracefully (final checkpoint, commit, exit).
+#[derive(Clone, Default)]
+pub struct StopHandle(Arc<Notify>);
+
+impl StopHandle {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn stop(&self) {
+        self.0.notify_one();
+    }
+}
+
+/// Counts reported when a job ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobSummary {
+    pub messages_read: u64,
+    pub rows_written: u64,
+    pub checkpoints_completed: u64,
+    pub messages_acked: u64,
+    /// The checkpoint epoch the job restored from, if any.
+    pub restored_epoch: Option<u64>,
+    /// The last completed checkpoint epoch (restored or new).
+    pub last_completed_epoch: Option<u64>,
+}
+
+impl fmt::Display for JobSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "messages read: {}, rows written: {}, checkpoints completed: {}, messages acknowledged: {}",
+            self.messages_read, self.rows_written, self.checkpoints_completed, self.messages_acked
+        )
+    }
+}
+
+/// A failed job with what it did before failing.
+#[derive(Debug)]
+pub struct JobError {
+    pub error: anyhow::Error,
+    pub summary: JobSummary,
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for JobError {}
+
+/// Runs a planned pipeline until it is stopped (via `stop`, or `stop_when_idle`) or fails.
+///
+/// Restores from the last checkpoint in `config.state_dir`; new epochs continue above it.
+/// Returns the summary of a graceful stop, or the error that failed the job; in both
+/// cases nothing was acknowledged that a completed checkpoint did not cover.
+pub async fn run_pipeline(
+    plan: PlannedPipeline,
+    config: RuntimeConfig,
+    stop: StopHandle,
+) -> Result<JobSummary, JobError> {
+    let metrics = Metrics::default();
+    let mut summary = JobSummary::default();
+    let fail = |error: anyhow::Error, summary: &JobSummary| JobError { error, summary: summary.clone() };
+    let store = CheckpointStore::open(&config.state_dir).map_err(|e| fail(e, &summary))?;
+    let restored = store.load().map_err(|e| fail(e, &summary))?;
+    let start_epoch = restored.as_ref().map_or(1, |m| m.epoch + 1);
+    if let Some(m) = &restored {
+        tracing::info!(epoch = m.epoch, "restoring from checkpoint {}", m.epoch);
+        summary.restored_epoch = Some(m.epoch);
+        summary.last_completed_epoch = Some(m.epoch);
+    }
+
+    let workers = config.workers.max(1);
+    let (coord_tx, coord_rx) = mpsc::unbounded_channel();
+    let max_permits = config.max_inflight_rows.clamp(1, u32::MAX as usize / 2);
+    let shared = JobShared {
+        permits: Arc::new(Semaphore::new(max_permits)),
+        coordinator: coord_tx.clone(),
+    };
+
+    let mut per_worker: Vec<Vec<QueryPlumbing>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut sources = Vec::new();
+    let mut sinks = Vec::new();
+    let mut tasks = Vec::new();
+    for q in &plan.queries {
+        let src_id = format!("{}-source", q.id);
+        let sink_id = format!("{}-sink", q.id);
+        for (w, plumbing) in per_worker.iter_mut().enumerate() {
+            let ConstructedOperator::Source(src_op) = q
+                .source
+                .connector
+                .make_operator(&q.source.connection, q.source.operator_config())
+                .map_err(|e| fail(e.context(format!("table '{}'", q.source.connection.name)), &summary))?
+            else {
+                return Err(fail(anyhow!("table '{}' did not build a source", q.source.connection.name), &summary));
+            };
+            let ConstructedOperator::Operator(sink_op) = q
+                .sink
+                .connector
+                .make_operator(&q.sink.connection, q.sink.operator_config())
+                .map_err(|e| fail(e.context(format!("table '{}'", q.sink.connection.name)), &summary))?
+            else {
+                return Err(fail(anyhow!("table '{}' did not build a sink", q.sink.connection.name), &summary));
+            };
+            let restored_state = |id: &str| -> OperatorState {
+                restored
+                    .as_ref()
+                    .and_then(|m| m.operators.get(id))
+                    .and_then(|s| s.get(&w))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let task = |id: &str, name: &str| TaskInfo {
+                job_id: config.job_id.clone(),
+                operator_id: id.to_string(),
+                operator_name: name.to_string(),
+                task_index: w,
+                parallelism: workers,
+            };
+
+            let (control_tx, control_rx) = mpsc::unbounded_channel();
+            let (source_tx, source_rx) = std::sync::mpsc::channel();
+            let source_activator: ActivatorSlot = Arc::new(Mutex::new(None));
+            let out_schema = q.source.connection.schema.arrow_schema();
+            let ctx = SourceContext {
+                task_info: task(&src_id, &q.source.connection.name),
+                out_schema: out_schema.clone(),
+                control_rx,
+                metrics: metrics.clone(),
+                state: restored_state(&src_id),
+                coordinator: coord_tx.clone(),
+            };
+            let collector = SourceCollector::new(
+                out_schema,
+                source_tx,
+                source_activator.clone(),
+                shared.permits.clone(),
+                max_permits as u32,
+            );
+            sources.push(((src_id.clone(), w), control_tx));
+            tasks.push(tokio::spawn(run_source(src_op, ctx, collector, shared.clone())));
+
+            let (sink_tx, sink_rx) = mpsc::unbounded_channel();
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let sink_activator: ActivatorSlot = Arc::new(Mutex::new(None));
+            let sctx = OperatorContext {
+                task_info: task(&sink_id, &q.sink.connection.name),
+                in_schema: q.sink_schema.clone(),
+                metrics: metrics.clone(),
+                state: restored_state(&sink_id),
+            };
+            sinks.push(((sink_id.clone(), w), sink_tx.clone()));
+            tasks.push(tokio::spawn(run_sink(sink_op, sctx, sink_rx, done_tx, sink_activator.clone(), shared.clone())));
+
+            plumbing.push(QueryPlumbing {
+                query: q.clone(),
+                source_rx,
+                source_activator,
+                sink_tx,
+                sink_done_rx: done_rx,
+                sink_activator,
+            });
+        }
+    }
+
+    let abort = Arc::new(AtomicBool::new(false));
+    let slots: Arc<Mutex<Vec<Option<Vec<QueryPlumbing>>>>> =
+        Arc::new(Mutex::new(per_worker.into_iter().map(Some).collect()));
+    let timely_thread = {
+        let abort = abort.clone();
+        let coord = coord_tx.clone();
+        std::thread::Builder::new()
+            .name("timely".into())
+            .spawn(move || {
+                let guards = timely::execute(timely::Config::process(workers), move |worker| {
+                    let queries = slots.lock().expect("plumbing lock")[worker.index()]
+                        .take()
+                        .expect("each worker takes its plumbing once");
+                    run_worker(worker, queries, start_epoch, coord.clone(), abort.clone());
+                })?;
+                guards.join().into_iter().collect::<Result<Vec<_>, _>>().map(|_| ())
+            })
+            .map_err(|e| fail(anyhow!("cannot start Timely workers: {e}"), &summary))?
+    };
+    drop(coord_tx);
+
+    let mut coordinator = Coordinator {
+        config: config.clone(),
+        store,
+        metrics: metrics.clone(),
+        sources,
+        sinks,
+        pending: BTreeMap::new(),
+        frontier: None,
+        next_epoch: start_epoch,
+        final_epoch: None,
+        ended: BTreeSet::new(),
+        summary: summary.clone(),
+    };
+    let result = coordinator.drive(coord_rx, stop).await;
+    if result.is_err() {
+        abort.store(true, Ordering::Release);
+        shared.permits.close();
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let join = tokio::task::spawn_blocking(move || timely_thread.join());
+    match tokio::time::timeout(config.shutdown_timeout, join).await {
+        Ok(Ok(Ok(Ok(())))) => {}
+        Ok(Ok(Ok(Err(e)))) => tracing::warn!("timely workers ended with an error: {e}"),
+        _ => tracing::warn!("timely workers did not end in time"),
+    }
+    let mut summary = coordinator.summary.clone();
+    summary.messages_read = metrics.total(MESSAGES_RECEIVED);
+    summary.rows_written = metrics.total(ROWS_WRITTEN);
+    summary.messages_acked = metrics.total(MESSAGES_ACKED);
+    match result {
+        Ok(()) => Ok(summary),
+        Err(error) => Err(JobError { error, summary }),
+    }
+}
+
+type TaskKey = (String, usize);
+
+struct Coordinator {
+    config: RuntimeConfig,
+    store: CheckpointStore,
+    metrics: Metrics,
+    sources: Vec<(TaskKey, UnboundedSender<ControlMessage>)>,
+    sinks: Vec<(TaskKey, UnboundedSender<SinkEvent>)>,
+    /// Triggered, not yet completed epochs with the source snapshots received so far.
+    pending: BTreeMap<u64, BTreeMap<TaskKey, OperatorState>>,
+    /// Last reported sinks' frontier: `None` before the first report, `Some(None)` when done.
+    frontier: Option<Option<u64>>,
+    next_epoch: u64,
+    final_epoch: Option<u64>,
+    ended: BTreeSet<TaskKey>,
+    summary: JobSummary,
+}
+
+impl Coordinator {
+    async fn drive(&mut self, mut events: UnboundedReceiver<CoordEvent>, stop: StopHandle) -> anyhow::Result<()> {
+        let interval = self.config.checkpoint_interval.max(Duration::from_millis(10));
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let idle_every = self
+            .config
+            .stop_when_idle
+            .map_or(Duration::from_secs(3600), |d| (d / 4).clamp(Duration::from_millis(50), Duration::from_millis(500)));
+        let mut idle_check = tokio::time::interval(idle_every);
+        let mut last_received = (0u64, Instant::now());
+        let mut stop_deadline: Option<tokio::time::Instant> = None;
+        let total_tasks = self.sources.len() + self.sinks.len();
+
+        let outcome: anyhow::Result<()> = loop {
+            if self.final_epoch.is_some() && self.pending.is_empty() && self.ended.len() == total_tasks {
+                break Ok(());
+            }
+            let deadline = stop_deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400));
+            tokio::select! {
+                _ = ticker.tick(), if self.final_epoch.is_none() => {
+                    if self.pending.len() < 2 {
+                        self.trigger(false);
+                    } else {
+                        tracing::debug!("checkpoint skipped: {} still in progress", self.pending.len());
+                    }
+                }
+                _ = stop.0.notified(), if self.final_epoch.is_none() => {
+                    tracing::info!("stop requested: taking a final checkpoint");
+                    self.trigger(true);
+                    stop_deadline = Some(tokio::time::Instant::now() + self.config.shutdown_timeout);
+                }
+                _ = idle_check.tick(), if self.final_epoch.is_none() && self.config.stop_when_idle.is_some() => {
+                    let received = self.metrics.total(MESSAGES_RECEIVED);
+                    if received != last_received.0 {
+                        last_received = (received, Instant::now());
+                    } else if last_received.1.elapsed() >= self.config.stop_when_idle.unwrap_or_default() {
+                        tracing::info!("no message received for {:?}: stopping", self.config.stop_when_idle.unwrap_or_default());
+                        self.trigger(true);
+                        stop_deadline = Some(tokio::time::Instant::now() + self.config.shutdown_timeout);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
+                    break Err(anyhow!(
+                        "graceful stop did not finish within {:?} (final checkpoint {:?} pending: {:?})",
+                        self.config.shutdown_timeout, self.final_epoch, self.pending.keys().collect::<Vec<_>>()
+                    ));
+                }
+                ev = events.recv() => {
+                    let Some(ev) = ev else { break Err(anyhow!("every task and worker ended unexpectedly")) };
+                    match ev {
+                        CoordEvent::SourceSnapshot { operator_id, subtask, epoch, state } => {
+                            if let Some(p) = self.pending.get_mut(&epoch) {
+                                p.insert((operator_id, subtask), state);
+                            }
+                        }
+                        CoordEvent::Frontier(f) => self.frontier = Some(f),
+                        CoordEvent::TaskFailed { operator_id, subtask, error } => {
+                            self.ended.insert((operator_id.clone(), subtask));
+                            break Err(anyhow!("{operator_id} subtask {subtask} failed: {error}"));
+                        }
+                        CoordEvent::TaskFinished { operator_id, subtask } => {
+                            if self.final_epoch.is_none() || !self.pending.is_empty() {
+                                tracing::warn!(%operator_id, subtask, "task finished before the job stopped");
+                            }
+                            self.ended.insert((operator_id, subtask));
+                        }
+                    }
+                    if let Err(e) = self.complete_ready() {
+                        break Err(e);
+                    }
+                }
+            }
+        };
+        if let Err(e) = &outcome {
+            tracing::error!("job failed: {e:#}");
+            self.abort(&mut events, total_tasks).await;
+        }
+        outcome
+    }
+
+    /// Sends barrier `next_epoch` to every source.
+    fn trigger(&mut self, then_stop: bool) {
+        let epoch = self.next_epoch;
+        self.next_epoch += 1;
+        let barrier = CheckpointBarrier {
+            epoch,
+            min_epoch: self.summary.last_completed_epoch.map_or(1, |e| e + 1),
+            timestamp: SystemTime::now(),
+            then_stop,
+        };
+        tracing::debug!(epoch, then_stop, "checkpoint triggered");
+        self.pending.insert(epoch, BTreeMap::new());
+        if then_stop {
+            self.final_epoch = Some(epoch);
+        }
+        for (_, tx) in &self.sources {
+            let _ = tx.send(ControlMessage::Checkpoint(barrier));
+        }
+    }
+
+    /// Completes, in order, every pending epoch that the sinks' frontier has passed and
+    /// every source has snapshotted: write metadata, then commit.
+    fn complete_ready(&mut self) -> anyhow::Result<()> {
+        while let Some((&epoch, snaps)) = self.pending.first_key_value() {
+            let passed = match self.frontier {
+                Some(None) => true,
+                Some(Some(f)) => f > epoch,
+                None => false,
+            };
+            if !passed || snaps.len() < self.sources.len() {
+                return Ok(());
+            }
+            let snaps = self.pending.remove(&epoch).unwrap_or_default();
+            let mut operators: BTreeMap<String, BTreeMap<usize, OperatorState>> = BTreeMap::new();
+            for ((op, subtask), state) in snaps {
+                operators.entry(op).or_default().insert(subtask, state);
+            }
+            let meta = CheckpointMetadata {
+                version: 1,
+                job_id: self.config.job_id.clone(),
+                epoch,
+                completed_at_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+                operators,
+            };
+            self.store.write(&meta).with_context(|| format!("checkpoint {epoch} could not be written"))?;
+            self.summary.checkpoints_completed += 1;
+            self.summary.last_completed_epoch = Some(epoch);
+            for (_, tx) in &self.sources {
+                let _ = tx.send(ControlMessage::Commit { epoch });
+            }
+            for (_, tx) in &self.sinks {
+                let _ = tx.send(SinkEvent::Commit(epoch));
+            }
+            tracing::info!(
+                epoch,
+                read = self.metrics.total(MESSAGES_RECEIVED),
+                written = self.metrics.total(ROWS_WRITTEN),
+                acked = self.metrics.total(MESSAGES_ACKED),
+                "checkpoint {epoch} completed"
+            );
+            if self.final_epoch == Some(epoch) {
+                for (_, tx) in &self.sources {
+                    let _ = tx.send(ControlMessage::Stop { mode: StopMode::Graceful });
+                }
+                for (_, tx) in &self.sinks {
+                    let _ = tx.send(SinkEvent::Close);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every task at once (sources release what they hold) and waits, bounded, for
+    /// them to end.
+    async fn abort(&mut self, events: &mut UnboundedReceiver<CoordEvent>, total_tasks: usize) {
+        for (_, tx) in &self.sources {
+            let _ = tx.send(ControlMessage::Stop { mode: StopMode::Immediate });
+        }
+        for (_, tx) in &self.sinks {
+            let _ = tx.send(SinkEvent::Close);
+        }
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout;
+        while self.ended.len() < total_tasks {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Ok(Some(CoordEvent::TaskFailed { operator_id, subtask, .. }))
+                | Ok(Some(CoordEvent::TaskFinished { operator_id, subtask })) => {
+                    self.ended.insert((operator_id, subtask));
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! What the runtime hands to operators: contexts (identity, control channel, state,
+//! metrics) and the source collector that turns messages into row batches and emits them
+//! into the dataflow under back-pressure.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use serde_json::Value;
+use tokio::sync::{mpsc, Semaphore};
+
+use super::metrics::{Counter, Metrics};
+use super::types::{CheckpointBarrier, ControlMessage, Format, MetadataField, TaskInfo};
+use crate::format::{DeserializeError, Deserializer, FieldValue};
+use crate::runtime::{CoordEvent, Rows, SourceEvent};
+
+/// Operator state as JSON values by key. Restored from the last completed checkpoint and
+/// snapshotted at every barrier (Arroyo's global keyed table, reduced).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OperatorState {
+    pub values: BTreeMap<String, Value>,
+}
+
+/// Handed to a sink (or any non-source operator) subtask.
+pub struct OperatorContext {
+    pub task_info: TaskInfo,
+    pub in_schema: SchemaRef,
+    pub metrics: Metrics,
+    pub state: OperatorState,
+}
+
+impl OperatorContext {
+    /// This subtask's counter `name`.
+    pub fn counter(&self, name: &str) -> Counter {
+        self.metrics
+            .counter(name, &self.task_info.operator_id, self.task_info.task_index)
+    }
+}
+
+/// Handed to a source subtask's `run`.
+pub struct SourceContext {
+    pub task_info: TaskInfo,
+    pub out_schema: SchemaRef,
+    /// Checkpoint, commit and stop requests from the coordinator.
+    pub control_rx: mpsc::UnboundedReceiver<ControlMessage>,
+    pub metrics: Metrics,
+    /// Restored state; whatever is here at a barrier is snapshotted with that checkpoint.
+    pub state: OperatorState,
+    pub(crate) coordinator: mpsc::UnboundedSender<CoordEvent>,
+}
+
+impl SourceContext {
+    /// This subtask's counter `name`.
+    pub fn counter(&self, name: &str) -> Counter {
+        self.metrics
+            .counter(name, &self.task_info.operator_id, self.task_info.task_index)
+    }
+
+    /// Closes epoch `barrier.epoch` for this subtask (Arroyo's default `start_checkpoint`):
+    /// emits every buffered row, snapshots `self.state` for the epoch, then sends the
+    /// barrier into the dataflow. After a `then_stop` barrier the subtask's output ends.
+    ///
+    /// The caller binds its own in-flight work (e.g. ack IDs) to the epoch before calling.
+    /// Errors when buffered rows cannot be emitted (the dataflow is gone).
+    pub async fn start_checkpoint(
+        &mut self,
+        barrier: CheckpointBarrier,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<()> {
+        collector.flush_buffer().await?;
+        let _ = self.coordinator.send(CoordEvent::SourceSnapshot {
+            operator_id: self.task_info.operator_id.clone(),
+            subtask: self.task_info.task_index,
+            epoch: barrier.epoch,
+            state: self.state.clone(),
+        });
+        collector.send(SourceEvent::Barrier(barrier.epoch))?;
+        if barrier.then_stop {
+            collector.send(SourceEvent::Finished)?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds row batches from message payloads and emits them into the dataflow.
+///
+/// Emission is bounded: every emitted row holds one permit of a job-wide semaphore until
+/// the sink has taken the row, so a slow sink stalls `collect` instead of growing memory.
+pub struct SourceCollector {
+    pub(crate) out_schema: SchemaRef,
+    pub(crate) tx: std::sync::mpsc::Sender<SourceEvent>,
+    pub(crate) activator: Arc<Mutex<Option<timely::scheduling::SyncActivator>>>,
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) max_permits: u32,
+    deserializer: Option<Deserializer>,
+    batch_size: usize,
+    linger: Duration,
+    buffer_started: Option<Instant>,
+}
+
+impl SourceCollector {
+    pub(crate) fn new(
+        out_schema: SchemaRef,
+        tx: std::sync::mpsc::Sender<SourceEvent>,
+        activator: Arc<Mutex<Option<timely::scheduling::SyncActivator>>>,
+        permits: Arc<Semaphore>,
+        max_permits: u32,
+    ) -> Self {
+        SourceCollector {
+            out_schema,
+            tx,
+            activator,
+            permits,
+            max_permits,
+            deserializer: None,
+            batch_size: 512,
+            linger: Duration::from_millis(100),
+            buffer_started: None,
+        }
+    }
+
+    /// Sets up message decoding for `format` into the output schema, with metadata
+    /// columns filled from the values passed to `deserialize_slice`. `batch_size` rows or
+    /// `linger` time, whichever comes first, make `should_flush` true.
+    pub fn initialize_deserializer(
+        &mut self,
+        format: Format,
+        metadata_fields: &[MetadataField],
+        batch_size: usize,
+        linger: Duration,
+    ) -> anyhow::Result<()> {
+        self.deserializer = Some(Deserializer::new(
+            format,
+            self.out_schema.clone(),
+            metadata_fields,
+        )?);
+        self.batch_size = batch_size.max(1);
+        self.linger = linger;
+        Ok(())
+    }
+
+    /// Decodes one message into the row buffer. `metadata` holds one value per metadata
+    /// field, in the order given to `initialize_deserializer`. Returns the number of rows
+    /// the message yielded (0 or more). On error nothing of this message is buffered.
+    pub fn deserialize_slice(
+        &mut self,
+        payload: &bytes::Bytes,
+        metadata: &[FieldValue],
+    ) -> Result<usize, DeserializeError> {
+        let d = self
+            .deserializer
+            .as_mut()
+            .expect("initialize_deserializer must be called before deserialize_slice");
+        let rows = d.deserialize(payload, metadata)?;
+        if self.buffer_started.is_none() {
+            self.buffer_started = Some(Instant::now());
+        }
+        Ok(rows)
+    }
+
+    /// Messages decoded since the last flush.
+    pub fn buffered_messages(&self) -> usize {
+        self.deserializer.as_ref().map_or(0, |d| d.buffered_messages())
+    }
+
+    /// True when the buffer holds `batch_size` rows or its oldest row waited `linger`.
+    pub fn should_flush(&self) -> bool {
+        let Some(d) = &self.deserializer else { return false };
+        d.buffered_rows() >= self.batch_size
+            || (d.buffered_messages() > 0
+                && self.buffer_started.is_some_and(|t| t.elapsed() >= self.linger))
+    }
+
+    /// When the buffer must be flushed by the linger rule, if it holds anything.
+    pub fn flush_deadline(&self) -> Option<Instant> {
+        self.buffer_started.map(|t| t + self.linger)
+    }
+
+    /// Emits the buffered rows as one batch. Returns the number of rows emitted.
+    /// A decoding error found only at batch build time names the message's index in
+    /// the buffer (`DeserializeError::message_index`); then nothing is emitted.
+    pub async fn flush_buffer(&mut self) -> anyhow::Result<usize> {
+        self.buffer_started = None;
+        let Some(d) = self.deserializer.as_mut() else { return Ok(0) };
+        match d.flush()? {
+            Some(batch) => {
+                let n = batch.num_rows();
+                self.collect(batch).await?;
+                Ok(n)
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// Emits a batch into the dataflow, waiting for back-pressure permits first.
+    pub async fn collect(&mut self, batch: RecordBatch) -> anyhow::Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let want = (batch.num_rows() as u32).min(self.max_permits).max(1);
+        let permit = self
+            .permits
+            .acquire_many(want)
+            .await
+            .map_err(|_| anyhow::anyhow!("the dataflow has shut down"))?;
+        permit.forget();
+        self.send(SourceEvent::Batch(Rows { batch, permits: want }))
+    }
+
+    pub(crate) fn send(&self, event: SourceEvent) -> anyhow::Result<()> {
+        self.tx
+            .send(event)
+            .map_err(|_| anyhow::anyhow!("the dataflow has shut down"))?;
+        if let Some(a) = self.activator.lock().expect("activator lock").as_ref() {
+            let _ = a.activate();
+        }
+        Ok(())
+    }
+}

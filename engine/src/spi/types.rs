@@ -1,0 +1,219 @@
+//! Plain data types shared between the runtime and connectors.
+
+use std::time::SystemTime;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+/// A checkpoint barrier: the point at which a source closes epoch `epoch` (SPEC 2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointBarrier {
+    /// The epoch being closed; epochs start at 1 and grow by one per checkpoint.
+    pub epoch: u64,
+    /// The oldest epoch whose state is still needed (the last completed checkpoint + 1).
+    pub min_epoch: u64,
+    /// Wall-clock time at which the coordinator started this checkpoint.
+    pub timestamp: SystemTime,
+    /// True for the final checkpoint of a graceful stop: the source stops reading.
+    pub then_stop: bool,
+}
+
+/// How an operator is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopMode {
+    /// Finish the current work (after a final checkpoint has committed).
+    Graceful,
+    /// Stop now; uncommitted work is released (a source nacks it).
+    Immediate,
+}
+
+/// Control messages from the checkpoint coordinator to an operator subtask.
+///
+/// Unlike Arroyo, sources also receive `Commit`: that is the hook for
+/// acknowledge-after-checkpoint (SPEC 2.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlMessage {
+    /// Close the current epoch (sources only; sinks see barriers through their input frontier).
+    Checkpoint(CheckpointBarrier),
+    /// Stop the subtask.
+    Stop { mode: StopMode },
+    /// Checkpoint `epoch` completed and its metadata is durable: commit everything bound to
+    /// an epoch `<= epoch`.
+    Commit { epoch: u64 },
+}
+
+/// Why a source's `run` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceFinishType {
+    /// Stopped after a final checkpoint with `then_stop`.
+    Graceful,
+    /// Stopped at once without a final checkpoint.
+    Immediate,
+    /// The input ended (bounded sources).
+    Final,
+}
+
+/// Identity of one parallel subtask of an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskInfo {
+    pub job_id: String,
+    /// Stable operator id within the pipeline, e.g. `q0-source-bids`.
+    pub operator_id: String,
+    pub operator_name: String,
+    /// This subtask's index in `0..parallelism`.
+    pub task_index: usize,
+    pub parallelism: usize,
+}
+
+/// Row format of a table's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// One JSON object per row, decoded against the declared columns; unknown fields ignored.
+    Json,
+    /// The whole payload as UTF-8 text in one TEXT column named `value`.
+    RawString,
+}
+
+impl Format {
+    /// Parses the `format` option value.
+    pub fn parse(value: &str) -> Option<Format> {
+        match value {
+            "json" => Some(Format::Json),
+            "raw_string" => Some(Format::RawString),
+            _ => None,
+        }
+    }
+}
+
+/// What to do with a message that fails to deserialize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BadData {
+    /// Fail the job; the message stays unacknowledged.
+    #[default]
+    Fail,
+}
+
+/// Whether a table is read from or written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionType {
+    Source,
+    Sink,
+}
+
+/// SQL column types supported so far (SPEC 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FieldType {
+    Text,
+    Bigint,
+    Int,
+    Double,
+    Boolean,
+    Timestamp,
+}
+
+impl FieldType {
+    /// The Arrow type rows carry for this SQL type. TIMESTAMP is nanoseconds, no zone.
+    pub fn arrow_type(self) -> DataType {
+        match self {
+            FieldType::Text => DataType::Utf8,
+            FieldType::Bigint => DataType::Int64,
+            FieldType::Int => DataType::Int32,
+            FieldType::Double => DataType::Float64,
+            FieldType::Boolean => DataType::Boolean,
+            FieldType::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, None),
+        }
+    }
+
+    /// SQL spelling, for messages.
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            FieldType::Text => "TEXT",
+            FieldType::Bigint => "BIGINT",
+            FieldType::Int => "INT",
+            FieldType::Double => "DOUBLE",
+            FieldType::Boolean => "BOOLEAN",
+            FieldType::Timestamp => "TIMESTAMP",
+        }
+    }
+}
+
+/// One declared column of a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceField {
+    pub name: String,
+    pub field_type: FieldType,
+    /// NOT NULL was declared.
+    pub required: bool,
+    /// `METADATA FROM 'key'`: the column is filled from message metadata, not the payload.
+    pub metadata_key: Option<String>,
+}
+
+/// The declared shape of a table (Arroyo's `ConnectionSchema`, reduced).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionSchema {
+    pub format: Format,
+    pub bad_data: BadData,
+    pub fields: Vec<SourceField>,
+}
+
+impl ConnectionSchema {
+    /// The Arrow schema of the rows this table carries, in declared column order.
+    pub fn arrow_schema(&self) -> SchemaRef {
+        let fields: Vec<Field> = self
+            .fields
+            .iter()
+            .map(|f| Field::new(&f.name, f.field_type.arrow_type(), !f.required))
+            .collect();
+        std::sync::Arc::new(Schema::new(fields))
+    }
+
+    /// The metadata columns as `(column, key)` pairs.
+    pub fn metadata_fields(&self) -> Vec<MetadataField> {
+        self.fields
+            .iter()
+            .filter_map(|f| {
+                f.metadata_key.as_ref().map(|k| MetadataField {
+                    field_name: f.name.clone(),
+                    key: k.clone(),
+                    field_type: f.field_type,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A metadata column requested by a table: column `field_name` is filled from `key`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataField {
+    pub field_name: String,
+    pub key: String,
+    pub field_type: FieldType,
+}
+
+/// A metadata key a connector offers (`METADATA FROM 'key'`) and its SQL type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetadataDef {
+    pub name: &'static str,
+    pub field_type: FieldType,
+}
+
+/// Everything an operator needs besides its typed profile and table config.
+#[derive(Debug, Clone)]
+pub struct OperatorConfig {
+    pub format: Format,
+    pub bad_data: BadData,
+    /// The table's declared columns (the rows' schema for a source, the input for a sink).
+    pub schema: ConnectionSchema,
+    pub metadata_fields: Vec<MetadataField>,
+}
+
+/// Progress of a connection test, streamed to a UI (Arroyo's `TestSourceMessage`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestSourceMessage {
+    pub error: bool,
+    pub done: bool,
+    pub message: String,
+}

@@ -1,0 +1,42 @@
+//! A PostgreSQL-like dialect that also reads `METADATA FROM 'key'` column options.
+
+use sqlparser::ast::ColumnOption;
+use sqlparser::dialect::{Dialect, PostgreSqlDialect};
+use sqlparser::keywords::Keyword;
+use sqlparser::parser::{Parser, ParserError};
+use sqlparser::tokenizer::Token;
+
+#[derive(Debug, Default)]
+pub struct PipelineDialect {
+    base: PostgreSqlDialect,
+}
+
+impl Dialect for PipelineDialect {
+    fn is_identifier_start(&self, ch: char) -> bool {
+        self.base.is_identifier_start(ch)
+    }
+
+    fn is_identifier_part(&self, ch: char) -> bool {
+        self.base.is_identifier_part(ch)
+    }
+
+    fn is_delimited_identifier_start(&self, ch: char) -> bool {
+        self.base.is_delimited_identifier_start(ch)
+    }
+
+    /// `METADATA FROM 'key'` becomes `ColumnOption::DialectSpecific([METADATA, FROM, 'key'])`.
+    fn parse_column_option(
+        &self,
+        parser: &mut Parser,
+    ) -> Result<Option<Result<Option<ColumnOption>, ParserError>>, ParserError> {
+        if !parser.parse_keywords(&[Keyword::METADATA, Keyword::FROM]) {
+            return Ok(None);
+        }
+        let key = parser.parse_literal_string()?;
+        Ok(Some(Ok(Some(ColumnOption::DialectSpecific(vec![
+            Token::make_keyword("METADATA"),
+            Token::make_keyword("FROM"),
+            Token::SingleQuotedString(key),
+        ])))))
+    }
+}

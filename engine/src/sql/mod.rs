@@ -1,0 +1,9 @@
+//! The SQL front end: `CREATE TABLE ... WITH (...)` and `INSERT INTO ... SELECT ... FROM`,
+//! parsed with `sqlparser` (SPEC 8), then planned against the connector registry.
+
+mod dialect;
+mod parse;
+mod plan;
+
+pub use parse::{parse_pipeline, InsertDef, PipelineSql, Projection, SqlError, TableDef};
+pub use plan::{plan_pipeline, PlannedPipeline, PlannedQuery, PlannedTable};

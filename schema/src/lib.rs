@@ -1,0 +1,127 @@
+//! Typed connection profile and table config of the Pub/Sub connector (SPEC 7), with
+//! JSON Schemas derived by `schemars` for an engine UI. Depends on nothing of ours.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How the connector reaches Pub/Sub.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Authentication {
+    /// Application default credentials (environment, gcloud, metadata server).
+    #[schemars(title = "Application default credentials")]
+    ApplicationDefault,
+    /// A local Pub/Sub emulator over plaintext, without credentials.
+    #[schemars(title = "Emulator")]
+    Emulator {
+        /// `host:port` of the emulator; port 1..65535.
+        #[schemars(title = "Emulator endpoint", example = "localhost:8085")]
+        endpoint: String,
+    },
+}
+
+/// A Pub/Sub connection profile: project and authentication.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "Pub/Sub connection profile")]
+pub struct PubSubProfile {
+    /// Google Cloud project id that owns the topics and subscriptions.
+    #[schemars(title = "Project", example = "my-project")]
+    pub project: String,
+    #[schemars(title = "Authentication")]
+    pub authentication: Authentication,
+}
+
+/// Source options (SPEC 5.3). Durations are milliseconds, sizes bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceConfig {
+    /// Subscription id (not the full resource name) to read.
+    #[schemars(title = "Subscription", example = "bids-sub", extend("format" = "autocomplete"))]
+    pub subscription: String,
+    /// Messages held unacknowledged per subtask (received since the last completed
+    /// checkpoint); reading pauses at the limit. Size it >= peak msg/s x checkpoint interval.
+    #[schemars(title = "Max outstanding messages", range(min = 1))]
+    pub max_outstanding_messages: u64,
+    /// Payload bytes held unacknowledged per subtask; reading pauses at the limit.
+    #[schemars(title = "Max outstanding bytes", range(min = 1))]
+    pub max_outstanding_bytes: u64,
+    /// StreamingPull streams per subtask.
+    #[schemars(title = "Parallel pull count", range(min = 1))]
+    pub parallel_pull_count: u32,
+    /// How long the client keeps extending the lease of a held message (ms). Must exceed
+    /// the checkpoint interval.
+    #[schemars(title = "Max ack extension period (ms)")]
+    pub max_ack_extension_period_ms: u64,
+    /// Length of each lease extension, and the stream's ack deadline (ms, 10 s..600 s);
+    /// unset: the client's default (60 s). Also bounds how soon messages held by a crashed
+    /// process are redelivered.
+    #[schemars(title = "Max duration per ack extension (ms)")]
+    pub max_duration_per_ack_extension_ms: Option<u64>,
+}
+
+impl SourceConfig {
+    /// A config with the SPEC 5.3 defaults.
+    pub fn new(subscription: impl Into<String>) -> Self {
+        SourceConfig {
+            subscription: subscription.into(),
+            max_outstanding_messages: 1000,
+            max_outstanding_bytes: 100_000_000,
+            parallel_pull_count: 1,
+            max_ack_extension_period_ms: 3_600_000,
+            max_duration_per_ack_extension_ms: None,
+        }
+    }
+}
+
+/// Sink options (SPEC 6): publisher batching.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SinkConfig {
+    /// Topic id (not the full resource name) to publish to. It must exist.
+    #[schemars(title = "Topic", example = "bids-out", extend("format" = "autocomplete"))]
+    pub topic: String,
+    /// Messages per publish request.
+    #[schemars(title = "Batch element count", range(min = 1, max = 1000))]
+    pub batching_element_count_threshold: u32,
+    /// Bytes per publish request.
+    #[schemars(title = "Batch request bytes", range(min = 1, max = 10_000_000))]
+    pub batching_request_byte_threshold: u32,
+    /// How long a message may wait for its batch to fill (ms).
+    #[schemars(title = "Batch delay (ms)")]
+    pub batching_delay_threshold_ms: u64,
+    /// Publishes awaiting their result per subtask; writing pauses at the limit.
+    #[schemars(title = "Max in-flight messages", range(min = 1))]
+    pub max_in_flight_messages: u64,
+}
+
+impl SinkConfig {
+    /// A config with the client's batching defaults (100 messages, 1 MB, 10 ms).
+    pub fn new(topic: impl Into<String>) -> Self {
+        SinkConfig {
+            topic: topic.into(),
+            batching_element_count_threshold: 100,
+            batching_request_byte_threshold: 1_000_000,
+            batching_delay_threshold_ms: 10,
+            max_in_flight_messages: 1000,
+        }
+    }
+}
+
+/// A Pub/Sub table: read a subscription or write a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+#[schemars(title = "Pub/Sub table")]
+pub enum PubSubTable {
+    Source(SourceConfig),
+    Sink(SinkConfig),
+}
+
+/// The JSON Schema of the profile, pretty-printed.
+pub fn profile_schema() -> String {
+    serde_json::to_string_pretty(&schemars::schema_for!(PubSubProfile)).expect("schema serializes")
+}
+
+/// The JSON Schema of the table config, pretty-printed.
+pub fn table_schema() -> String {
+    serde_json::to_string_pretty(&schemars::schema_for!(PubSubTable)).expect("schema serializes")
+}
