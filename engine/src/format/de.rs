@@ -37,6 +37,10 @@ impl fmt::Display for DeserializeError {
 
 impl std::error::Error for DeserializeError {}
 
+/// Rows one buffer may hold before it must be flushed. The JSON decoder sizes its
+/// buffers by this, and rejects a message whose rows would cross it.
+const MAX_ROWS: usize = 1 << 16;
+
 enum MetaBuilder {
     Text(StringBuilder),
     Timestamp(TimestampNanosecondBuilder),
@@ -97,7 +101,7 @@ impl Deserializer {
         let json = match format {
             Format::Json => Some(
                 arrow_json::ReaderBuilder::new(payload_schema.clone())
-                    .with_batch_size(usize::MAX / 2)
+                    .with_batch_size(MAX_ROWS)
                     .build_decoder()?,
             ),
             Format::RawString => {
@@ -247,7 +251,7 @@ impl Deserializer {
         // Rows of earlier messages in this buffer are lost with it, so callers treat a
         // JSON error as fatal for the buffer (the job fails; nothing was acknowledged).
         self.json = arrow_json::ReaderBuilder::new(self.payload_schema.clone())
-            .with_batch_size(usize::MAX / 2)
+            .with_batch_size(MAX_ROWS)
             .build_decoder()
             .ok();
     }

@@ -163,7 +163,7 @@ pub async fn run_pipeline(
                 max_permits as u32,
             );
             sources.push(((src_id.clone(), w), control_tx));
-            tasks.push(tokio::spawn(run_source(src_op, ctx, collector, shared.clone())));
+            tasks.push(spawn_task(run_source(src_op, ctx, collector, shared.clone()), &src_id, w, &shared));
 
             let (sink_tx, sink_rx) = mpsc::unbounded_channel();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -175,7 +175,7 @@ pub async fn run_pipeline(
                 state: restored_state(&sink_id),
             };
             sinks.push(((sink_id.clone(), w), sink_tx.clone()));
-            tasks.push(tokio::spawn(run_sink(sink_op, sctx, sink_rx, done_tx, sink_activator.clone(), shared.clone())));
+            tasks.push(spawn_task(run_sink(sink_op, sctx, sink_rx, done_tx, sink_activator.clone(), shared.clone()), &sink_id, w, &shared));
 
             plumbing.push(QueryPlumbing {
                 query: q.clone(),
@@ -244,6 +244,28 @@ pub async fn run_pipeline(
         Ok(()) => Ok(summary),
         Err(error) => Err(JobError { error, summary }),
     }
+}
+
+/// Spawns a task; a panic in it is reported to the coordinator as a task failure.
+fn spawn_task(
+    fut: impl std::future::Future<Output = ()> + Send + 'static,
+    operator_id: &str,
+    subtask: usize,
+    shared: &JobShared,
+) -> tokio::task::JoinHandle<()> {
+    use futures::FutureExt;
+    let operator_id = operator_id.to_string();
+    let coordinator = shared.coordinator.clone();
+    tokio::spawn(async move {
+        if let Err(panic) = std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            let _ = coordinator.send(CoordEvent::TaskFailed { operator_id, subtask, error: format!("panicked: {msg}") });
+        }
+    })
 }
 
 type TaskKey = (String, usize);
