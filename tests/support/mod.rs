@@ -1,0 +1,165 @@
+//! Test fixtures: one real Pub/Sub emulator per test binary, unique resource names, and
+//! helpers that run the real `pubsub-connector` binary as a child process.
+
+pub mod proxy;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use pubsub_connector_core::{admin, client, emulator::Emulator};
+use pubsub_schema::PubSubProfile;
+use tokio::process::{Child, Command};
+
+pub const PROJECT: &str = "test";
+
+/// The emulator shared by every test of this binary (killed by its watchdog at exit).
+pub fn emulator() -> &'static Emulator {
+    static EMU: OnceLock<Emulator> = OnceLock::new();
+    EMU.get_or_init(|| Emulator::start().expect("start the Pub/Sub emulator"))
+}
+
+pub fn profile() -> PubSubProfile {
+    client::emulator_profile(PROJECT, &emulator().endpoint())
+}
+
+/// A name unique within this test run.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// An input topic + subscription and an output topic + subscription.
+pub struct Topics {
+    pub input: String,
+    pub input_sub: String,
+    pub output: String,
+    pub output_sub: String,
+}
+
+pub async fn topics(name: &str, input_ack_deadline_s: i32) -> Topics {
+    let p = profile();
+    let t = Topics {
+        input: unique(&format!("{name}-in")),
+        input_sub: unique(&format!("{name}-in-sub")),
+        output: unique(&format!("{name}-out")),
+        output_sub: unique(&format!("{name}-out-sub")),
+    };
+    admin::create_topic(&p, &t.input).await.unwrap();
+    admin::create_topic(&p, &t.output).await.unwrap();
+    admin::create_subscription(&p, &t.input_sub, &t.input, input_ack_deadline_s).await.unwrap();
+    admin::create_subscription(&p, &t.output_sub, &t.output, 60).await.unwrap();
+    t
+}
+
+/// Publishes `{"seq": i}` for i in 0..n; returns the message ids.
+pub async fn publish_seq(topic: &str, range: std::ops::Range<usize>) -> Vec<String> {
+    let payloads = range.map(|i| format!("{{\"seq\": {i}}}").into_bytes()).collect();
+    admin::publish_all(&profile(), topic, payloads, 2000).await.unwrap()
+}
+
+/// The pipeline SQL used by most tests: input subscription -> output topic, carrying the
+/// source message id in column `mid`. `extra` adds source WITH options.
+pub fn pipeline_sql(t: &Topics, endpoint: &str, extra: &str) -> String {
+    format!(
+        "CREATE TABLE src (seq BIGINT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+            'emulator-endpoint' = '{endpoint}', 'format' = 'json' {extra});
+         CREATE TABLE dst (seq BIGINT, mid TEXT) WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+            'emulator-endpoint' = '{endpoint}');
+         INSERT INTO dst SELECT seq, mid FROM src;",
+        sub = t.input_sub,
+        out = t.output
+    )
+}
+
+/// A temp dir holding the pipeline file and the state dir.
+pub struct Workdir {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workdir {
+    pub fn new(sql: &str) -> Workdir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pipeline.sql"), sql).unwrap();
+        Workdir { dir }
+    }
+    pub fn pipeline(&self) -> PathBuf {
+        self.dir.path().join("pipeline.sql")
+    }
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    /// The last completed checkpoint epoch, if any.
+    pub fn checkpoint_epoch(&self) -> Option<u64> {
+        let bytes = std::fs::read(self.state().join("checkpoint.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        v["epoch"].as_u64()
+    }
+}
+
+/// Starts `pubsub-connector run` with `args`; stdout and stderr are piped.
+pub fn spawn_run(pipeline: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .arg("run")
+        .arg(pipeline)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn pubsub-connector")
+}
+
+/// Runs to completion within `limit`: (exit code, stdout, stderr).
+pub async fn finish(child: Child, limit: Duration) -> (i32, String, String) {
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .expect("pipeline did not end in time")
+        .expect("wait for pipeline");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits until `cond` holds, polling every 100 ms, failing after `limit`.
+pub async fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Distinct `mid` values of the JSON rows in the output subscription (acks them).
+pub async fn sink_ids(sub: &str, expected: Option<usize>, idle: Duration) -> HashSet<String> {
+    let rows = admin::drain(&profile(), sub, 2, expected, idle).await.unwrap();
+    rows.values()
+        .filter_map(|p| serde_json::from_slice::<serde_json::Value>(p).ok())
+        .filter_map(|v| v["mid"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Message ids redelivered on a subscription now (acks them).
+pub async fn redelivered(sub: &str, idle: Duration) -> HashMap<String, Vec<u8>> {
+    admin::drain(&profile(), sub, 2, None, idle).await.unwrap()
+}
+
+/// Sends `signal` (e.g. "KILL", "TERM") to a child.
+pub fn signal(child: &Child, signal: &str) {
+    let pid = child.id().expect("child is running");
+    let ok = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+    assert!(ok.success(), "kill -{signal} {pid}");
+}
+
+pub fn missing(expected: &[String], got: &HashSet<String>) -> usize {
+    expected.iter().filter(|id| !got.contains(*id)).count()
+}

@@ -1,0 +1,129 @@
+//! A small HTTP/2 proxy between a pipeline under test and the emulator.
+//!
+//! The emulator never releases the streaming pull of a client that died: it mishandles
+//! RST_STREAM and ignores a dropped TCP connection. This proxy forwards frames and, when
+//! the downstream side fails, half-closes the upstream request stream (an empty DATA frame
+//! with END_STREAM) instead, so the emulator ends the pull and redelivers its messages
+//! after one lease extension. Not a mock: every byte still goes to the real emulator.
+
+use bytes::Bytes;
+use futures::future::poll_fn;
+use h2::{RecvStream, SendStream};
+use http::{Request, Response};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A running proxy; it listens until the test process ends.
+pub struct Proxy {
+    pub port: u16,
+}
+
+impl Proxy {
+    /// Starts a proxy to `127.0.0.1:upstream_port` on a free port.
+    pub async fn start(upstream_port: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(serve_connection(socket, upstream_port));
+            }
+        });
+        Proxy { port }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+async fn serve_connection(socket: TcpStream, upstream_port: u16) {
+    let Ok(mut downstream) = h2::server::handshake(socket).await else { return };
+    let Ok(up_socket) = TcpStream::connect(("127.0.0.1", upstream_port)).await else { return };
+    let Ok((upstream, up_conn)) = h2::client::handshake(up_socket).await else { return };
+    tokio::spawn(async move {
+        let _ = up_conn.await;
+    });
+    while let Some(Ok((req, respond))) = downstream.accept().await {
+        let upstream = upstream.clone();
+        tokio::spawn(async move {
+            let (parts, down_body) = req.into_parts();
+            let Ok(mut upstream) = upstream.ready().await else { return };
+            let up_req = Request::from_parts(parts, ());
+            let Ok((resp_fut, up_send)) = upstream.send_request(up_req, false) else { return };
+            tokio::spawn(forward_request_body(down_body, up_send));
+            let mut respond = respond;
+            let Ok(resp) = resp_fut.await else { return };
+            let (parts, up_body) = resp.into_parts();
+            let Ok(down_send) = respond.send_response(Response::from_parts(parts, ()), false) else { return };
+            forward_response_body(up_body, down_send).await;
+        });
+    }
+}
+
+/// Downstream request body -> upstream; on a downstream failure, half-close upstream.
+async fn forward_request_body(mut body: RecvStream, mut up: SendStream<Bytes>) {
+    loop {
+        match body.data().await {
+            Some(Ok(chunk)) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                if send_all(&mut up, chunk).await.is_err() {
+                    return;
+                }
+            }
+            Some(Err(_)) => {
+                let _ = up.send_data(Bytes::new(), true);
+                return;
+            }
+            None => {
+                match body.trailers().await {
+                    Ok(Some(t)) => {
+                        let _ = up.send_trailers(t);
+                    }
+                    _ => {
+                        let _ = up.send_data(Bytes::new(), true);
+                    }
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Upstream response body and trailers -> downstream.
+async fn forward_response_body(mut body: RecvStream, mut down: SendStream<Bytes>) {
+    while let Some(chunk) = body.data().await {
+        let Ok(chunk) = chunk else {
+            down.send_reset(h2::Reason::CANCEL);
+            return;
+        };
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if send_all(&mut down, chunk).await.is_err() {
+            return;
+        }
+    }
+    match body.trailers().await {
+        Ok(Some(t)) => {
+            let _ = down.send_trailers(t);
+        }
+        _ => {
+            let _ = down.send_data(Bytes::new(), true);
+        }
+    }
+}
+
+/// Sends `data` respecting the peer's flow-control window.
+async fn send_all(stream: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), h2::Error> {
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        let granted = match poll_fn(|cx| stream.poll_capacity(cx)).await {
+            Some(Ok(n)) => n,
+            Some(Err(e)) => return Err(e),
+            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
+        };
+        if granted == 0 {
+            continue;
+        }
+        let part = data.split_to(granted.min(data.len()));
+        stream.send_data(part, false)?;
+    }
+    Ok(())
+}
