@@ -22,8 +22,30 @@ pub fn emulator() -> &'static Emulator {
     EMU.get_or_init(|| Emulator::start().expect("start the Pub/Sub emulator"))
 }
 
+/// `host:port` of a half-closing proxy to the emulator, shared by every test (see
+/// `proxy`): the emulator mishandles the stream resets every client sends on close, so
+/// both the pipelines and the tests' own consumers talk to it through the proxy.
+pub fn endpoint() -> String {
+    static PROXY: OnceLock<String> = OnceLock::new();
+    PROXY
+        .get_or_init(|| {
+            let port = emulator().port();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("proxy runtime");
+                rt.block_on(async move {
+                    let p = proxy::Proxy::start(port).await;
+                    tx.send(p.endpoint()).expect("report proxy endpoint");
+                    std::future::pending::<()>().await
+                })
+            });
+            rx.recv().expect("proxy started")
+        })
+        .clone()
+}
+
 pub fn profile() -> PubSubProfile {
-    client::emulator_profile(PROJECT, &emulator().endpoint())
+    client::emulator_profile(PROJECT, &endpoint())
 }
 
 /// A name unique within this test run.

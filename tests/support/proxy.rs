@@ -35,7 +35,17 @@ impl Proxy {
     }
 }
 
-async fn serve_connection(socket: TcpStream, upstream_port: u16) {
+async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
+    // The admin clients speak HTTP/1.1 (REST): pass those bytes through untouched. Only
+    // HTTP/2 (gRPC, which starts with the "PRI * HTTP/2.0" preface) is proxied per frame.
+    let mut head = [0u8; 3];
+    let is_h2 = matches!(socket.peek(&mut head).await, Ok(3) if &head == b"PRI");
+    if !is_h2 {
+        if let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream_port)).await {
+            let _ = tokio::io::copy_bidirectional(&mut socket, &mut up).await;
+        }
+        return;
+    }
     let Ok(mut downstream) = h2::server::handshake(socket).await else { return };
     let Ok(up_socket) = TcpStream::connect(("127.0.0.1", upstream_port)).await else { return };
     let Ok((upstream, up_conn)) = h2::client::handshake(up_socket).await else { return };

@@ -18,7 +18,7 @@ use super::tasks::{run_sink, run_source};
 use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig, SinkEvent};
 use crate::spi::{
     CheckpointBarrier, ConstructedOperator, ControlMessage, Metrics, OperatorContext, OperatorState,
-    SourceCollector, SourceContext, StopMode, TaskInfo, MESSAGES_ACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
+    SourceCollector, SourceContext, StopMode, TaskInfo, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 use crate::sql::PlannedPipeline;
 
@@ -42,6 +42,8 @@ pub struct JobSummary {
     pub rows_written: u64,
     pub checkpoints_completed: u64,
     pub messages_acked: u64,
+    /// Messages released for redelivery (nacked) on close or after a final barrier.
+    pub messages_released: u64,
     /// The checkpoint epoch the job restored from, if any.
     pub restored_epoch: Option<u64>,
     /// The last completed checkpoint epoch (restored or new).
@@ -52,8 +54,8 @@ impl fmt::Display for JobSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "messages read: {}, rows written: {}, checkpoints completed: {}, messages acknowledged: {}",
-            self.messages_read, self.rows_written, self.checkpoints_completed, self.messages_acked
+            "messages read: {}, rows written: {}, checkpoints completed: {}, messages acknowledged: {}, messages released: {}",
+            self.messages_read, self.rows_written, self.checkpoints_completed, self.messages_acked, self.messages_released
         )
     }
 }
@@ -240,6 +242,7 @@ pub async fn run_pipeline(
     summary.messages_read = metrics.total(MESSAGES_RECEIVED);
     summary.rows_written = metrics.total(ROWS_WRITTEN);
     summary.messages_acked = metrics.total(MESSAGES_ACKED);
+    summary.messages_released = metrics.total(MESSAGES_NACKED);
     match result {
         Ok(()) => Ok(summary),
         Err(error) => Err(JobError { error, summary }),

@@ -128,6 +128,11 @@ pub(crate) fn run_worker(
     let mut reported: Option<Option<u64>> = None;
     loop {
         if abort.load(Ordering::Acquire) {
+            // Timely steps a worker until its dataflows finish after this returns; an
+            // aborted dataflow still holds capabilities, so drop it explicitly.
+            for id in worker.installed_dataflows() {
+                worker.drop_dataflow(id);
+            }
             break;
         }
         let frontier = probe.with_frontier(|f| f.first().copied());
