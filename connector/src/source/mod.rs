@@ -133,10 +133,12 @@ impl PubSubSource {
     async fn stop_pulling(&mut self) {
         if let Some(streams) = self.streams.as_mut() {
             let stray = streams.stop_reading().await;
+            // Taken from the streams but never tracked: count them as read and released.
             let n = stray.len() as u64;
             for (_, h) in stray {
                 h.nack();
             }
+            self.counters().received.add(n);
             self.counters().nacked.add(n);
         }
     }
