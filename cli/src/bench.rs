@@ -30,34 +30,34 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let emu = tokio::task::spawn_blocking(Emulator::start).await??;
     let profile = client::emulator_profile(PROJECT, &emu.endpoint());
     let streams = args.workers * args.pulls_per_worker;
-    for t in ["in", "out"] {
+    for t in ["bench-in", "bench-out"] {
         admin::create_topic(&profile, t).await?;
     }
-    for s in ["warmup", "raw", "pipe"] {
-        admin::create_subscription(&profile, s, "in", 60).await?;
+    for s in ["warmup-sub", "raw-sub", "pipe-sub"] {
+        admin::create_subscription(&profile, s, "bench-in", 60).await?;
     }
-    admin::create_subscription(&profile, "out-sub", "out", 60).await?;
+    admin::create_subscription(&profile, "bench-out-sub", "bench-out", 60).await?;
     let payloads: Vec<Vec<u8>> = (0..args.messages)
         .map(|i| {
             let pad = "x".repeat(args.message_bytes.saturating_sub(40));
             format!("{{\"seq\":{i},\"pad\":\"{pad}\"}}").into_bytes()
         })
         .collect();
-    admin::publish_all(&profile, "in", payloads, 5000).await?;
+    admin::publish_all(&profile, "bench-in", payloads, 5000).await?;
     println!("published {} messages of ~{} bytes to 3 subscriptions", args.messages, args.message_bytes);
     // Warm the emulator's JIT before measuring.
-    raw_loop(&profile, "warmup", streams, args.messages).await?;
+    raw_loop(&profile, "warmup-sub", streams, args.messages).await?;
 
     let t = Instant::now();
-    let raw = raw_loop(&profile, "raw", streams, args.messages).await?;
+    let raw = raw_loop(&profile, "raw-sub", streams, args.messages).await?;
     let raw_s = t.elapsed().as_secs_f64();
 
     let sql = format!(
         "CREATE TABLE src (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
-           'subscription' = 'pipe', 'emulator-endpoint' = '{ep}', 'scan.parallel-pull-count' = '{p}', \
+           'subscription' = 'pipe-sub', 'emulator-endpoint' = '{ep}', 'scan.parallel-pull-count' = '{p}', \
            'scan.flow-control.max-outstanding-element-count' = '100000');
          CREATE TABLE dst (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
-           'topic' = 'out', 'emulator-endpoint' = '{ep}', 'sink.batching.element-count-threshold' = '1000');
+           'topic' = 'bench-out', 'emulator-endpoint' = '{ep}', 'sink.batching.element-count-threshold' = '1000');
          INSERT INTO dst SELECT * FROM src;",
         ep = emu.endpoint(),
         p = args.pulls_per_worker
