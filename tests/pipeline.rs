@@ -18,8 +18,9 @@ async fn ten_thousand_messages_reach_the_sink_with_two_workers() {
     let child = spawn_run(&w.pipeline(), &["--workers", "2", "--checkpoint-interval", "1s", "--state-dir", w.state().to_str().unwrap(), "--stop-when-idle", "3s"]);
     let (code, stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 0, "stderr: {stderr}");
-    assert!(stdout.contains("messages read: 10000"), "{stdout}");
-    assert!(stdout.contains("messages acknowledged: 10000"), "{stdout}");
+    // Redeliveries may add to the counts, never subtract.
+    assert!(summary_count(&stdout, "messages read:") >= 10_000, "{stdout}");
+    assert!(summary_count(&stdout, "messages acknowledged:") >= 10_000, "{stdout}");
     let got = sink_ids(&t.output_sub, Some(ids.len()), Duration::from_secs(10)).await;
     assert_eq!(missing(&ids, &got), 0, "every message id arrives in the sink topic");
     // Nothing left to deliver: longer than the subscription's 10 s ack deadline.
@@ -92,10 +93,7 @@ async fn sigterm_mid_stream_exits_zero_and_leaves_nothing_held() {
     signal(&child, "TERM");
     let (code, stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 0, "stderr: {stderr}");
-    let count = |label: &str| -> usize {
-        let rest = stdout.split(label).nth(1).unwrap_or_else(|| panic!("no '{label}' in {stdout}"));
-        rest.trim_start().split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
-    };
+    let count = |label: &str| summary_count(&stdout, label);
     let (read, acked, released) = (count("messages read:"), count("messages acknowledged:"), count("messages released:"));
     assert_eq!(read, acked + released, "every message the connector took was acked or nacked: {stdout}");
     let written = sink_ids(&t.output_sub, None, Duration::from_secs(5)).await;

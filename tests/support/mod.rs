@@ -185,3 +185,13 @@ pub fn signal(child: &Child, signal: &str) {
 pub fn missing(expected: &[String], got: &HashSet<String>) -> usize {
     expected.iter().filter(|id| !got.contains(*id)).count()
 }
+
+/// The number after `label` in the binary's summary line.
+pub fn summary_count(stdout: &str, label: &str) -> usize {
+    let rest = stdout.split(label).nth(1).unwrap_or_else(|| panic!("no '{label}' in {stdout}"));
+    rest.trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after '{label}' in {stdout}"))
+}
