@@ -156,6 +156,21 @@ impl SourceOperator for PubSubSource {
             acked: ctx.counter(MESSAGES_ACKED),
             nacked: ctx.counter(MESSAGES_NACKED),
         });
+        // Leases must outlive a checkpoint, or held messages are redelivered before their
+        // commit (SPEC 5.3). The client ends lease extension silently at max lease.
+        let period = Duration::from_millis(self.config.max_ack_extension_period_ms);
+        anyhow::ensure!(
+            period > ctx.checkpoint_interval,
+            "option 'scan.ack.max-extension-period' is invalid: must exceed the checkpoint interval ({:?}), was '{:?}'",
+            ctx.checkpoint_interval,
+            period
+        );
+        if period < ctx.checkpoint_interval * 2 {
+            tracing::warn!(
+                "'scan.ack.max-extension-period' ({period:?}) is less than twice the checkpoint interval ({:?}): a slow checkpoint will cause redeliveries",
+                ctx.checkpoint_interval
+            );
+        }
         // Fail fast, naming the subscription, if it does not exist.
         let admin = client::subscription_admin(&self.profile).await?;
         admin

@@ -155,6 +155,7 @@ pub async fn run_pipeline(
                 control_rx,
                 metrics: metrics.clone(),
                 state: restored_state(&src_id),
+                checkpoint_interval: config.checkpoint_interval,
                 coordinator: coord_tx.clone(),
             };
             let collector = SourceCollector::new(

@@ -48,6 +48,9 @@ pub struct SourceContext {
     pub metrics: Metrics,
     /// Restored state; whatever is here at a barrier is snapshotted with that checkpoint.
     pub state: OperatorState,
+    /// The job's time between checkpoints: a source holding work until commit sizes its
+    /// leases against it.
+    pub checkpoint_interval: std::time::Duration,
     pub(crate) coordinator: mpsc::UnboundedSender<CoordEvent>,
 }
 

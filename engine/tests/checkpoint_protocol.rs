@@ -1,0 +1,228 @@
+//! The checkpoint protocol of the Timely runtime, end to end, with an in-memory test
+//! connector (a fake by design: these tests are about the engine, not Pub/Sub).
+//!
+//! The memory source binds emitted rows to epochs like the Pub/Sub source and, on
+//! `Commit`, checks that every row it is about to acknowledge is already durable in the
+//! memory sink. Any ack-before-flush is recorded as a violation.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use arrow::array::{Int64Array, RecordBatch};
+use async_trait::async_trait;
+use pubsub_engine::runtime::{run_pipeline, RuntimeConfig, StopHandle};
+use pubsub_engine::sql::{parse_pipeline, plan_pipeline};
+use pubsub_engine::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Default)]
+struct Log {
+    durable: Mutex<HashSet<i64>>,
+    acked: Mutex<Vec<i64>>,
+    violations: Mutex<Vec<String>>,
+}
+
+fn log(name: &str) -> Arc<Log> {
+    static LOGS: OnceLock<Mutex<HashMap<String, Arc<Log>>>> = OnceLock::new();
+    LOGS.get_or_init(Default::default).lock().unwrap().entry(name.to_string()).or_default().clone()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct MemTable {
+    sink: bool,
+    name: String,
+    rows: i64,
+    fail_from_epoch: u64,
+}
+
+struct MemoryConnector;
+
+impl Connector for MemoryConnector {
+    type ProfileT = ();
+    type TableT = MemTable;
+
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+    fn metadata(&self) -> ConnectorMetadata {
+        ConnectorMetadata {
+            id: "memory".into(),
+            name: "memory".into(),
+            description: "test".into(),
+            source: true,
+            sink: true,
+            table_config: "{}".into(),
+            connection_config: None,
+        }
+    }
+    fn metadata_defs(&self) -> &'static [MetadataDef] {
+        &[]
+    }
+    fn known_options(&self) -> &'static [&'static str] {
+        &["role", "name", "rows", "fail-from-epoch"]
+    }
+    fn table_type(&self, _: &(), t: &MemTable) -> ConnectionType {
+        if t.sink { ConnectionType::Sink } else { ConnectionType::Source }
+    }
+    fn from_options(&self, name: &str, o: &mut ConnectorOptions, schema: &ConnectionSchema) -> anyhow::Result<Connection> {
+        let table = MemTable {
+            sink: o.pull_str("role")? == "sink",
+            name: o.pull_str("name")?,
+            rows: o.pull_opt_u64("rows")?.unwrap_or(0) as i64,
+            fail_from_epoch: o.pull_opt_u64("fail-from-epoch")?.unwrap_or(u64::MAX),
+        };
+        self.from_config(name, (), table, schema)
+    }
+    fn make_operator(&self, _: (), t: MemTable, _: OperatorConfig) -> anyhow::Result<ConstructedOperator> {
+        Ok(if t.sink {
+            ConstructedOperator::Operator(Box::new(MemSink { log: log(&t.name), pending: Vec::new(), fail_from: t.fail_from_epoch }))
+        } else {
+            ConstructedOperator::Source(Box::new(MemSource { log: log(&t.name), rows: t.rows }))
+        })
+    }
+}
+
+struct MemSource {
+    log: Arc<Log>,
+    rows: i64,
+}
+
+#[async_trait]
+impl SourceOperator for MemSource {
+    fn name(&self) -> String {
+        "memory-source".into()
+    }
+    async fn run(&mut self, ctx: &mut SourceContext, collector: &mut SourceCollector) -> anyhow::Result<SourceFinishType> {
+        let received = ctx.counter(MESSAGES_RECEIVED);
+        let acked = ctx.counter(MESSAGES_ACKED);
+        // Each subtask emits its own range of sequence numbers.
+        let base = ctx.task_info.task_index as i64 * 1_000_000;
+        let mut next = base;
+        let end = base + self.rows;
+        let mut staged = Vec::new();
+        let mut bound: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                biased;
+                ctrl = ctx.control_rx.recv() => match ctrl {
+                    Some(ControlMessage::Checkpoint(b)) => {
+                        bound.entry(b.epoch).or_default().append(&mut staged);
+                        ctx.start_checkpoint(b, collector).await?;
+                        stopping |= b.then_stop;
+                    }
+                    Some(ControlMessage::Commit { epoch }) => {
+                        let later = bound.split_off(&(epoch + 1));
+                        let done = std::mem::replace(&mut bound, later);
+                        let durable = self.log.durable.lock().unwrap();
+                        for seq in done.into_values().flatten() {
+                            if !durable.contains(&seq) {
+                                self.log.violations.lock().unwrap().push(format!("{seq} acked at commit {epoch} before it was durable"));
+                            }
+                            self.log.acked.lock().unwrap().push(seq);
+                            acked.add(1);
+                        }
+                    }
+                    Some(ControlMessage::Stop { .. }) | None => return Ok(SourceFinishType::Graceful),
+                },
+                _ = tokio::time::sleep(Duration::from_millis(1)), if !stopping && next < end => {
+                    let n = (end - next).min(10);
+                    let seqs: Vec<i64> = (next..next + n).collect();
+                    next += n;
+                    let batch = RecordBatch::try_new(ctx.out_schema.clone(), vec![Arc::new(Int64Array::from(seqs.clone()))])?;
+                    collector.collect(batch).await?;
+                    staged.extend(seqs);
+                    received.add(n as u64);
+                }
+            }
+        }
+    }
+}
+
+struct MemSink {
+    log: Arc<Log>,
+    pending: Vec<i64>,
+    fail_from: u64,
+}
+
+#[async_trait]
+impl ArrowOperator for MemSink {
+    fn name(&self) -> String {
+        "memory-sink".into()
+    }
+    async fn process_batch(&mut self, batch: RecordBatch, _: &mut OperatorContext) -> anyhow::Result<()> {
+        let col = batch.column(0).as_any().downcast_ref::<Int64Array>().expect("BIGINT column");
+        self.pending.extend(col.values().iter().copied());
+        Ok(())
+    }
+    async fn handle_checkpoint(&mut self, b: CheckpointBarrier, _: &mut OperatorContext) -> anyhow::Result<()> {
+        anyhow::ensure!(b.epoch < self.fail_from, "injected sink failure");
+        self.log.durable.lock().unwrap().extend(self.pending.drain(..));
+        Ok(())
+    }
+}
+
+fn pipeline(name: &str, rows: i64, fail_from: Option<u64>) -> pubsub_engine::sql::PlannedPipeline {
+    let fail = fail_from.map(|e| format!(", 'fail-from-epoch' = '{e}'")).unwrap_or_default();
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = '{name}', 'rows' = '{rows}');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = '{name}' {fail});
+         INSERT INTO dst SELECT seq FROM src;"
+    );
+    let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(MemoryConnector)];
+    plan_pipeline(&parse_pipeline(&sql).unwrap(), &connectors).unwrap()
+}
+
+fn config(state: &std::path::Path) -> RuntimeConfig {
+    RuntimeConfig {
+        workers: 2,
+        checkpoint_interval: Duration::from_millis(20),
+        state_dir: state.to_path_buf(),
+        stop_when_idle: Some(Duration::from_millis(300)),
+        max_inflight_rows: 100,
+        ..RuntimeConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_row_is_acked_once_and_only_after_the_sink_made_it_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = run_pipeline(pipeline("ok", 3000, None), config(dir.path()), StopHandle::new()).await.unwrap();
+    let l = log("ok");
+    assert!(l.violations.lock().unwrap().is_empty(), "{:?}", l.violations.lock().unwrap().first());
+    let mut acked = l.acked.lock().unwrap().clone();
+    acked.sort();
+    let expected: Vec<i64> = (0..3000).chain(1_000_000..1_003_000).collect();
+    assert_eq!(acked, expected, "every row acked exactly once");
+    assert!(summary.checkpoints_completed >= 3, "{summary:?}");
+    assert_eq!(summary.messages_acked, 6000);
+
+    // A restart from the same state continues above the stored epoch.
+    let stored = CheckpointStoreProbe::epoch(dir.path());
+    assert_eq!(Some(stored), summary.last_completed_epoch);
+    let again = run_pipeline(pipeline("ok-restart", 10, None), config(dir.path()), StopHandle::new()).await.unwrap();
+    assert_eq!(again.restored_epoch, Some(stored));
+    assert!(CheckpointStoreProbe::epoch(dir.path()) > stored);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sink_checkpoint_fails_the_job_and_commits_nothing_of_its_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = run_pipeline(pipeline("fail", 3000, Some(4)), config(dir.path()), StopHandle::new()).await.unwrap_err();
+    assert!(err.to_string().contains("injected sink failure"), "{err}");
+    let l = log("fail");
+    assert!(l.violations.lock().unwrap().is_empty(), "{:?}", l.violations.lock().unwrap().first());
+    assert!(err.summary.last_completed_epoch.unwrap_or(0) < 4, "{:?}", err.summary);
+    let acked: HashSet<i64> = l.acked.lock().unwrap().iter().copied().collect();
+    assert!(acked.len() < 6000, "rows of the failed epoch must not be acked");
+}
+
+struct CheckpointStoreProbe;
+
+impl CheckpointStoreProbe {
+    fn epoch(dir: &std::path::Path) -> u64 {
+        let store = pubsub_engine::runtime::CheckpointStore::open(dir).unwrap();
+        store.load().unwrap().expect("a completed checkpoint").epoch
+    }
+}
