@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -34,16 +35,16 @@ pub struct RunArgs {
     /// The pipeline file (SQL statements separated by `;`).
     pub pipeline: PathBuf,
     /// Timely worker threads; each runs one subtask of every source and sink.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256).map(usize::from))]
     pub workers: usize,
-    /// Time between checkpoints (e.g. 500ms, 10s, 5m).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    /// Time between checkpoints (e.g. 500ms, 10s, 5m; a bare number is seconds); at least 10ms.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     pub checkpoint_interval: Duration,
     /// Directory of the last completed checkpoint; a restart resumes from it.
     #[arg(long, default_value = "./state")]
     pub state_dir: PathBuf,
-    /// Stop gracefully once no message was received for this long.
-    #[arg(long, value_parser = parse_duration)]
+    /// Stop gracefully once no message was received for this long (at least 10ms).
+    #[arg(long, value_parser = parse_positive_duration)]
     pub stop_when_idle: Option<Duration>,
     /// Start a local Pub/Sub emulator and point every pubsub table without an
     /// 'emulator-endpoint' at it.
@@ -59,7 +60,7 @@ struct QuickstartArgs {
     /// The example pipeline.
     #[arg(long, default_value = "examples/quickstart.sql")]
     pipeline: PathBuf,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256).map(usize::from))]
     workers: usize,
 }
 
@@ -79,8 +80,13 @@ pub struct BenchArgs {
     pub pulls_per_worker: usize,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    pubsub_engine::duration::parse_duration(s)
+/// A duration of at least 10 ms: shorter checkpoint or idle periods only burn CPU.
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = pubsub_engine::duration::parse_duration(s)?;
+    if d < Duration::from_millis(10) {
+        return Err(format!("'{s}' is too short: use at least 10ms"));
+    }
+    Ok(d)
 }
 
 fn main() -> ExitCode {

@@ -226,3 +226,17 @@ impl CheckpointStoreProbe {
         store.load().unwrap().expect("a completed checkpoint").epoch
     }
 }
+
+#[test]
+fn casts_that_could_fail_are_rejected_at_plan_time() {
+    let sql = "CREATE TABLE src (user TEXT, amount BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'c');
+               CREATE TABLE dst (user BIGINT, amount BOOLEAN) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'c');
+               INSERT INTO dst SELECT user, amount FROM src;";
+    let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(MemoryConnector)];
+    let err = plan_pipeline(&parse_pipeline(sql).unwrap(), &connectors).err().expect("a lossy cast must be rejected");
+    assert!(err.0.contains("column 'user' (TEXT) cannot be written to column 'user' (BIGINT)"), "{err}");
+    let ok = "CREATE TABLE src (n INT, m BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'c');
+              CREATE TABLE dst (n BIGINT, m TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'c');
+              INSERT INTO dst SELECT * FROM src;";
+    assert!(plan_pipeline(&parse_pipeline(ok).unwrap(), &connectors).is_ok());
+}

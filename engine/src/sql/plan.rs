@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::compute::{can_cast_types, cast};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::DataType;
 use arrow::datatypes::SchemaRef;
 
 use super::parse::{PipelineSql, Projection, SqlError, TableDef};
@@ -55,7 +56,9 @@ impl PlannedQuery {
                 if c.data_type() == f.data_type() {
                     Ok(c.clone())
                 } else {
-                    cast(c, f.data_type()).map_err(anyhow::Error::from)
+                    // Never turn a value that does not convert into NULL.
+                    let opts = CastOptions { safe: false, ..CastOptions::default() };
+                    cast_with_options(c, f.data_type(), &opts).map_err(anyhow::Error::from)
                 }
             })
             .collect::<anyhow::Result<Vec<ArrayRef>>>()?;
@@ -123,14 +126,17 @@ pub fn plan_pipeline(
         }
         for (i, f) in projection.iter().zip(sink_schema.fields()) {
             let from = src_schema.field(*i);
-            if !can_cast_types(from.data_type(), f.data_type()) {
+            if !is_safe_cast(from.data_type(), f.data_type()) {
+                let sql = |t: &ConnectionSchema, name: &str| {
+                    t.fields.iter().find(|x| x.name == name).map_or("?", |x| x.field_type.sql_name())
+                };
                 return Err(SqlError(format!(
-                    "INSERT INTO {}: column '{}' ({}) cannot be written to '{}' ({})",
+                    "INSERT INTO {}: column '{}' ({}) cannot be written to column '{}' ({}): only the same type, INT -> BIGINT, INT/BIGINT -> DOUBLE and any type -> TEXT are allowed",
                     ins.sink,
                     from.name(),
-                    from.data_type(),
+                    sql(&source.connection.schema, from.name()),
                     f.name(),
-                    f.data_type()
+                    sql(&sink.connection.schema, f.name()),
                 )));
             }
         }
@@ -140,6 +146,18 @@ pub fn plan_pipeline(
         return Err(SqlError("the pipeline has no INSERT INTO ... SELECT statement".into()));
     }
     Ok(PlannedPipeline { queries })
+}
+
+/// Casts that never fail: identity, integer widening, integers to DOUBLE (exact up to
+/// 2^53: larger BIGINTs round) and anything to TEXT. Others could fail or invent NULLs
+/// at run time, so the planner rejects them.
+fn is_safe_cast(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Int32, Int64) | (Int32, Float64) | (Int64, Float64) | (_, Utf8)
+        )
 }
 
 fn plan_table(t: &TableDef, connectors: &[Arc<dyn ErasedConnector>]) -> Result<PlannedTable, SqlError> {
