@@ -1,6 +1,7 @@
 //! End-to-end tests of the `pubsub-connector` binary against the real Pub/Sub emulator.
 //! Crash tests SIGKILL the real process; the ones that need the emulator to notice a dead
-//! client go through the half-closing HTTP/2 proxy in `support::proxy`.
+//! client go through the half-closing HTTP/2 proxy that `Emulator` puts in front of it
+//! (`connector/src/emulator_proxy.rs`).
 
 mod support;
 
@@ -34,7 +35,7 @@ async fn sigkill_before_the_first_checkpoint_acknowledges_nothing() {
     let ids = publish_seq(&t.input, 0..2_000).await;
     let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ", 'scan.ack.max-duration-per-extension' = '10s'"));
     let state = w.state();
-    let child = spawn_run(&w.pipeline(), &["--checkpoint-interval", "1h", "--state-dir", state.to_str().unwrap()]);
+    let child = spawn_run(&w.pipeline(), &["--checkpoint-interval", "30m", "--state-dir", state.to_str().unwrap()]);
     // Rows reach the sink before any checkpoint completes.
     let first = sink_ids(&t.output_sub, Some(500), Duration::from_secs(60)).await;
     assert!(!first.is_empty(), "the pipeline wrote nothing before the kill");

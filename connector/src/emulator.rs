@@ -1,6 +1,7 @@
 //! Starts the Google Pub/Sub emulator on a free loopback port (tests, `--emulator`,
-//! `quickstart`). The emulator runs in its own process group under a watchdog shell that
-//! kills the group when the starting process dies, so no emulator outlives its user.
+//! `quickstart`, `bench`), fronted by the half-closing proxy of [`crate::emulator_proxy`].
+//! The emulator runs in its own process group under a watchdog shell that kills the group
+//! when the starting process dies, so no emulator outlives its user.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ pub const DEFAULT_EMULATOR: &str = "/usr/lib/google-cloud-sdk/platform/pubsub-em
 pub struct Emulator {
     child: Child,
     port: u16,
+    proxy_port: u16,
     _data_dir: tempdir::TempDir,
 }
 
@@ -59,11 +61,12 @@ impl Emulator {
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("cannot start the Pub/Sub emulator {bin}"))?;
-        let emulator = Emulator { child, port, _data_dir: tempdir::TempDir(dir) };
+        let mut emulator = Emulator { child, port, proxy_port: 0, _data_dir: tempdir::TempDir(dir) };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let log_text = std::fs::read_to_string(&log).unwrap_or_default();
             if log_text.contains("Server started") && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                emulator.proxy_port = crate::emulator_proxy::spawn(port)?;
                 return Ok(emulator);
             }
             if Instant::now() > deadline {
@@ -74,13 +77,16 @@ impl Emulator {
         }
     }
 
-    pub fn port(&self) -> u16 {
+    /// The emulator's own port (no proxy in between).
+    pub fn direct_port(&self) -> u16 {
         self.port
     }
 
-    /// `127.0.0.1:port`, as the `emulator-endpoint` option takes it.
+    /// `127.0.0.1:port` of the proxy in front of the emulator, as the `emulator-endpoint`
+    /// option takes it. Use this one: through it, stopped or killed clients release their
+    /// streaming pulls.
     pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.proxy_port)
     }
 
     /// The emulator's log file.

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod client;
 mod connector;
 pub mod emulator;
+pub mod emulator_proxy;
 pub mod sink;
 pub mod source;
 

@@ -1,8 +1,6 @@
 //! Test fixtures: one real Pub/Sub emulator per test binary, unique resource names, and
 //! helpers that run the real `pubsub-connector` binary as a child process.
 
-pub mod proxy;
-
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -22,26 +20,10 @@ pub fn emulator() -> &'static Emulator {
     EMU.get_or_init(|| Emulator::start().expect("start the Pub/Sub emulator"))
 }
 
-/// `host:port` of a half-closing proxy to the emulator, shared by every test (see
-/// `proxy`): the emulator mishandles the stream resets every client sends on close, so
-/// both the pipelines and the tests' own consumers talk to it through the proxy.
+/// `host:port` of the emulator as tables and clients should use it: through the
+/// half-closing proxy that `Emulator` puts in front of it (see `emulator_proxy`).
 pub fn endpoint() -> String {
-    static PROXY: OnceLock<String> = OnceLock::new();
-    PROXY
-        .get_or_init(|| {
-            let port = emulator().port();
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("proxy runtime");
-                rt.block_on(async move {
-                    let p = proxy::Proxy::start(port).await;
-                    tx.send(p.endpoint()).expect("report proxy endpoint");
-                    std::future::pending::<()>().await
-                })
-            });
-            rx.recv().expect("proxy started")
-        })
-        .clone()
+    emulator().endpoint()
 }
 
 pub fn profile() -> PubSubProfile {

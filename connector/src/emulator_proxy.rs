@@ -1,10 +1,12 @@
-//! A small HTTP/2 proxy between a pipeline under test and the emulator.
+//! A small HTTP/2 proxy in front of the emulator (used by [`crate::emulator::Emulator`]).
 //!
-//! The emulator never releases the streaming pull of a client that died: it mishandles
-//! RST_STREAM and ignores a dropped TCP connection. This proxy forwards frames and, when
-//! the downstream side fails, half-closes the upstream request stream (an empty DATA frame
-//! with END_STREAM) instead, so the emulator ends the pull and redelivers its messages
-//! after one lease extension. Not a mock: every byte still goes to the real emulator.
+//! The emulator never releases the streaming pull of a client that reset its stream (every
+//! client does so on close) or died: it mishandles RST_STREAM and ignores a dropped TCP
+//! connection, and the dead stream keeps soaking up deliveries. This proxy forwards frames
+//! and, when the downstream side fails or resets, half-closes the upstream request stream
+//! (an empty DATA frame with END_STREAM) instead, so the emulator ends the pull and
+//! redelivers its messages after one lease extension. HTTP/1.1 (the admin clients' REST
+//! calls) passes through as plain TCP. Real Pub/Sub needs none of this.
 
 use bytes::Bytes;
 use futures::future::poll_fn;
@@ -12,27 +14,22 @@ use h2::{RecvStream, SendStream};
 use http::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
 
-/// A running proxy; it listens until the test process ends.
-pub struct Proxy {
-    pub port: u16,
-}
-
-impl Proxy {
-    /// Starts a proxy to `127.0.0.1:upstream_port` on a free port.
-    pub async fn start(upstream_port: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let port = listener.local_addr().expect("addr").port();
-        tokio::spawn(async move {
+/// Starts the proxy to `127.0.0.1:upstream_port` on its own thread and runtime; returns
+/// its port. It serves until the process ends. Errors if no port can be bound.
+pub fn spawn(upstream_port: u16) -> anyhow::Result<u16> {
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    std_listener.set_nonblocking(true)?;
+    let port = std_listener.local_addr()?.port();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::Builder::new().name("emulator-proxy".into()).spawn(move || {
+        rt.block_on(async move {
+            let Ok(listener) = TcpListener::from_std(std_listener) else { return };
             while let Ok((socket, _)) = listener.accept().await {
                 tokio::spawn(serve_connection(socket, upstream_port));
             }
-        });
-        Proxy { port }
-    }
-
-    pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
+        })
+    })?;
+    Ok(port)
 }
 
 async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
