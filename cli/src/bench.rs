@@ -21,6 +21,16 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Peak resident set size of this process in KiB (VmHWM from /proc/self/status).
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
 async fn raw_loop(profile: &pubsub_schema::PubSubProfile, sub: &str, streams: usize, n: usize) -> anyhow::Result<usize> {
     let got = admin::drain(profile, sub, streams, Some(n), Duration::from_secs(15)).await?;
     Ok(got.len())
@@ -92,5 +102,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     );
     println!("ratio pipeline/raw: {:.2}", pipe_rate / raw_rate);
     println!("pipeline CPU: {:.3} s per 1,000 messages", cpu / (summary.messages_read.max(1) as f64 / 1000.0));
+    println!("peak RSS of this process (raw loop and pipeline): {} MiB", peak_rss_kib() / 1024);
     Ok(())
 }

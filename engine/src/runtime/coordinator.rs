@@ -93,6 +93,14 @@ pub async fn run_pipeline(
     let start_epoch = restored.as_ref().map_or(1, |m| m.epoch + 1);
     if let Some(m) = &restored {
         tracing::info!(epoch = m.epoch, "restoring from checkpoint {}", m.epoch);
+        if m.job_id != config.job_id {
+            tracing::warn!(
+                "the checkpoint in {} was written by job '{}', this is '{}': operator state is matched by operator id",
+                config.state_dir.display(),
+                m.job_id,
+                config.job_id
+            );
+        }
         summary.restored_epoch = Some(m.epoch);
         summary.last_completed_epoch = Some(m.epoch);
     }
