@@ -85,6 +85,10 @@ impl ArrowOperator for PubSubSink {
     }
 
     async fn process_batch(&mut self, batch: RecordBatch, _ctx: &mut OperatorContext) -> anyhow::Result<()> {
+        // A failed publish dooms the next checkpoint: stop publishing now.
+        if let Some(f) = &self.failure {
+            anyhow::bail!("{f}; the checkpoint in progress failed and nothing of it is acknowledged");
+        }
         let payloads = self.serializer.serialize(&batch)?;
         for payload in payloads {
             // Back-pressure: at the in-flight cap, wait for a result before publishing more.

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -111,6 +111,7 @@ pub async fn run_pipeline(
     let shared = JobShared {
         permits: Arc::new(Semaphore::new(max_permits)),
         coordinator: coord_tx.clone(),
+        aborted: Arc::new(AtomicBool::new(false)),
     };
 
     let mut per_worker: Vec<Vec<QueryPlumbing>> = (0..workers).map(|_| Vec::new()).collect();
@@ -199,7 +200,7 @@ pub async fn run_pipeline(
         }
     }
 
-    let abort = Arc::new(AtomicBool::new(false));
+    let abort = shared.aborted.clone();
     let slots: Arc<Mutex<Vec<Option<Vec<QueryPlumbing>>>>> =
         Arc::new(Mutex::new(per_worker.into_iter().map(Some).collect()));
     let timely_thread = {
@@ -208,19 +209,43 @@ pub async fn run_pipeline(
         std::thread::Builder::new()
             .name("timely".into())
             .spawn(move || {
-                let guards = timely::execute(timely::Config::process(workers), move |worker| {
-                    let queries = slots.lock().expect("plumbing lock")[worker.index()]
+                let report = coord.clone();
+                let result = timely::execute(timely::Config::process(workers), move |worker| {
+                    let index = worker.index();
+                    let queries = slots.lock().expect("plumbing lock")[index]
                         .take()
                         .expect("each worker takes its plumbing once");
-                    run_worker(worker, queries, start_epoch, coord.clone(), abort.clone());
-                })?;
-                guards.join().into_iter().collect::<Result<Vec<_>, _>>().map(|_| ())
+                    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run_worker(worker, queries, start_epoch, coord.clone(), abort.clone())
+                    }));
+                    if let Err(panic) = run {
+                        let _ = coord.send(CoordEvent::TaskFailed {
+                            operator_id: "timely-worker".into(),
+                            subtask: index,
+                            error: format!("panicked: {}", panic_message(&*panic)),
+                        });
+                        // Timely steps a worker until its dataflows finish: drop them.
+                        for id in worker.installed_dataflows() {
+                            worker.drop_dataflow(id);
+                        }
+                    }
+                })
+                .and_then(|guards| guards.join().into_iter().collect::<Result<Vec<_>, _>>().map(|_| ()));
+                if let Err(e) = &result {
+                    let _ = report.send(CoordEvent::TaskFailed {
+                        operator_id: "timely".into(),
+                        subtask: 0,
+                        error: format!("Timely workers failed: {e}"),
+                    });
+                }
+                result
             })
             .map_err(|e| fail(anyhow!("cannot start Timely workers: {e}"), &summary))?
     };
     drop(coord_tx);
 
     let mut coordinator = Coordinator {
+        shared: shared.clone(),
         config: config.clone(),
         store,
         metrics: metrics.clone(),
@@ -235,11 +260,15 @@ pub async fn run_pipeline(
     };
     let result = coordinator.drive(coord_rx, stop).await;
     if result.is_err() {
-        abort.store(true, Ordering::Release);
-        shared.permits.close();
+        shared.abort();
     }
-    for t in tasks {
-        let _ = t.await;
+    // Bounded: a task that does not end in time is cancelled (its handles drop and nack).
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    if tokio::time::timeout(config.shutdown_timeout, futures::future::join_all(tasks)).await.is_err() {
+        tracing::warn!("tasks did not end within {:?}: cancelling them", config.shutdown_timeout);
+        for a in aborts {
+            a.abort();
+        }
     }
     let join = tokio::task::spawn_blocking(move || timely_thread.join());
     match tokio::time::timeout(config.shutdown_timeout, join).await {
@@ -270,19 +299,24 @@ fn spawn_task(
     let coordinator = shared.coordinator.clone();
     tokio::spawn(async move {
         if let Err(panic) = std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            let _ = coordinator.send(CoordEvent::TaskFailed { operator_id, subtask, error: format!("panicked: {msg}") });
+            let error = format!("panicked: {}", panic_message(&*panic));
+            let _ = coordinator.send(CoordEvent::TaskFailed { operator_id, subtask, error });
         }
     })
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 type TaskKey = (String, usize);
 
 struct Coordinator {
+    shared: JobShared,
     config: RuntimeConfig,
     store: CheckpointStore,
     metrics: Metrics,
@@ -454,6 +488,7 @@ impl Coordinator {
     /// Stops every task at once (sources release what they hold) and waits, bounded, for
     /// them to end.
     async fn abort(&mut self, events: &mut UnboundedReceiver<CoordEvent>, total_tasks: usize) {
+        self.shared.abort();
         for (_, tx) in &self.sources {
             let _ = tx.send(ControlMessage::Stop { mode: StopMode::Immediate });
         }

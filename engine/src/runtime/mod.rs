@@ -101,4 +101,19 @@ pub(crate) fn activate(slot: &ActivatorSlot) {
 pub(crate) struct JobShared {
     pub permits: Arc<tokio::sync::Semaphore>,
     pub coordinator: tokio::sync::mpsc::UnboundedSender<CoordEvent>,
+    /// Set when the job fails: workers drop their dataflows, sinks skip queued rows.
+    pub aborted: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl JobShared {
+    /// Fails the job fast: wakes every source waiting for back-pressure permits (their
+    /// `collect` errors) and tells workers and sinks to stop.
+    pub fn abort(&self) {
+        self.aborted.store(true, std::sync::atomic::Ordering::Release);
+        self.permits.close();
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(std::sync::atomic::Ordering::Acquire)
+    }
 }

@@ -66,9 +66,10 @@ impl CheckpointStore {
             f.sync_all()?;
         }
         fs::rename(&tmp, self.path()).with_context(|| format!("cannot replace {}", self.path().display()))?;
-        if let Ok(d) = fs::File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
+        // The rename is durable only once the directory is synced.
+        fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("cannot sync state directory {}", self.dir.display()))?;
         Ok(())
     }
 }

@@ -60,7 +60,8 @@ pub(crate) async fn run_sink(
     while let Some(ev) = rx.recv().await {
         match ev {
             SinkEvent::Batch(rows) => {
-                if ok {
+                // After a failure, queued rows belong to no checkpoint: skip them.
+                if ok && !shared.is_aborted() {
                     if let Err(e) = op.process_batch(rows.batch, &mut ctx).await {
                         fail(format!("{e:#}"));
                         ok = false;
