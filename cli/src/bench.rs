@@ -30,7 +30,12 @@ fn peak_rss_kib_of(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn raw_loop(profile: &pubsub_schema::PubSubProfile, sub: &str, streams: usize, n: usize) -> anyhow::Result<usize> {
+async fn raw_loop(
+    profile: &pubsub_schema::PubSubProfile,
+    sub: &str,
+    streams: usize,
+    n: usize,
+) -> anyhow::Result<usize> {
     let got = admin::drain(profile, sub, streams, Some(n), Duration::from_secs(15)).await?;
     Ok(got.len())
 }
@@ -56,7 +61,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         })
         .collect();
     admin::publish_all(&profile, "bench-in", payloads, 5000).await?;
-    println!("published {} messages of ~{} bytes to 3 subscriptions", args.messages, args.message_bytes);
+    println!(
+        "published {} messages of ~{} bytes to 3 subscriptions",
+        args.messages, args.message_bytes
+    );
     // Warm the emulator's JIT before measuring.
     raw_loop(&profile, "warmup-sub", streams, args.messages).await?;
 
@@ -84,7 +92,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut child = std::process::Command::new(std::env::current_exe()?)
         .arg("run")
         .arg(dir.join("bench.sql"))
-        .args(["--workers", &args.workers.to_string(), "--checkpoint-interval", "1s", "--stop-when-idle", "2s"])
+        .args([
+            "--workers",
+            &args.workers.to_string(),
+            "--checkpoint-interval",
+            "1s",
+            "--stop-when-idle",
+            "2s",
+        ])
         .arg("--state-dir")
         .arg(dir.join("state"))
         .env("RUST_LOG", "warn")
@@ -106,9 +121,23 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     anyhow::ensure!(status.success(), "the pipeline failed: {stdout}");
     let count = |label: &str| -> u64 {
-        stdout.split(label).nth(1).and_then(|r| r.trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0)
+        stdout
+            .split(label)
+            .nth(1)
+            .and_then(|r| {
+                r.trim_start()
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
     };
-    let (read, written, acked) = (count("messages read:"), count("rows written:"), count("messages acknowledged:"));
+    let (read, written, acked) = (
+        count("messages read:"),
+        count("rows written:"),
+        count("messages acknowledged:"),
+    );
 
     let raw_rate = raw as f64 / raw_s;
     let pipe_rate = acked as f64 / pipe_s;
@@ -118,7 +147,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.workers, args.pulls_per_worker
     );
     println!("ratio pipeline/raw: {:.2}", pipe_rate / raw_rate);
-    println!("pipeline CPU: {:.3} s per 1,000 messages (process total, sampled)", cpu / (read.max(1) as f64 / 1000.0));
+    println!(
+        "pipeline CPU: {:.3} s per 1,000 messages (process total, sampled)",
+        cpu / (read.max(1) as f64 / 1000.0)
+    );
     println!("pipeline peak RSS: {} MiB", peak / 1024);
     Ok(())
 }

@@ -13,7 +13,11 @@ use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "pubsub-connector", version, about = "Google Cloud Pub/Sub source and sink pipelines, acknowledged only after each checkpoint")]
+#[command(
+    name = "pubsub-connector",
+    version,
+    about = "Google Cloud Pub/Sub source and sink pipelines, acknowledged only after each checkpoint"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -98,7 +102,10 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -18,7 +18,8 @@ pub fn connectors() -> Vec<Arc<dyn ErasedConnector>> {
 
 /// Reads and parses a pipeline file; errors name the file.
 pub fn load(path: &std::path::Path) -> anyhow::Result<PipelineSql> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
     parse_pipeline(&text).with_context(|| format!("in {}", path.display()))
 }
 
@@ -34,7 +35,10 @@ pub fn use_emulator(sql: &mut PipelineSql, endpoint: &str) {
 
 /// Runs `sql` until stopped by SIGINT/SIGTERM, idleness or failure; returns the summary
 /// (also on failure, inside the error's context).
-pub async fn execute(sql: &PipelineSql, args: &RunArgs) -> Result<JobSummary, (anyhow::Error, Option<JobSummary>)> {
+pub async fn execute(
+    sql: &PipelineSql,
+    args: &RunArgs,
+) -> Result<JobSummary, (anyhow::Error, Option<JobSummary>)> {
     let plan = plan_pipeline(sql, &connectors()).map_err(|e| (anyhow::Error::from(e), None))?;
     let config = RuntimeConfig {
         workers: args.workers.max(1),

@@ -32,12 +32,16 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         .take(bids)
         .map(|b| serde_json::to_vec(&b))
         .collect::<Result<_, _>>()?;
-    let published: HashSet<String> = admin::publish_all(&profile, "bids", payloads, 5000).await?.into_iter().collect();
+    let published: HashSet<String> = admin::publish_all(&profile, "bids", payloads, 5000)
+        .await?
+        .into_iter()
+        .collect();
     println!("published {} NEXMark bids to topic bids", published.len());
 
     let mut sql = pipeline::load(&pipeline_path)?;
     pipeline::use_emulator(&mut sql, &emu.endpoint());
-    let state = std::env::temp_dir().join(format!("pubsub-quickstart-state-{}", std::process::id()));
+    let state =
+        std::env::temp_dir().join(format!("pubsub-quickstart-state-{}", std::process::id()));
     let args = RunArgs {
         pipeline: pipeline_path.clone(),
         workers,
@@ -58,10 +62,18 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
     let _ = std::fs::remove_dir_all(&state);
     pipeline::print_summary(&summary);
 
-    let out = admin::drain(&profile, "bids-out-sub", 4, Some(summary.rows_written as usize), Duration::from_secs(10)).await?;
+    let out = admin::drain(
+        &profile,
+        "bids-out-sub",
+        4,
+        Some(summary.rows_written as usize),
+        Duration::from_secs(10),
+    )
+    .await?;
     let mut arrived = HashSet::new();
     for payload in out.values() {
-        let v: serde_json::Value = serde_json::from_slice(payload).context("an output message is not JSON")?;
+        let v: serde_json::Value =
+            serde_json::from_slice(payload).context("an output message is not JSON")?;
         if let Some(id) = v.get("message_id").and_then(|x| x.as_str()) {
             arrived.insert(id.to_string());
         }
@@ -74,7 +86,10 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         summary.rows_written,
         arrived.intersection(&published).count()
     );
-    anyhow::ensure!(missing == 0, "{missing} bids did not arrive in topic bids-out");
+    anyhow::ensure!(
+        missing == 0,
+        "{missing} bids did not arrive in topic bids-out"
+    );
     println!("quickstart ok: every bid arrived");
     Ok(())
 }

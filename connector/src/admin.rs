@@ -25,13 +25,23 @@ pub async fn create_topic(profile: &PubSubProfile, id: &str) -> anyhow::Result<(
 pub async fn delete_topic(profile: &PubSubProfile, id: &str) -> anyhow::Result<()> {
     let admin = client::topic_admin(profile).await?;
     let name = client::topic_path(&profile.project, id);
-    admin.delete_topic().set_topic(name.clone()).send().await.map_err(|e| anyhow::anyhow!("cannot delete topic {name}: {e}"))?;
+    admin
+        .delete_topic()
+        .set_topic(name.clone())
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot delete topic {name}: {e}"))?;
     Ok(())
 }
 
 /// Creates subscription `id` on topic `topic` with an ack deadline in seconds (10..600);
 /// an existing subscription is fine.
-pub async fn create_subscription(profile: &PubSubProfile, id: &str, topic: &str, ack_deadline_s: i32) -> anyhow::Result<()> {
+pub async fn create_subscription(
+    profile: &PubSubProfile,
+    id: &str,
+    topic: &str,
+    ack_deadline_s: i32,
+) -> anyhow::Result<()> {
     let admin = client::subscription_admin(profile).await?;
     let name = client::subscription_path(&profile.project, id);
     let result = admin
@@ -49,12 +59,18 @@ pub async fn create_subscription(profile: &PubSubProfile, id: &str, topic: &str,
 }
 
 fn is_already_exists(e: &google_cloud_pubsub::Error) -> bool {
-    e.status().is_some_and(|s| s.code == google_cloud_gax::error::rpc::Code::AlreadyExists)
+    e.status()
+        .is_some_and(|s| s.code == google_cloud_gax::error::rpc::Code::AlreadyExists)
 }
 
 /// Publishes every payload over gRPC (REST publishing leaks the emulator's memory) with at
 /// most `window` publishes in flight. Returns the message ids in payload order.
-pub async fn publish_all(profile: &PubSubProfile, topic: &str, payloads: Vec<Vec<u8>>, window: usize) -> anyhow::Result<Vec<String>> {
+pub async fn publish_all(
+    profile: &PubSubProfile,
+    topic: &str,
+    payloads: Vec<Vec<u8>>,
+    window: usize,
+) -> anyhow::Result<Vec<String>> {
     let publisher = client::publisher(profile, &client::topic_path(&profile.project, topic))
         .set_message_count_threshold(1000)
         .set_delay_threshold(Duration::from_millis(5))
@@ -94,7 +110,10 @@ pub async fn drain(
     let mut tokens = Vec::new();
     let mut tasks = Vec::new();
     for _ in 0..streams.max(1) {
-        let mut stream = subscriber.subscribe(name.clone()).set_max_lease_extension(Duration::from_secs(10)).build();
+        let mut stream = subscriber
+            .subscribe(name.clone())
+            .set_max_lease_extension(Duration::from_secs(10))
+            .build();
         tokens.push(stream.shutdown_token());
         let tx = tx.clone();
         tasks.push(tokio::spawn(async move {
@@ -123,7 +142,11 @@ pub async fn drain(
     while let Ok((id, data)) = rx.try_recv() {
         seen.insert(id, data);
     }
-    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(tokens.iter().map(|t| t.shutdown()))).await;
+    let _ = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::future::join_all(tokens.iter().map(|t| t.shutdown())),
+    )
+    .await;
     for t in tasks {
         t.abort();
     }

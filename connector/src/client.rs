@@ -15,7 +15,9 @@ pub fn topic_path(project: &str, id: &str) -> String {
     format!("projects/{project}/topics/{id}")
 }
 
-fn emulator(profile: &PubSubProfile) -> Option<(String, google_cloud_auth::credentials::Credentials)> {
+fn emulator(
+    profile: &PubSubProfile,
+) -> Option<(String, google_cloud_auth::credentials::Credentials)> {
     match &profile.authentication {
         Authentication::Emulator { endpoint } => Some((
             format!("http://{endpoint}"),
@@ -35,7 +37,10 @@ pub async fn subscriber(profile: &PubSubProfile) -> anyhow::Result<Subscriber> {
 }
 
 /// A batching publisher builder for `topic` (a full resource name).
-pub fn publisher(profile: &PubSubProfile, topic: &str) -> google_cloud_pubsub::builder::publisher::PublisherBuilder {
+pub fn publisher(
+    profile: &PubSubProfile,
+    topic: &str,
+) -> google_cloud_pubsub::builder::publisher::PublisherBuilder {
     let mut b = Publisher::builder(topic.to_string());
     if let Some((endpoint, creds)) = emulator(profile) {
         b = b.with_endpoint(endpoint).with_credentials(creds);
@@ -65,6 +70,8 @@ pub async fn subscription_admin(profile: &PubSubProfile) -> anyhow::Result<Subsc
 pub fn emulator_profile(project: &str, endpoint: &str) -> PubSubProfile {
     PubSubProfile {
         project: project.to_string(),
-        authentication: Authentication::Emulator { endpoint: endpoint.to_string() },
+        authentication: Authentication::Emulator {
+            endpoint: endpoint.to_string(),
+        },
     }
 }

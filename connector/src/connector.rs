@@ -13,9 +13,18 @@ use crate::source::PubSubSource;
 /// Source metadata keys (`col TYPE METADATA FROM 'key'`), SPEC 5.1. `attributes` is JSON
 /// text of the attribute map for now.
 pub const METADATA_DEFS: &[MetadataDef] = &[
-    MetadataDef { name: "message-id", field_type: FieldType::Text },
-    MetadataDef { name: "publish-time", field_type: FieldType::Timestamp },
-    MetadataDef { name: "attributes", field_type: FieldType::Text },
+    MetadataDef {
+        name: "message-id",
+        field_type: FieldType::Text,
+    },
+    MetadataDef {
+        name: "publish-time",
+        field_type: FieldType::Timestamp,
+    },
+    MetadataDef {
+        name: "attributes",
+        field_type: FieldType::Text,
+    },
 ];
 
 /// The `pubsub` connector.
@@ -34,7 +43,8 @@ impl pubsub_engine::Connector for PubSubConnector {
         ConnectorMetadata {
             id: "pubsub".into(),
             name: "Google Cloud Pub/Sub".into(),
-            description: "Read subscriptions and write topics of Google Cloud Pub/Sub, at least once".into(),
+            description:
+                "Read subscriptions and write topics of Google Cloud Pub/Sub, at least once".into(),
             source: true,
             sink: true,
             table_config: pubsub_schema::table_schema(),
@@ -67,13 +77,22 @@ impl pubsub_engine::Connector for PubSubConnector {
         let table = table_from_options(options)?;
         if matches!(table, PubSubTable::Sink(_)) {
             if let Some(f) = schema.fields.iter().find(|f| f.metadata_key.is_some()) {
-                anyhow::bail!("column '{}': METADATA FROM is only readable in a source table", f.name);
+                anyhow::bail!(
+                    "column '{}': METADATA FROM is only readable in a source table",
+                    f.name
+                );
             }
         }
         if schema.format == Format::RawString {
-            let payload: Vec<_> = schema.fields.iter().filter(|f| f.metadata_key.is_none()).collect();
+            let payload: Vec<_> = schema
+                .fields
+                .iter()
+                .filter(|f| f.metadata_key.is_none())
+                .collect();
             anyhow::ensure!(
-                payload.len() == 1 && payload[0].name == "value" && payload[0].field_type == FieldType::Text,
+                payload.len() == 1
+                    && payload[0].name == "value"
+                    && payload[0].field_type == FieldType::Text,
                 "format 'raw_string' needs exactly one non-metadata column: value TEXT"
             );
         }
@@ -87,8 +106,12 @@ impl pubsub_engine::Connector for PubSubConnector {
         config: OperatorConfig,
     ) -> anyhow::Result<ConstructedOperator> {
         Ok(match table {
-            PubSubTable::Source(s) => ConstructedOperator::Source(Box::new(PubSubSource::new(profile, s, config))),
-            PubSubTable::Sink(s) => ConstructedOperator::Operator(Box::new(PubSubSink::new(profile, s, config))),
+            PubSubTable::Source(s) => {
+                ConstructedOperator::Source(Box::new(PubSubSource::new(profile, s, config)))
+            }
+            PubSubTable::Sink(s) => {
+                ConstructedOperator::Operator(Box::new(PubSubSink::new(profile, s, config)))
+            }
         })
     }
 }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 /// Where Debian's google-cloud-sdk package installs the emulator.
-pub const DEFAULT_EMULATOR: &str = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator";
+pub const DEFAULT_EMULATOR: &str =
+    "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator";
 
 /// A running emulator; dropped, it is killed.
 pub struct Emulator {
@@ -36,13 +37,15 @@ impl Emulator {
     /// and waits up to 60 s until it accepts connections. Errors name the binary and
     /// include the emulator's log tail.
     pub fn start() -> anyhow::Result<Emulator> {
-        let bin = std::env::var("PUBSUB_EMULATOR_BIN").unwrap_or_else(|_| DEFAULT_EMULATOR.to_string());
+        let bin =
+            std::env::var("PUBSUB_EMULATOR_BIN").unwrap_or_else(|_| DEFAULT_EMULATOR.to_string());
         anyhow::ensure!(
             std::path::Path::new(&bin).exists(),
             "Pub/Sub emulator not found at {bin} (install google-cloud-cli-pubsub-emulator or set PUBSUB_EMULATOR_BIN)"
         );
         let port = free_port()?;
-        let dir = std::env::temp_dir().join(format!("pubsub-emulator-{}-{port}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("pubsub-emulator-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let log = dir.join("emulator.log");
         let script = format!(
@@ -61,16 +64,28 @@ impl Emulator {
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("cannot start the Pub/Sub emulator {bin}"))?;
-        let mut emulator = Emulator { child, port, proxy_port: 0, _data_dir: tempdir::TempDir(dir) };
+        let mut emulator = Emulator {
+            child,
+            port,
+            proxy_port: 0,
+            _data_dir: tempdir::TempDir(dir),
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-            if log_text.contains("Server started") && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            if log_text.contains("Server started")
+                && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
                 emulator.proxy_port = crate::emulator_proxy::spawn(port)?;
                 return Ok(emulator);
             }
             if Instant::now() > deadline {
-                let tail: String = log_text.lines().rev().take(20).collect::<Vec<_>>().join("\n");
+                let tail: String = log_text
+                    .lines()
+                    .rev()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .join("\n");
                 anyhow::bail!("the Pub/Sub emulator did not start within 60 s; log tail:\n{tail}");
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -98,7 +113,11 @@ impl Emulator {
 impl Drop for Emulator {
     fn drop(&mut self) {
         // The watchdog shell leads the process group: kill the whole group.
-        let _ = Command::new("kill").arg("-9").arg("--").arg(format!("-{}", self.child.id())).status();
+        let _ = Command::new("kill")
+            .arg("-9")
+            .arg("--")
+            .arg(format!("-{}", self.child.id()))
+            .status();
         let _ = self.child.wait();
     }
 }

@@ -20,15 +20,21 @@ pub fn spawn(upstream_port: u16) -> anyhow::Result<u16> {
     let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     std_listener.set_nonblocking(true)?;
     let port = std_listener.local_addr()?.port();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    std::thread::Builder::new().name("emulator-proxy".into()).spawn(move || {
-        rt.block_on(async move {
-            let Ok(listener) = TcpListener::from_std(std_listener) else { return };
-            while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(serve_connection(socket, upstream_port));
-            }
-        })
-    })?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("emulator-proxy".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(std_listener) else {
+                    return;
+                };
+                while let Ok((socket, _)) = listener.accept().await {
+                    tokio::spawn(serve_connection(socket, upstream_port));
+                }
+            })
+        })?;
     Ok(port)
 }
 
@@ -43,9 +49,15 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
         }
         return;
     }
-    let Ok(mut downstream) = h2::server::handshake(socket).await else { return };
-    let Ok(up_socket) = TcpStream::connect(("127.0.0.1", upstream_port)).await else { return };
-    let Ok((upstream, up_conn)) = h2::client::handshake(up_socket).await else { return };
+    let Ok(mut downstream) = h2::server::handshake(socket).await else {
+        return;
+    };
+    let Ok(up_socket) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
+        return;
+    };
+    let Ok((upstream, up_conn)) = h2::client::handshake(up_socket).await else {
+        return;
+    };
     tokio::spawn(async move {
         let _ = up_conn.await;
     });
@@ -53,14 +65,21 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
         let upstream = upstream.clone();
         tokio::spawn(async move {
             let (parts, down_body) = req.into_parts();
-            let Ok(mut upstream) = upstream.ready().await else { return };
+            let Ok(mut upstream) = upstream.ready().await else {
+                return;
+            };
             let up_req = Request::from_parts(parts, ());
-            let Ok((resp_fut, up_send)) = upstream.send_request(up_req, false) else { return };
+            let Ok((resp_fut, up_send)) = upstream.send_request(up_req, false) else {
+                return;
+            };
             tokio::spawn(forward_request_body(down_body, up_send));
             let mut respond = respond;
             let Ok(resp) = resp_fut.await else { return };
             let (parts, up_body) = resp.into_parts();
-            let Ok(down_send) = respond.send_response(Response::from_parts(parts, ()), false) else { return };
+            let Ok(down_send) = respond.send_response(Response::from_parts(parts, ()), false)
+            else {
+                return;
+            };
             forward_response_body(up_body, down_send).await;
         });
     }

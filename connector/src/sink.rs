@@ -11,7 +11,9 @@ use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::publisher::PublishFuture;
 use pubsub_engine::format::Serializer;
-use pubsub_engine::{ArrowOperator, CheckpointBarrier, Counter, OperatorConfig, OperatorContext, ROWS_WRITTEN};
+use pubsub_engine::{
+    ArrowOperator, CheckpointBarrier, Counter, OperatorConfig, OperatorContext, ROWS_WRITTEN,
+};
 use pubsub_schema::{PubSubProfile, SinkConfig};
 
 use crate::client;
@@ -73,21 +75,31 @@ impl ArrowOperator for PubSubSink {
             .set_topic(self.topic.clone())
             .send()
             .await
-            .map_err(|e| anyhow::anyhow!("cannot use topic {} (create it first): {e}", self.topic))?;
+            .map_err(|e| {
+                anyhow::anyhow!("cannot use topic {} (create it first): {e}", self.topic)
+            })?;
         let publisher = client::publisher(&self.profile, &self.topic)
             .set_message_count_threshold(self.config.batching_element_count_threshold)
             .set_byte_threshold(self.config.batching_request_byte_threshold)
-            .set_delay_threshold(Duration::from_millis(self.config.batching_delay_threshold_ms))
+            .set_delay_threshold(Duration::from_millis(
+                self.config.batching_delay_threshold_ms,
+            ))
             .build()
             .await?;
         self.publisher = Some(publisher);
         Ok(())
     }
 
-    async fn process_batch(&mut self, batch: RecordBatch, _ctx: &mut OperatorContext) -> anyhow::Result<()> {
+    async fn process_batch(
+        &mut self,
+        batch: RecordBatch,
+        _ctx: &mut OperatorContext,
+    ) -> anyhow::Result<()> {
         // A failed publish dooms the next checkpoint: stop publishing now.
         if let Some(f) = &self.failure {
-            anyhow::bail!("{f}; the checkpoint in progress failed and nothing of it is acknowledged");
+            anyhow::bail!(
+                "{f}; the checkpoint in progress failed and nothing of it is acknowledged"
+            );
         }
         let payloads = self.serializer.serialize(&batch)?;
         for payload in payloads {
@@ -95,13 +107,21 @@ impl ArrowOperator for PubSubSink {
             while self.in_flight.len() as u64 >= self.config.max_in_flight_messages {
                 self.settle_one().await;
             }
-            let publisher = self.publisher.as_ref().expect("publisher is built in on_start");
-            self.in_flight.push(publisher.publish(Message::new().set_data(payload)));
+            let publisher = self
+                .publisher
+                .as_ref()
+                .expect("publisher is built in on_start");
+            self.in_flight
+                .push(publisher.publish(Message::new().set_data(payload)));
         }
         Ok(())
     }
 
-    async fn handle_checkpoint(&mut self, _barrier: CheckpointBarrier, _ctx: &mut OperatorContext) -> anyhow::Result<()> {
+    async fn handle_checkpoint(
+        &mut self,
+        _barrier: CheckpointBarrier,
+        _ctx: &mut OperatorContext,
+    ) -> anyhow::Result<()> {
         if let Some(p) = &self.publisher {
             p.flush().await;
         }

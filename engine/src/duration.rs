@@ -70,7 +70,9 @@ mod tests {
         assert_eq!(parse_duration("5 min").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
         assert!(parse_duration("ten").unwrap_err().contains("'ten'"));
-        assert!(parse_duration("5 fortnights").unwrap_err().contains("fortnights"));
+        assert!(parse_duration("5 fortnights")
+            .unwrap_err()
+            .contains("fortnights"));
     }
 
     #[test]

@@ -25,7 +25,12 @@ struct Log {
 
 fn log(name: &str) -> Arc<Log> {
     static LOGS: OnceLock<Mutex<HashMap<String, Arc<Log>>>> = OnceLock::new();
-    LOGS.get_or_init(Default::default).lock().unwrap().entry(name.to_string()).or_default().clone()
+    LOGS.get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(name.to_string())
+        .or_default()
+        .clone()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,9 +68,18 @@ impl Connector for MemoryConnector {
         &["role", "name", "rows", "fail-from-epoch"]
     }
     fn table_type(&self, _: &(), t: &MemTable) -> ConnectionType {
-        if t.sink { ConnectionType::Sink } else { ConnectionType::Source }
+        if t.sink {
+            ConnectionType::Sink
+        } else {
+            ConnectionType::Source
+        }
     }
-    fn from_options(&self, name: &str, o: &mut ConnectorOptions, schema: &ConnectionSchema) -> anyhow::Result<Connection> {
+    fn from_options(
+        &self,
+        name: &str,
+        o: &mut ConnectorOptions,
+        schema: &ConnectionSchema,
+    ) -> anyhow::Result<Connection> {
         let table = MemTable {
             sink: o.pull_str("role")? == "sink",
             name: o.pull_str("name")?,
@@ -74,11 +88,23 @@ impl Connector for MemoryConnector {
         };
         self.from_config(name, (), table, schema)
     }
-    fn make_operator(&self, _: (), t: MemTable, _: OperatorConfig) -> anyhow::Result<ConstructedOperator> {
+    fn make_operator(
+        &self,
+        _: (),
+        t: MemTable,
+        _: OperatorConfig,
+    ) -> anyhow::Result<ConstructedOperator> {
         Ok(if t.sink {
-            ConstructedOperator::Operator(Box::new(MemSink { log: log(&t.name), pending: Vec::new(), fail_from: t.fail_from_epoch }))
+            ConstructedOperator::Operator(Box::new(MemSink {
+                log: log(&t.name),
+                pending: Vec::new(),
+                fail_from: t.fail_from_epoch,
+            }))
         } else {
-            ConstructedOperator::Source(Box::new(MemSource { log: log(&t.name), rows: t.rows }))
+            ConstructedOperator::Source(Box::new(MemSource {
+                log: log(&t.name),
+                rows: t.rows,
+            }))
         })
     }
 }
@@ -93,7 +119,11 @@ impl SourceOperator for MemSource {
     fn name(&self) -> String {
         "memory-source".into()
     }
-    async fn run(&mut self, ctx: &mut SourceContext, collector: &mut SourceCollector) -> anyhow::Result<SourceFinishType> {
+    async fn run(
+        &mut self,
+        ctx: &mut SourceContext,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<SourceFinishType> {
         let received = ctx.counter(MESSAGES_RECEIVED);
         let acked = ctx.counter(MESSAGES_ACKED);
         // Each subtask emits its own range of sequence numbers.
@@ -151,20 +181,38 @@ impl ArrowOperator for MemSink {
     fn name(&self) -> String {
         "memory-sink".into()
     }
-    async fn process_batch(&mut self, batch: RecordBatch, _: &mut OperatorContext) -> anyhow::Result<()> {
-        let col = batch.column(0).as_any().downcast_ref::<Int64Array>().expect("BIGINT column");
+    async fn process_batch(
+        &mut self,
+        batch: RecordBatch,
+        _: &mut OperatorContext,
+    ) -> anyhow::Result<()> {
+        let col = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("BIGINT column");
         self.pending.extend(col.values().iter().copied());
         Ok(())
     }
-    async fn handle_checkpoint(&mut self, b: CheckpointBarrier, _: &mut OperatorContext) -> anyhow::Result<()> {
+    async fn handle_checkpoint(
+        &mut self,
+        b: CheckpointBarrier,
+        _: &mut OperatorContext,
+    ) -> anyhow::Result<()> {
         anyhow::ensure!(b.epoch < self.fail_from, "injected sink failure");
-        self.log.durable.lock().unwrap().extend(self.pending.drain(..));
+        self.log
+            .durable
+            .lock()
+            .unwrap()
+            .extend(self.pending.drain(..));
         Ok(())
     }
 }
 
 fn pipeline(name: &str, rows: i64, fail_from: Option<u64>) -> pubsub_engine::sql::PlannedPipeline {
-    let fail = fail_from.map(|e| format!(", 'fail-from-epoch' = '{e}'")).unwrap_or_default();
+    let fail = fail_from
+        .map(|e| format!(", 'fail-from-epoch' = '{e}'"))
+        .unwrap_or_default();
     let sql = format!(
         "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = '{name}', 'rows' = '{rows}');
          CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = '{name}' {fail});
@@ -188,9 +236,19 @@ fn config(state: &std::path::Path) -> RuntimeConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_row_is_acked_once_and_only_after_the_sink_made_it_durable() {
     let dir = tempfile::tempdir().unwrap();
-    let summary = run_pipeline(pipeline("ok", 3000, None), config(dir.path()), StopHandle::new()).await.unwrap();
+    let summary = run_pipeline(
+        pipeline("ok", 3000, None),
+        config(dir.path()),
+        StopHandle::new(),
+    )
+    .await
+    .unwrap();
     let l = log("ok");
-    assert!(l.violations.lock().unwrap().is_empty(), "{:?}", l.violations.lock().unwrap().first());
+    assert!(
+        l.violations.lock().unwrap().is_empty(),
+        "{:?}",
+        l.violations.lock().unwrap().first()
+    );
     let mut acked = l.acked.lock().unwrap().clone();
     acked.sort();
     let expected: Vec<i64> = (0..3000).chain(1_000_000..1_003_000).collect();
@@ -201,7 +259,13 @@ async fn every_row_is_acked_once_and_only_after_the_sink_made_it_durable() {
     // A restart from the same state continues above the stored epoch.
     let stored = CheckpointStoreProbe::epoch(dir.path());
     assert_eq!(Some(stored), summary.last_completed_epoch);
-    let again = run_pipeline(pipeline("ok-restart", 10, None), config(dir.path()), StopHandle::new()).await.unwrap();
+    let again = run_pipeline(
+        pipeline("ok-restart", 10, None),
+        config(dir.path()),
+        StopHandle::new(),
+    )
+    .await
+    .unwrap();
     assert_eq!(again.restored_epoch, Some(stored));
     assert!(CheckpointStoreProbe::epoch(dir.path()) > stored);
 }
@@ -209,13 +273,30 @@ async fn every_row_is_acked_once_and_only_after_the_sink_made_it_durable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sink_checkpoint_fails_the_job_and_commits_nothing_of_its_epoch() {
     let dir = tempfile::tempdir().unwrap();
-    let err = run_pipeline(pipeline("fail", 3000, Some(4)), config(dir.path()), StopHandle::new()).await.unwrap_err();
+    let err = run_pipeline(
+        pipeline("fail", 3000, Some(4)),
+        config(dir.path()),
+        StopHandle::new(),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("injected sink failure"), "{err}");
     let l = log("fail");
-    assert!(l.violations.lock().unwrap().is_empty(), "{:?}", l.violations.lock().unwrap().first());
-    assert!(err.summary.last_completed_epoch.unwrap_or(0) < 4, "{:?}", err.summary);
+    assert!(
+        l.violations.lock().unwrap().is_empty(),
+        "{:?}",
+        l.violations.lock().unwrap().first()
+    );
+    assert!(
+        err.summary.last_completed_epoch.unwrap_or(0) < 4,
+        "{:?}",
+        err.summary
+    );
     let acked: HashSet<i64> = l.acked.lock().unwrap().iter().copied().collect();
-    assert!(acked.len() < 6000, "rows of the failed epoch must not be acked");
+    assert!(
+        acked.len() < 6000,
+        "rows of the failed epoch must not be acked"
+    );
 }
 
 struct CheckpointStoreProbe;
@@ -233,8 +314,14 @@ fn casts_that_could_fail_are_rejected_at_plan_time() {
                CREATE TABLE dst (user BIGINT, amount BOOLEAN) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'c');
                INSERT INTO dst SELECT user, amount FROM src;";
     let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(MemoryConnector)];
-    let err = plan_pipeline(&parse_pipeline(sql).unwrap(), &connectors).err().expect("a lossy cast must be rejected");
-    assert!(err.0.contains("column 'user' (TEXT) cannot be written to column 'user' (BIGINT)"), "{err}");
+    let err = plan_pipeline(&parse_pipeline(sql).unwrap(), &connectors)
+        .err()
+        .expect("a lossy cast must be rejected");
+    assert!(
+        err.0
+            .contains("column 'user' (TEXT) cannot be written to column 'user' (BIGINT)"),
+        "{err}"
+    );
     let ok = "CREATE TABLE src (n INT, m BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'c');
               CREATE TABLE dst (n BIGINT, m TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'c');
               INSERT INTO dst SELECT * FROM src;";

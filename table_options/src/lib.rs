@@ -44,10 +44,19 @@ const SOURCE_ONLY: &[&str] = &[
     MAX_ACK_EXTENSION_PERIOD,
     MAX_DURATION_PER_ACK_EXTENSION,
 ];
-const SINK_ONLY: &[&str] = &[BATCH_COUNT, BATCH_BYTES, BATCH_DELAY, MAX_IN_FLIGHT_MESSAGES];
+const SINK_ONLY: &[&str] = &[
+    BATCH_COUNT,
+    BATCH_BYTES,
+    BATCH_DELAY,
+    MAX_IN_FLIGHT_MESSAGES,
+];
 
 fn invalid(key: &str, value: impl ToString, reason: &str) -> OptionError {
-    OptionError::Invalid { key: key.into(), value: value.to_string(), reason: reason.into() }
+    OptionError::Invalid {
+        key: key.into(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
 }
 
 /// Validates `host:port` (port 1..65535, host non-empty). Source: SPEC 5.3.
@@ -67,7 +76,11 @@ pub fn parse_endpoint(value: &str) -> Result<String, OptionError> {
 /// A resource id: non-blank, no surrounding whitespace, no `/` (SPEC 5.1).
 fn parse_id(key: &str, value: String) -> Result<String, OptionError> {
     if value.trim().is_empty() || value.trim() != value || value.contains('/') {
-        return Err(invalid(key, value, "must be a non-blank id without '/' or surrounding spaces"));
+        return Err(invalid(
+            key,
+            value,
+            "must be a non-blank id without '/' or surrounding spaces",
+        ));
     }
     Ok(value)
 }
@@ -76,10 +89,15 @@ fn parse_id(key: &str, value: String) -> Result<String, OptionError> {
 pub fn profile_from_options(options: &mut ConnectorOptions) -> Result<PubSubProfile, OptionError> {
     let project = parse_id(PROJECT, options.pull_str(PROJECT)?)?;
     let authentication = match options.pull_opt_str(EMULATOR_ENDPOINT)? {
-        Some(e) => Authentication::Emulator { endpoint: parse_endpoint(&e)? },
+        Some(e) => Authentication::Emulator {
+            endpoint: parse_endpoint(&e)?,
+        },
         None => Authentication::ApplicationDefault,
     };
-    Ok(PubSubProfile { project, authentication })
+    Ok(PubSubProfile {
+        project,
+        authentication,
+    })
 }
 
 /// Pulls the table options. A table with `subscription` is a source, with `topic` a
@@ -110,7 +128,10 @@ pub fn table_from_options(options: &mut ConnectorOptions) -> Result<PubSubTable,
     }
 }
 
-fn source_options(o: &mut ConnectorOptions, subscription: String) -> Result<SourceConfig, OptionError> {
+fn source_options(
+    o: &mut ConnectorOptions,
+    subscription: String,
+) -> Result<SourceConfig, OptionError> {
     let mut c = SourceConfig::new(subscription);
     if let Some(v) = o.pull_opt_nonzero_u64(MAX_OUTSTANDING_MESSAGES)? {
         c.max_outstanding_messages = v;
@@ -119,7 +140,8 @@ fn source_options(o: &mut ConnectorOptions, subscription: String) -> Result<Sour
         c.max_outstanding_bytes = v;
     }
     if let Some(v) = o.pull_opt_nonzero_u64(PARALLEL_PULL_COUNT)? {
-        c.parallel_pull_count = u32::try_from(v).map_err(|_| invalid(PARALLEL_PULL_COUNT, v, "must be at most 4294967295"))?;
+        c.parallel_pull_count = u32::try_from(v)
+            .map_err(|_| invalid(PARALLEL_PULL_COUNT, v, "must be at most 4294967295"))?;
     }
     if let Some(d) = o.pull_opt_duration(MAX_ACK_EXTENSION_PERIOD)? {
         c.max_ack_extension_period_ms = d.as_millis() as u64;
@@ -127,7 +149,11 @@ fn source_options(o: &mut ConnectorOptions, subscription: String) -> Result<Sour
     if let Some(d) = o.pull_opt_duration(MAX_DURATION_PER_ACK_EXTENSION)? {
         // The client clamps this to 10 s..600 s; reject what it would silently change.
         if d < Duration::from_secs(10) || d > Duration::from_secs(600) {
-            return Err(invalid(MAX_DURATION_PER_ACK_EXTENSION, format!("{d:?}"), "must be between 10s and 600s"));
+            return Err(invalid(
+                MAX_DURATION_PER_ACK_EXTENSION,
+                format!("{d:?}"),
+                "must be between 10s and 600s",
+            ));
         }
         c.max_duration_per_ack_extension_ms = Some(d.as_millis() as u64);
     }
@@ -139,14 +165,22 @@ fn sink_options(o: &mut ConnectorOptions, topic: String) -> Result<SinkConfig, O
     if let Some(v) = o.pull_opt_nonzero_u64(BATCH_COUNT)? {
         // Pub/Sub accepts at most 1000 messages per publish request.
         if v > 1000 {
-            return Err(invalid(BATCH_COUNT, v, "must be at most 1000 (Pub/Sub's messages per request)"));
+            return Err(invalid(
+                BATCH_COUNT,
+                v,
+                "must be at most 1000 (Pub/Sub's messages per request)",
+            ));
         }
         c.batching_element_count_threshold = v as u32;
     }
     if let Some(v) = o.pull_opt_with(BATCH_BYTES, positive_size)? {
         // Pub/Sub's request size limit is 10 MB.
         if v > 10_000_000 {
-            return Err(invalid(BATCH_BYTES, v, "must be at most 10000000 (Pub/Sub's request limit)"));
+            return Err(invalid(
+                BATCH_BYTES,
+                v,
+                "must be at most 10000000 (Pub/Sub's request limit)",
+            ));
         }
         c.batching_request_byte_threshold = v as u32;
     }
@@ -176,8 +210,15 @@ mod tests {
 
     #[test]
     fn endpoint_is_parsed_eagerly() {
-        let e = profile_from_options(&mut opts(&[("project", "p"), ("emulator-endpoint", "localhost")])).unwrap_err();
-        assert_eq!(e.to_string(), "option 'emulator-endpoint' is invalid: must be host:port, was 'localhost'");
+        let e = profile_from_options(&mut opts(&[
+            ("project", "p"),
+            ("emulator-endpoint", "localhost"),
+        ]))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "option 'emulator-endpoint' is invalid: must be host:port, was 'localhost'"
+        );
         let e = parse_endpoint("localhost:0").unwrap_err().to_string();
         assert!(e.contains("1..65535") && e.contains("'localhost:0'"), "{e}");
         assert_eq!(parse_endpoint("127.0.0.1:8085").unwrap(), "127.0.0.1:8085");
@@ -185,8 +226,14 @@ mod tests {
 
     #[test]
     fn source_options_with_defaults() {
-        let mut o = opts(&[("subscription", "s"), (PARALLEL_PULL_COUNT, "4"), (MAX_ACK_EXTENSION_PERIOD, "30m")]);
-        let PubSubTable::Source(s) = table_from_options(&mut o).unwrap() else { panic!("source expected") };
+        let mut o = opts(&[
+            ("subscription", "s"),
+            (PARALLEL_PULL_COUNT, "4"),
+            (MAX_ACK_EXTENSION_PERIOD, "30m"),
+        ]);
+        let PubSubTable::Source(s) = table_from_options(&mut o).unwrap() else {
+            panic!("source expected")
+        };
         assert_eq!(s.parallel_pull_count, 4);
         assert_eq!(s.max_ack_extension_period_ms, 1_800_000);
         assert_eq!(s.max_outstanding_messages, 1000);
@@ -195,11 +242,20 @@ mod tests {
 
     #[test]
     fn bad_values_name_key() {
-        let e = table_from_options(&mut opts(&[("subscription", "s"), (PARALLEL_PULL_COUNT, "0")])).unwrap_err();
-        assert_eq!(e.to_string(), "option 'scan.parallel-pull-count' is invalid: must be positive, was '0'");
-        let e = table_from_options(&mut opts(&[("topic", "t"), (BATCH_COUNT, "5000")])).unwrap_err();
+        let e = table_from_options(&mut opts(&[
+            ("subscription", "s"),
+            (PARALLEL_PULL_COUNT, "0"),
+        ]))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "option 'scan.parallel-pull-count' is invalid: must be positive, was '0'"
+        );
+        let e =
+            table_from_options(&mut opts(&[("topic", "t"), (BATCH_COUNT, "5000")])).unwrap_err();
         assert!(e.to_string().contains(BATCH_COUNT), "{e}");
-        let e = table_from_options(&mut opts(&[("topic", "t"), (PARALLEL_PULL_COUNT, "2")])).unwrap_err();
+        let e = table_from_options(&mut opts(&[("topic", "t"), (PARALLEL_PULL_COUNT, "2")]))
+            .unwrap_err();
         assert!(e.to_string().contains("applies to sources"), "{e}");
         let e = table_from_options(&mut opts(&[("subscription", "a/b")])).unwrap_err();
         assert!(e.to_string().contains("'subscription'"), "{e}");

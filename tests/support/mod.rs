@@ -33,7 +33,11 @@ pub fn profile() -> PubSubProfile {
 /// A name unique within this test run.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// An input topic + subscription and an output topic + subscription.
@@ -54,15 +58,23 @@ pub async fn topics(name: &str, input_ack_deadline_s: i32) -> Topics {
     };
     admin::create_topic(&p, &t.input).await.unwrap();
     admin::create_topic(&p, &t.output).await.unwrap();
-    admin::create_subscription(&p, &t.input_sub, &t.input, input_ack_deadline_s).await.unwrap();
-    admin::create_subscription(&p, &t.output_sub, &t.output, 60).await.unwrap();
+    admin::create_subscription(&p, &t.input_sub, &t.input, input_ack_deadline_s)
+        .await
+        .unwrap();
+    admin::create_subscription(&p, &t.output_sub, &t.output, 60)
+        .await
+        .unwrap();
     t
 }
 
 /// Publishes `{"seq": i}` for i in 0..n; returns the message ids.
 pub async fn publish_seq(topic: &str, range: std::ops::Range<usize>) -> Vec<String> {
-    let payloads = range.map(|i| format!("{{\"seq\": {i}}}").into_bytes()).collect();
-    admin::publish_all(&profile(), topic, payloads, 2000).await.unwrap()
+    let payloads = range
+        .map(|i| format!("{{\"seq\": {i}}}").into_bytes())
+        .collect();
+    admin::publish_all(&profile(), topic, payloads, 2000)
+        .await
+        .unwrap()
 }
 
 /// The pipeline SQL used by most tests: input subscription -> output topic, carrying the
@@ -145,7 +157,9 @@ pub async fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> b
 
 /// Distinct `mid` values of the JSON rows in the output subscription (acks them).
 pub async fn sink_ids(sub: &str, expected: Option<usize>, idle: Duration) -> HashSet<String> {
-    let rows = admin::drain(&profile(), sub, 2, expected, idle).await.unwrap();
+    let rows = admin::drain(&profile(), sub, 2, expected, idle)
+        .await
+        .unwrap();
     rows.values()
         .filter_map(|p| serde_json::from_slice::<serde_json::Value>(p).ok())
         .filter_map(|v| v["mid"].as_str().map(str::to_string))
@@ -160,7 +174,11 @@ pub async fn redelivered(sub: &str, idle: Duration) -> HashMap<String, Vec<u8>> 
 /// Sends `signal` (e.g. "KILL", "TERM") to a child.
 pub fn signal(child: &Child, signal: &str) {
     let pid = child.id().expect("child is running");
-    let ok = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
     assert!(ok.success(), "kill -{signal} {pid}");
 }
 
@@ -170,7 +188,10 @@ pub fn missing(expected: &[String], got: &HashSet<String>) -> usize {
 
 /// The number after `label` in the binary's summary line.
 pub fn summary_count(stdout: &str, label: &str) -> usize {
-    let rest = stdout.split(label).nth(1).unwrap_or_else(|| panic!("no '{label}' in {stdout}"));
+    let rest = stdout
+        .split(label)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no '{label}' in {stdout}"));
     rest.trim_start()
         .split(|c: char| !c.is_ascii_digit())
         .next()

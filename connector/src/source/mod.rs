@@ -13,8 +13,8 @@ use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use pubsub_engine::format::{DeserializeError, FieldValue};
 use pubsub_engine::{
-    ControlMessage, Counter, OperatorConfig, SourceCollector, SourceContext, SourceFinishType, SourceOperator,
-    StopMode, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED,
+    ControlMessage, Counter, OperatorConfig, SourceCollector, SourceContext, SourceFinishType,
+    SourceOperator, StopMode, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED,
 };
 use pubsub_schema::{PubSubProfile, SourceConfig};
 use tokio::time::Instant;
@@ -62,7 +62,9 @@ impl PubSubSource {
     }
 
     fn counters(&self) -> &Counters {
-        self.counters.as_ref().expect("counters are set in on_start")
+        self.counters
+            .as_ref()
+            .expect("counters are set in on_start")
     }
 
     fn under_flow_control(&self) -> bool {
@@ -99,7 +101,12 @@ impl PubSubSource {
     }
 
     /// Takes one delivery: tracks it, decodes it into the buffer (first delivery only).
-    fn on_message(&mut self, m: Message, h: Handler, collector: &mut SourceCollector) -> anyhow::Result<()> {
+    fn on_message(
+        &mut self,
+        m: Message,
+        h: Handler,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<()> {
         self.counters().received.add(1);
         let id = m.message_id.clone();
         if self.tracker.receive(id.clone(), h, m.data.len()) == Received::Duplicate {
@@ -107,7 +114,9 @@ impl PubSubSource {
         }
         let meta = self.metadata(&m);
         let payload: Bytes = m.data;
-        collector.deserialize_slice(&payload, &meta).map_err(|e| self.decode_error(&id, &e))?;
+        collector
+            .deserialize_slice(&payload, &meta)
+            .map_err(|e| self.decode_error(&id, &e))?;
         self.buffered.push(id);
         Ok(())
     }
@@ -119,7 +128,11 @@ impl PubSubSource {
         }
         if let Err(e) = collector.flush_buffer().await {
             if let Some(d) = e.downcast_ref::<DeserializeError>() {
-                let id = self.buffered.get(d.message_index).cloned().unwrap_or_default();
+                let id = self
+                    .buffered
+                    .get(d.message_index)
+                    .cloned()
+                    .unwrap_or_default();
                 return Err(self.decode_error(&id, d));
             }
             return Err(e);
@@ -180,17 +193,33 @@ impl SourceOperator for PubSubSource {
             .await
             .map_err(|e| anyhow::anyhow!("cannot read subscription {}: {e}", self.subscription))?;
         let subscriber = client::subscriber(&self.profile).await?;
-        self.streams = Some(PullStreams::start(&subscriber, &self.subscription, &self.config));
+        self.streams = Some(PullStreams::start(
+            &subscriber,
+            &self.subscription,
+            &self.config,
+        ));
         Ok(())
     }
 
-    async fn run(&mut self, ctx: &mut SourceContext, collector: &mut SourceCollector) -> anyhow::Result<SourceFinishType> {
-        collector.initialize_deserializer(self.op.format, &self.op.metadata_fields, BATCH_SIZE, LINGER)?;
+    async fn run(
+        &mut self,
+        ctx: &mut SourceContext,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<SourceFinishType> {
+        collector.initialize_deserializer(
+            self.op.format,
+            &self.op.metadata_fields,
+            BATCH_SIZE,
+            LINGER,
+        )?;
         let mut stopping = false;
         loop {
             let flush_at = collector.flush_deadline().map(Instant::from_std);
             let can_pull = !stopping && self.under_flow_control();
-            let streams = self.streams.as_mut().expect("streams are started in on_start");
+            let streams = self
+                .streams
+                .as_mut()
+                .expect("streams are started in on_start");
             tokio::select! {
                 biased;
                 ctrl = ctx.control_rx.recv() => match ctrl {

@@ -36,7 +36,9 @@ impl PullStreams {
         for _ in 0..config.parallel_pull_count {
             let mut b = subscriber
                 .subscribe(subscription.to_string())
-                .set_max_outstanding_messages(config.max_outstanding_messages.min(i64::MAX as u64) as i64)
+                .set_max_outstanding_messages(
+                    config.max_outstanding_messages.min(i64::MAX as u64) as i64
+                )
                 .set_max_outstanding_bytes(config.max_outstanding_bytes.min(i64::MAX as u64) as i64)
                 .set_max_lease(Duration::from_millis(config.max_ack_extension_period_ms));
             if let Some(ms) = config.max_duration_per_ack_extension_ms {
@@ -72,7 +74,12 @@ impl PullStreams {
                 // redelivered into this same stream.
             }));
         }
-        PullStreams { rx, stop, tasks, tokens }
+        PullStreams {
+            rx,
+            stop,
+            tasks,
+            tokens,
+        }
     }
 
     /// The next delivery from any stream. Pending forever once reading stopped.

@@ -54,7 +54,12 @@ pub struct AckTracker<H: AckHandle> {
 
 impl<H: AckHandle> Default for AckTracker<H> {
     fn default() -> Self {
-        AckTracker { entries: HashMap::new(), bound: BTreeMap::new(), staged: Vec::new(), bytes: 0 }
+        AckTracker {
+            entries: HashMap::new(),
+            bound: BTreeMap::new(),
+            staged: Vec::new(),
+            bytes: 0,
+        }
     }
 }
 
@@ -68,7 +73,14 @@ impl<H: AckHandle> AckTracker<H> {
             return Received::Duplicate;
         }
         self.bytes += bytes;
-        self.entries.insert(message_id, Entry { handle, bytes, stage: Stage::Pending });
+        self.entries.insert(
+            message_id,
+            Entry {
+                handle,
+                bytes,
+                stage: Stage::Pending,
+            },
+        );
         Received::New
     }
 
@@ -174,7 +186,10 @@ mod tests {
         let log = Rc::new(RefCell::new(Vec::new()));
         let mut t = AckTracker::default();
         for id in ["a", "b", "c"] {
-            assert_eq!(t.receive(id.into(), Fake(id, log.clone()), 10), Received::New);
+            assert_eq!(
+                t.receive(id.into(), Fake(id, log.clone()), 10),
+                Received::New
+            );
         }
         t.stage(&["a".to_string()]);
         assert_eq!(t.bind(1), 1);
@@ -197,7 +212,10 @@ mod tests {
         let log = Rc::new(RefCell::new(Vec::new()));
         let mut t = AckTracker::default();
         t.receive("a".into(), Fake("old", log.clone()), 5);
-        assert_eq!(t.receive("a".into(), Fake("new", log.clone()), 5), Received::Duplicate);
+        assert_eq!(
+            t.receive("a".into(), Fake("new", log.clone()), 5),
+            Received::Duplicate
+        );
         assert_eq!(t.held_messages(), 1);
         t.stage(&["a".to_string()]);
         t.bind(1);

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, RecordBatch, StringBuilder, TimestampNanosecondBuilder, Int64Builder,
+    ArrayRef, Int64Builder, RecordBatch, StringBuilder, TimestampNanosecondBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use bytes::Bytes;
@@ -75,7 +75,10 @@ impl Deserializer {
         let mut payload_fields: Vec<Field> = Vec::new();
         let mut meta_columns = Vec::new();
         for (i, field) in schema.fields().iter().enumerate() {
-            match metadata_fields.iter().find(|m| &m.field_name == field.name()) {
+            match metadata_fields
+                .iter()
+                .find(|m| &m.field_name == field.name())
+            {
                 Some(m) => {
                     let b = match m.field_type {
                         FieldType::Text => MetaBuilder::Text(StringBuilder::new()),
@@ -138,9 +141,16 @@ impl Deserializer {
 
     /// Decodes one payload; returns its row count. On error nothing of it is kept and the
     /// buffer stays usable.
-    pub fn deserialize(&mut self, payload: &Bytes, metadata: &[FieldValue]) -> Result<usize, DeserializeError> {
+    pub fn deserialize(
+        &mut self,
+        payload: &Bytes,
+        metadata: &[FieldValue],
+    ) -> Result<usize, DeserializeError> {
         let index = self.messages.len();
-        let fail = |reason: String| DeserializeError { message_index: index, reason };
+        let fail = |reason: String| DeserializeError {
+            message_index: index,
+            reason,
+        };
         let rows = match self.format {
             Format::Json => {
                 let decoder = self.json.as_mut().expect("json decoder");
@@ -172,7 +182,9 @@ impl Deserializer {
             for _ in 0..rows {
                 match (&mut *b, v) {
                     (MetaBuilder::Text(b), FieldValue::String(s)) => b.append_value(s),
-                    (MetaBuilder::Timestamp(b), FieldValue::TimestampNanos(t)) => b.append_value(*t),
+                    (MetaBuilder::Timestamp(b), FieldValue::TimestampNanos(t)) => {
+                        b.append_value(*t)
+                    }
                     (MetaBuilder::Int64(b), FieldValue::Int64(t)) => b.append_value(*t),
                     (MetaBuilder::Text(b), _) => b.append_null(),
                     (MetaBuilder::Timestamp(b), _) => b.append_null(),
@@ -223,7 +235,10 @@ impl Deserializer {
         for (pos, col) in meta {
             columns[pos] = Some(col);
         }
-        let columns: Vec<ArrayRef> = columns.into_iter().map(|c| c.expect("every column built")).collect();
+        let columns: Vec<ArrayRef> = columns
+            .into_iter()
+            .map(|c| c.expect("every column built"))
+            .collect();
         RecordBatch::try_new(self.schema.clone(), columns)
             .map(Some)
             .map_err(|e| DeserializeError {
@@ -258,8 +273,8 @@ impl Deserializer {
 
     fn find_culprit(&self, messages: &[Bytes]) -> Option<usize> {
         messages.iter().position(|m| {
-            let Ok(mut d) = arrow_json::ReaderBuilder::new(self.payload_schema.clone())
-                .build_decoder()
+            let Ok(mut d) =
+                arrow_json::ReaderBuilder::new(self.payload_schema.clone()).build_decoder()
             else {
                 return false;
             };
@@ -283,31 +298,54 @@ mod tests {
     }
 
     fn meta() -> Vec<MetadataField> {
-        vec![MetadataField { field_name: "mid".into(), key: "message-id".into(), field_type: FieldType::Text }]
+        vec![MetadataField {
+            field_name: "mid".into(),
+            key: "message-id".into(),
+            field_type: FieldType::Text,
+        }]
     }
 
     #[test]
     fn json_rows_with_metadata() {
         let mut d = Deserializer::new(Format::Json, schema(), &meta()).unwrap();
         let m = |s: &str| vec![FieldValue::String(s.to_string())];
-        assert_eq!(d.deserialize(&Bytes::from_static(br#"{"id": 1, "name": "a", "extra": true}"#), &m("m1")).unwrap(), 1);
-        assert_eq!(d.deserialize(&Bytes::from_static(br#"{"id": 2}{"id": 3}"#), &m("m2")).unwrap(), 2);
+        assert_eq!(
+            d.deserialize(
+                &Bytes::from_static(br#"{"id": 1, "name": "a", "extra": true}"#),
+                &m("m1")
+            )
+            .unwrap(),
+            1
+        );
+        assert_eq!(
+            d.deserialize(&Bytes::from_static(br#"{"id": 2}{"id": 3}"#), &m("m2"))
+                .unwrap(),
+            2
+        );
         let b = d.flush().unwrap().unwrap();
         assert_eq!(b.num_rows(), 3);
         assert_eq!(b.column(0).as_primitive::<Int64Type>().values(), &[1, 2, 3]);
         assert!(b.column(1).is_null(1));
         let mids = b.column(2).as_string::<i32>();
-        assert_eq!((mids.value(0), mids.value(1), mids.value(2)), ("m1", "m2", "m2"));
+        assert_eq!(
+            (mids.value(0), mids.value(1), mids.value(2)),
+            ("m1", "m2", "m2")
+        );
     }
 
     #[test]
     fn malformed_json_names_the_message() {
         let mut d = Deserializer::new(Format::Json, schema(), &meta()).unwrap();
         let m = vec![FieldValue::String("x".into())];
-        d.deserialize(&Bytes::from_static(br#"{"id": 1}"#), &m).unwrap();
-        let e = d.deserialize(&Bytes::from_static(b"not json"), &m).unwrap_err();
+        d.deserialize(&Bytes::from_static(br#"{"id": 1}"#), &m)
+            .unwrap();
+        let e = d
+            .deserialize(&Bytes::from_static(b"not json"), &m)
+            .unwrap_err();
         assert_eq!(e.message_index, 1);
-        let e = d.deserialize(&Bytes::from_static(br#"{"id": 1"#), &m).unwrap_err();
+        let e = d
+            .deserialize(&Bytes::from_static(br#"{"id": 1"#), &m)
+            .unwrap_err();
         assert!(e.reason.contains("not complete"), "{e}");
     }
 
@@ -315,8 +353,10 @@ mod tests {
     fn type_mismatch_found_at_flush_names_the_message() {
         let mut d = Deserializer::new(Format::Json, schema(), &meta()).unwrap();
         let m = vec![FieldValue::String("x".into())];
-        d.deserialize(&Bytes::from_static(br#"{"id": 1}"#), &m).unwrap();
-        d.deserialize(&Bytes::from_static(br#"{"id": "seven"}"#), &m).unwrap();
+        d.deserialize(&Bytes::from_static(br#"{"id": 1}"#), &m)
+            .unwrap();
+        d.deserialize(&Bytes::from_static(br#"{"id": "seven"}"#), &m)
+            .unwrap();
         let e = d.flush().unwrap_err();
         assert_eq!(e.message_index, 1, "{e}");
     }
@@ -326,7 +366,9 @@ mod tests {
         let s = Arc::new(Schema::new(vec![Field::new("value", DataType::Utf8, true)]));
         let mut d = Deserializer::new(Format::RawString, s, &[]).unwrap();
         d.deserialize(&Bytes::from_static(b"hello"), &[]).unwrap();
-        assert!(d.deserialize(&Bytes::from_static(&[0xff, 0xfe]), &[]).is_err());
+        assert!(d
+            .deserialize(&Bytes::from_static(&[0xff, 0xfe]), &[])
+            .is_err());
         let b = d.flush().unwrap().unwrap();
         assert_eq!(b.column(0).as_string::<i32>().value(0), "hello");
     }

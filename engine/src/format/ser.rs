@@ -33,20 +33,31 @@ impl Serializer {
                     .collect();
                 // The writer ends every row with a newline: drop the empty tail.
                 out.truncate(batch.num_rows());
-                anyhow::ensure!(out.len() == batch.num_rows(), "json writer produced {} lines for {} rows", out.len(), batch.num_rows());
+                anyhow::ensure!(
+                    out.len() == batch.num_rows(),
+                    "json writer produced {} lines for {} rows",
+                    out.len(),
+                    batch.num_rows()
+                );
                 Ok(out)
             }
             Format::RawString => {
-                let col = batch
-                    .column_by_name("value")
-                    .ok_or_else(|| anyhow::anyhow!("format 'raw_string' needs a column named 'value'"))?;
+                let col = batch.column_by_name("value").ok_or_else(|| {
+                    anyhow::anyhow!("format 'raw_string' needs a column named 'value'")
+                })?;
                 anyhow::ensure!(
                     col.data_type() == &DataType::Utf8,
                     "format 'raw_string' needs column 'value' of type TEXT"
                 );
                 let s = col.as_string::<i32>();
                 Ok((0..s.len())
-                    .map(|i| if s.is_null(i) { Vec::new() } else { s.value(i).as_bytes().to_vec() })
+                    .map(|i| {
+                        if s.is_null(i) {
+                            Vec::new()
+                        } else {
+                            s.value(i).as_bytes().to_vec()
+                        }
+                    })
                     .collect())
             }
         }
@@ -76,7 +87,10 @@ mod tests {
         .unwrap();
         let out = Serializer::new(Format::Json).serialize(&b).unwrap();
         assert_eq!(out.len(), 2);
-        assert_eq!(String::from_utf8(out[0].clone()).unwrap(), r#"{"id":1,"s":"a\nb"}"#);
+        assert_eq!(
+            String::from_utf8(out[0].clone()).unwrap(),
+            r#"{"id":1,"s":"a\nb"}"#
+        );
         assert_eq!(String::from_utf8(out[1].clone()).unwrap(), r#"{"id":2}"#);
     }
 }

@@ -17,8 +17,9 @@ use super::state::{CheckpointMetadata, CheckpointStore};
 use super::tasks::{run_sink, run_source};
 use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig, SinkEvent};
 use crate::spi::{
-    CheckpointBarrier, ConstructedOperator, ControlMessage, Metrics, OperatorContext, OperatorState,
-    SourceCollector, SourceContext, StopMode, TaskInfo, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
+    CheckpointBarrier, ConstructedOperator, ControlMessage, Metrics, OperatorContext,
+    OperatorState, SourceCollector, SourceContext, StopMode, TaskInfo, MESSAGES_ACKED,
+    MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 use crate::sql::PlannedPipeline;
 
@@ -87,7 +88,10 @@ pub async fn run_pipeline(
 ) -> Result<JobSummary, JobError> {
     let metrics = Metrics::default();
     let mut summary = JobSummary::default();
-    let fail = |error: anyhow::Error, summary: &JobSummary| JobError { error, summary: summary.clone() };
+    let fail = |error: anyhow::Error, summary: &JobSummary| JobError {
+        error,
+        summary: summary.clone(),
+    };
     let store = CheckpointStore::open(&config.state_dir).map_err(|e| fail(e, &summary))?;
     let restored = store.load().map_err(|e| fail(e, &summary))?;
     let start_epoch = restored.as_ref().map_or(1, |m| m.epoch + 1);
@@ -126,17 +130,36 @@ pub async fn run_pipeline(
                 .source
                 .connector
                 .make_operator(&q.source.connection, q.source.operator_config())
-                .map_err(|e| fail(e.context(format!("table '{}'", q.source.connection.name)), &summary))?
+                .map_err(|e| {
+                    fail(
+                        e.context(format!("table '{}'", q.source.connection.name)),
+                        &summary,
+                    )
+                })?
             else {
-                return Err(fail(anyhow!("table '{}' did not build a source", q.source.connection.name), &summary));
+                return Err(fail(
+                    anyhow!(
+                        "table '{}' did not build a source",
+                        q.source.connection.name
+                    ),
+                    &summary,
+                ));
             };
             let ConstructedOperator::Operator(sink_op) = q
                 .sink
                 .connector
                 .make_operator(&q.sink.connection, q.sink.operator_config())
-                .map_err(|e| fail(e.context(format!("table '{}'", q.sink.connection.name)), &summary))?
+                .map_err(|e| {
+                    fail(
+                        e.context(format!("table '{}'", q.sink.connection.name)),
+                        &summary,
+                    )
+                })?
             else {
-                return Err(fail(anyhow!("table '{}' did not build a sink", q.sink.connection.name), &summary));
+                return Err(fail(
+                    anyhow!("table '{}' did not build a sink", q.sink.connection.name),
+                    &summary,
+                ));
             };
             let restored_state = |id: &str| -> OperatorState {
                 restored
@@ -175,7 +198,12 @@ pub async fn run_pipeline(
                 max_permits as u32,
             );
             sources.push(((src_id.clone(), w), control_tx));
-            tasks.push(spawn_task(run_source(src_op, ctx, collector, shared.clone()), &src_id, w, &shared));
+            tasks.push(spawn_task(
+                run_source(src_op, ctx, collector, shared.clone()),
+                &src_id,
+                w,
+                &shared,
+            ));
 
             let (sink_tx, sink_rx) = mpsc::unbounded_channel();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -187,7 +215,19 @@ pub async fn run_pipeline(
                 state: restored_state(&sink_id),
             };
             sinks.push(((sink_id.clone(), w), sink_tx.clone()));
-            tasks.push(spawn_task(run_sink(sink_op, sctx, sink_rx, done_tx, sink_activator.clone(), shared.clone()), &sink_id, w, &shared));
+            tasks.push(spawn_task(
+                run_sink(
+                    sink_op,
+                    sctx,
+                    sink_rx,
+                    done_tx,
+                    sink_activator.clone(),
+                    shared.clone(),
+                ),
+                &sink_id,
+                w,
+                &shared,
+            ));
 
             plumbing.push(QueryPlumbing {
                 query: q.clone(),
@@ -230,7 +270,13 @@ pub async fn run_pipeline(
                         }
                     }
                 })
-                .and_then(|guards| guards.join().into_iter().collect::<Result<Vec<_>, _>>().map(|_| ()));
+                .and_then(|guards| {
+                    guards
+                        .join()
+                        .into_iter()
+                        .collect::<Result<Vec<_>, _>>()
+                        .map(|_| ())
+                });
                 if let Err(e) = &result {
                     let _ = report.send(CoordEvent::TaskFailed {
                         operator_id: "timely".into(),
@@ -264,8 +310,14 @@ pub async fn run_pipeline(
     }
     // Bounded: a task that does not end in time is cancelled (its handles drop and nack).
     let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
-    if tokio::time::timeout(config.shutdown_timeout, futures::future::join_all(tasks)).await.is_err() {
-        tracing::warn!("tasks did not end within {:?}: cancelling them", config.shutdown_timeout);
+    if tokio::time::timeout(config.shutdown_timeout, futures::future::join_all(tasks))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "tasks did not end within {:?}: cancelling them",
+            config.shutdown_timeout
+        );
         for a in aborts {
             a.abort();
         }
@@ -300,7 +352,11 @@ fn spawn_task(
     tokio::spawn(async move {
         if let Err(panic) = std::panic::AssertUnwindSafe(fut).catch_unwind().await {
             let error = format!("panicked: {}", panic_message(&*panic));
-            let _ = coordinator.send(CoordEvent::TaskFailed { operator_id, subtask, error });
+            let _ = coordinator.send(CoordEvent::TaskFailed {
+                operator_id,
+                subtask,
+                error,
+            });
         }
     })
 }
@@ -333,24 +389,37 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    async fn drive(&mut self, mut events: UnboundedReceiver<CoordEvent>, stop: StopHandle) -> anyhow::Result<()> {
-        let interval = self.config.checkpoint_interval.max(Duration::from_millis(10));
+    async fn drive(
+        &mut self,
+        mut events: UnboundedReceiver<CoordEvent>,
+        stop: StopHandle,
+    ) -> anyhow::Result<()> {
+        let interval = self
+            .config
+            .checkpoint_interval
+            .max(Duration::from_millis(10));
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let idle_every = self
             .config
             .stop_when_idle
-            .map_or(Duration::from_secs(3600), |d| (d / 4).clamp(Duration::from_millis(50), Duration::from_millis(500)));
+            .map_or(Duration::from_secs(3600), |d| {
+                (d / 4).clamp(Duration::from_millis(50), Duration::from_millis(500))
+            });
         let mut idle_check = tokio::time::interval(idle_every);
         let mut last_received = (0u64, Instant::now());
         let mut stop_deadline: Option<tokio::time::Instant> = None;
         let total_tasks = self.sources.len() + self.sinks.len();
 
         let outcome: anyhow::Result<()> = loop {
-            if self.final_epoch.is_some() && self.pending.is_empty() && self.ended.len() == total_tasks {
+            if self.final_epoch.is_some()
+                && self.pending.is_empty()
+                && self.ended.len() == total_tasks
+            {
                 break Ok(());
             }
-            let deadline = stop_deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400));
+            let deadline = stop_deadline
+                .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400));
             tokio::select! {
                 _ = ticker.tick(), if self.final_epoch.is_none() => {
                     if self.pending.len() < 2 {
@@ -454,10 +523,14 @@ impl Coordinator {
                 version: 1,
                 job_id: self.config.job_id.clone(),
                 epoch,
-                completed_at_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+                completed_at_ms: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
                 operators,
             };
-            self.store.write(&meta).with_context(|| format!("checkpoint {epoch} could not be written"))?;
+            self.store
+                .write(&meta)
+                .with_context(|| format!("checkpoint {epoch} could not be written"))?;
             self.summary.checkpoints_completed += 1;
             self.summary.last_completed_epoch = Some(epoch);
             for (_, tx) in &self.sources {
@@ -475,7 +548,9 @@ impl Coordinator {
             );
             if self.final_epoch == Some(epoch) {
                 for (_, tx) in &self.sources {
-                    let _ = tx.send(ControlMessage::Stop { mode: StopMode::Graceful });
+                    let _ = tx.send(ControlMessage::Stop {
+                        mode: StopMode::Graceful,
+                    });
                 }
                 for (_, tx) in &self.sinks {
                     let _ = tx.send(SinkEvent::Close);
@@ -490,7 +565,9 @@ impl Coordinator {
     async fn abort(&mut self, events: &mut UnboundedReceiver<CoordEvent>, total_tasks: usize) {
         self.shared.abort();
         for (_, tx) in &self.sources {
-            let _ = tx.send(ControlMessage::Stop { mode: StopMode::Immediate });
+            let _ = tx.send(ControlMessage::Stop {
+                mode: StopMode::Immediate,
+            });
         }
         for (_, tx) in &self.sinks {
             let _ = tx.send(SinkEvent::Close);
@@ -498,8 +575,15 @@ impl Coordinator {
         let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout;
         while self.ended.len() < total_tasks {
             match tokio::time::timeout_at(deadline, events.recv()).await {
-                Ok(Some(CoordEvent::TaskFailed { operator_id, subtask, .. }))
-                | Ok(Some(CoordEvent::TaskFinished { operator_id, subtask })) => {
+                Ok(Some(CoordEvent::TaskFailed {
+                    operator_id,
+                    subtask,
+                    ..
+                }))
+                | Ok(Some(CoordEvent::TaskFinished {
+                    operator_id,
+                    subtask,
+                })) => {
                     self.ended.insert((operator_id, subtask));
                 }
                 Ok(Some(_)) => {}

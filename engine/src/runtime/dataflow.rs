@@ -42,85 +42,103 @@ pub(crate) fn run_worker(
     let index = worker.index();
     worker.dataflow::<u64, _, _>(|scope| {
         for q in queries {
-            let QueryPlumbing { query, source_rx, source_activator, sink_tx, sink_done_rx, sink_activator } = q;
+            let QueryPlumbing {
+                query,
+                source_rx,
+                source_activator,
+                sink_tx,
+                sink_done_rx,
+                sink_activator,
+            } = q;
             let src_name = format!("{}-source", query.id);
             let worker_ref = scope.worker();
-            let rows = source::<u64, CapacityContainerBuilder<Vec<Rows>>, _, _>(scope.clone(), &src_name, move |cap, info| {
-                *source_activator.lock().expect("activator lock") =
-                    Some(worker_ref.sync_activator_for(info.address.to_vec()));
-                let mut cap: Option<Capability<u64>> = Some(cap.delayed(&start_epoch));
-                move |output| {
-                    while let Some(c) = cap.as_mut() {
-                        match source_rx.try_recv() {
-                            Ok(SourceEvent::Batch(rows)) => output.session(&*c).give(rows),
-                            Ok(SourceEvent::Barrier(e)) => {
-                                if e + 1 > *c.time() {
-                                    c.downgrade(&(e + 1));
+            let rows = source::<u64, CapacityContainerBuilder<Vec<Rows>>, _, _>(
+                scope.clone(),
+                &src_name,
+                move |cap, info| {
+                    *source_activator.lock().expect("activator lock") =
+                        Some(worker_ref.sync_activator_for(info.address.to_vec()));
+                    let mut cap: Option<Capability<u64>> = Some(cap.delayed(&start_epoch));
+                    move |output| {
+                        while let Some(c) = cap.as_mut() {
+                            match source_rx.try_recv() {
+                                Ok(SourceEvent::Batch(rows)) => output.session(&*c).give(rows),
+                                Ok(SourceEvent::Barrier(e)) => {
+                                    if e + 1 > *c.time() {
+                                        c.downgrade(&(e + 1));
+                                    }
                                 }
+                                Ok(SourceEvent::Finished) => cap = None,
+                                // The task is gone without finishing: it reported a failure and
+                                // the job aborts. Hold the epoch so nothing after it completes.
+                                Err(TryRecvError::Disconnected) | Err(TryRecvError::Empty) => break,
                             }
-                            Ok(SourceEvent::Finished) => cap = None,
-                            // The task is gone without finishing: it reported a failure and
-                            // the job aborts. Hold the epoch so nothing after it completes.
-                            Err(TryRecvError::Disconnected) | Err(TryRecvError::Empty) => break,
                         }
                     }
-                }
-            });
+                },
+            );
 
             let sink_name = format!("{}-sink", query.id);
             let worker_ref = scope.worker();
             let coord = coordinator.clone();
-            rows.unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(Pipeline, &sink_name, move |_cap, info| {
-                *sink_activator.lock().expect("activator lock") =
-                    Some(worker_ref.sync_activator_for(info.address.to_vec()));
-                let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
-                let mut requested: BTreeSet<u64> = BTreeSet::new();
-                let mut failed = false;
-                move |(input, frontier), _output| {
-                    input.for_each(|cap, data| {
-                        let Some(&t) = cap.least() else { return };
-                        if !held.contains_key(&t) {
-                            if let Some(c) = cap.retain_least(0) {
-                                held.insert(t, c);
-                            }
-                        }
-                        for rows in data.drain(..) {
-                            if failed {
-                                continue;
-                            }
-                            match query.project(&rows.batch) {
-                                Ok(batch) => {
-                                    let _ = sink_tx.send(SinkEvent::Batch(Rows { batch, permits: rows.permits }));
-                                }
-                                Err(e) => {
-                                    failed = true;
-                                    let _ = coord.send(CoordEvent::TaskFailed {
-                                        operator_id: format!("{}-sink", query.id),
-                                        subtask: index,
-                                        error: format!("{e:#}"),
-                                    });
+            rows.unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(
+                Pipeline,
+                &sink_name,
+                move |_cap, info| {
+                    *sink_activator.lock().expect("activator lock") =
+                        Some(worker_ref.sync_activator_for(info.address.to_vec()));
+                    let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
+                    let mut requested: BTreeSet<u64> = BTreeSet::new();
+                    let mut failed = false;
+                    move |(input, frontier), _output| {
+                        input.for_each(|cap, data| {
+                            let Some(&t) = cap.least() else { return };
+                            if !held.contains_key(&t) {
+                                if let Some(c) = cap.retain_least(0) {
+                                    held.insert(t, c);
                                 }
                             }
+                            for rows in data.drain(..) {
+                                if failed {
+                                    continue;
+                                }
+                                match query.project(&rows.batch) {
+                                    Ok(batch) => {
+                                        let _ = sink_tx.send(SinkEvent::Batch(Rows {
+                                            batch,
+                                            permits: rows.permits,
+                                        }));
+                                    }
+                                    Err(e) => {
+                                        failed = true;
+                                        let _ = coord.send(CoordEvent::TaskFailed {
+                                            operator_id: format!("{}-sink", query.id),
+                                            subtask: index,
+                                            error: format!("{e:#}"),
+                                        });
+                                    }
+                                }
+                            }
+                        });
+                        // Every row of epoch e has arrived once the frontier passed e.
+                        for &e in held.keys() {
+                            if !frontier.less_equal(&e) && requested.insert(e) {
+                                let barrier = CheckpointBarrier {
+                                    epoch: e,
+                                    min_epoch: e,
+                                    timestamp: SystemTime::now(),
+                                    then_stop: false,
+                                };
+                                let _ = sink_tx.send(SinkEvent::Checkpoint(barrier));
+                            }
                         }
-                    });
-                    // Every row of epoch e has arrived once the frontier passed e.
-                    for &e in held.keys() {
-                        if !frontier.less_equal(&e) && requested.insert(e) {
-                            let barrier = CheckpointBarrier {
-                                epoch: e,
-                                min_epoch: e,
-                                timestamp: SystemTime::now(),
-                                then_stop: false,
-                            };
-                            let _ = sink_tx.send(SinkEvent::Checkpoint(barrier));
+                        while let Ok(done) = sink_done_rx.try_recv() {
+                            held.retain(|e, _| *e > done);
+                            requested.retain(|e| *e > done);
                         }
                     }
-                    while let Ok(done) = sink_done_rx.try_recv() {
-                        held.retain(|e, _| *e > done);
-                        requested.retain(|e| *e > done);
-                    }
-                }
-            })
+                },
+            )
             .probe_with(&probe);
         }
     });

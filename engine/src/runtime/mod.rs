@@ -81,11 +81,23 @@ pub(crate) enum SinkEvent {
 /// To the coordinator.
 #[derive(Debug)]
 pub(crate) enum CoordEvent {
-    SourceSnapshot { operator_id: String, subtask: usize, epoch: u64, state: OperatorState },
+    SourceSnapshot {
+        operator_id: String,
+        subtask: usize,
+        epoch: u64,
+        state: OperatorState,
+    },
     /// The least epoch still held at the sinks' outputs; `None` once the dataflow is done.
     Frontier(Option<u64>),
-    TaskFailed { operator_id: String, subtask: usize, error: String },
-    TaskFinished { operator_id: String, subtask: usize },
+    TaskFailed {
+        operator_id: String,
+        subtask: usize,
+        error: String,
+    },
+    TaskFinished {
+        operator_id: String,
+        subtask: usize,
+    },
 }
 
 pub(crate) type ActivatorSlot = Arc<Mutex<Option<timely::scheduling::SyncActivator>>>;
@@ -109,7 +121,8 @@ impl JobShared {
     /// Fails the job fast: wakes every source waiting for back-pressure permits (their
     /// `collect` errors) and tells workers and sinks to stop.
     pub fn abort(&self) {
-        self.aborted.store(true, std::sync::atomic::Ordering::Release);
+        self.aborted
+            .store(true, std::sync::atomic::Ordering::Release);
         self.permits.close();
     }
 

@@ -35,8 +35,11 @@ const FILE: &str = "checkpoint.json";
 impl CheckpointStore {
     /// Creates the directory if needed. Errors name the directory.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
-        fs::create_dir_all(dir).with_context(|| format!("cannot create state directory {}", dir.display()))?;
-        Ok(CheckpointStore { dir: dir.to_path_buf() })
+        fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create state directory {}", dir.display()))?;
+        Ok(CheckpointStore {
+            dir: dir.to_path_buf(),
+        })
     }
 
     pub fn path(&self) -> PathBuf {
@@ -61,11 +64,13 @@ impl CheckpointStore {
         let tmp = self.dir.join(format!("{FILE}.tmp"));
         let bytes = serde_json::to_vec_pretty(meta)?;
         {
-            let mut f = fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+            let mut f = fs::File::create(&tmp)
+                .with_context(|| format!("cannot write {}", tmp.display()))?;
             f.write_all(&bytes)?;
             f.sync_all()?;
         }
-        fs::rename(&tmp, self.path()).with_context(|| format!("cannot replace {}", self.path().display()))?;
+        fs::rename(&tmp, self.path())
+            .with_context(|| format!("cannot replace {}", self.path().display()))?;
         // The rename is durable only once the directory is synced.
         fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
@@ -87,7 +92,13 @@ mod tests {
         let mut st = OperatorState::default();
         st.values.insert("k".into(), serde_json::json!(1));
         ops.insert("q0-source".to_string(), BTreeMap::from([(0usize, st)]));
-        let meta = CheckpointMetadata { version: 1, job_id: "j".into(), epoch: 7, completed_at_ms: 1, operators: ops };
+        let meta = CheckpointMetadata {
+            version: 1,
+            job_id: "j".into(),
+            epoch: 7,
+            completed_at_ms: 1,
+            operators: ops,
+        };
         store.write(&meta).unwrap();
         assert_eq!(store.load().unwrap().unwrap(), meta);
         fs::write(store.path(), b"{").unwrap();

@@ -35,7 +35,10 @@ pub(crate) async fn run_source(
     }
     drop(collector);
     if result.is_ok() {
-        let _ = shared.coordinator.send(CoordEvent::TaskFinished { operator_id, subtask });
+        let _ = shared.coordinator.send(CoordEvent::TaskFinished {
+            operator_id,
+            subtask,
+        });
     }
 }
 
@@ -50,7 +53,11 @@ pub(crate) async fn run_sink(
     let operator_id = ctx.task_info.operator_id.clone();
     let subtask = ctx.task_info.task_index;
     let fail = |error: String| {
-        let _ = shared.coordinator.send(CoordEvent::TaskFailed { operator_id: operator_id.clone(), subtask, error });
+        let _ = shared.coordinator.send(CoordEvent::TaskFailed {
+            operator_id: operator_id.clone(),
+            subtask,
+            error,
+        });
     };
     let mut ok = true;
     if let Err(e) = op.on_start(&mut ctx).await {
@@ -69,16 +76,18 @@ pub(crate) async fn run_sink(
                 }
                 shared.permits.add_permits(rows.permits as usize);
             }
-            SinkEvent::Checkpoint(barrier) if ok => match op.handle_checkpoint(barrier, &mut ctx).await {
-                Ok(()) => {
-                    let _ = done_tx.send(barrier.epoch);
-                    wake(&activator);
+            SinkEvent::Checkpoint(barrier) if ok => {
+                match op.handle_checkpoint(barrier, &mut ctx).await {
+                    Ok(()) => {
+                        let _ = done_tx.send(barrier.epoch);
+                        wake(&activator);
+                    }
+                    Err(e) => {
+                        fail(format!("checkpoint {} failed: {e:#}", barrier.epoch));
+                        ok = false;
+                    }
                 }
-                Err(e) => {
-                    fail(format!("checkpoint {} failed: {e:#}", barrier.epoch));
-                    ok = false;
-                }
-            },
+            }
             SinkEvent::Commit(epoch) if ok => {
                 if let Err(e) = op.handle_commit(epoch, &mut ctx).await {
                     fail(format!("commit {epoch} failed: {e:#}"));
@@ -93,6 +102,9 @@ pub(crate) async fn run_sink(
         tracing::warn!(operator = %operator_id, subtask, "close failed: {e:#}");
     }
     if ok {
-        let _ = shared.coordinator.send(CoordEvent::TaskFinished { operator_id, subtask });
+        let _ = shared.coordinator.send(CoordEvent::TaskFinished {
+            operator_id,
+            subtask,
+        });
     }
 }

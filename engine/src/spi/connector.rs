@@ -97,7 +97,11 @@ pub trait ErasedConnector: Send + Sync {
         options: &mut ConnectorOptions,
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection>;
-    fn make_operator(&self, connection: &Connection, config: OperatorConfig) -> anyhow::Result<ConstructedOperator>;
+    fn make_operator(
+        &self,
+        connection: &Connection,
+        config: OperatorConfig,
+    ) -> anyhow::Result<ConstructedOperator>;
 }
 
 impl<C: Connector> ErasedConnector for C {
@@ -146,7 +150,11 @@ impl<C: Connector> ErasedConnector for C {
         Connector::from_options(self, name, options, schema)
     }
 
-    fn make_operator(&self, connection: &Connection, config: OperatorConfig) -> anyhow::Result<ConstructedOperator> {
+    fn make_operator(
+        &self,
+        connection: &Connection,
+        config: OperatorConfig,
+    ) -> anyhow::Result<ConstructedOperator> {
         let profile = serde_json::from_value(connection.config["profile"].clone())?;
         let table = serde_json::from_value(connection.config["table"].clone())?;
         Connector::make_operator(self, profile, table, config)

@@ -165,15 +165,21 @@ impl SourceCollector {
 
     /// Messages decoded since the last flush.
     pub fn buffered_messages(&self) -> usize {
-        self.deserializer.as_ref().map_or(0, |d| d.buffered_messages())
+        self.deserializer
+            .as_ref()
+            .map_or(0, |d| d.buffered_messages())
     }
 
     /// True when the buffer holds `batch_size` rows or its oldest row waited `linger`.
     pub fn should_flush(&self) -> bool {
-        let Some(d) = &self.deserializer else { return false };
+        let Some(d) = &self.deserializer else {
+            return false;
+        };
         d.buffered_rows() >= self.batch_size
             || (d.buffered_messages() > 0
-                && self.buffer_started.is_some_and(|t| t.elapsed() >= self.linger))
+                && self
+                    .buffer_started
+                    .is_some_and(|t| t.elapsed() >= self.linger))
     }
 
     /// When the buffer must be flushed by the linger rule, if it holds anything.
@@ -186,7 +192,9 @@ impl SourceCollector {
     /// the buffer (`DeserializeError::message_index`); then nothing is emitted.
     pub async fn flush_buffer(&mut self) -> anyhow::Result<usize> {
         self.buffer_started = None;
-        let Some(d) = self.deserializer.as_mut() else { return Ok(0) };
+        let Some(d) = self.deserializer.as_mut() else {
+            return Ok(0);
+        };
         match d.flush()? {
             Some(batch) => {
                 let n = batch.num_rows();
@@ -209,7 +217,10 @@ impl SourceCollector {
             .await
             .map_err(|_| anyhow::anyhow!("the dataflow has shut down"))?;
         permit.forget();
-        self.send(SourceEvent::Batch(Rows { batch, permits: want }))
+        self.send(SourceEvent::Batch(Rows {
+            batch,
+            permits: want,
+        }))
     }
 
     pub(crate) fn send(&self, event: SourceEvent) -> anyhow::Result<()> {

@@ -58,7 +58,11 @@ pub trait ArrowOperator: Send {
     ) -> anyhow::Result<()>;
 
     /// Checkpoint `epoch` completed.
-    async fn handle_commit(&mut self, _epoch: u64, _ctx: &mut OperatorContext) -> anyhow::Result<()> {
+    async fn handle_commit(
+        &mut self,
+        _epoch: u64,
+        _ctx: &mut OperatorContext,
+    ) -> anyhow::Result<()> {
         Ok(())
     }
 

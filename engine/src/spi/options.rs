@@ -13,7 +13,11 @@ pub enum OptionError {
     /// A required key is absent.
     Missing { key: String },
     /// A value did not parse or broke a rule.
-    Invalid { key: String, value: String, reason: String },
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
     /// Keys nobody pulled, each with an optional did-you-mean suggestion.
     Unknown { keys: Vec<(String, Option<String>)> },
     /// Two options that cannot be combined.
@@ -67,7 +71,9 @@ impl ConnectorOptions {
 
     /// Sets `key` unless it is already present (e.g. `--emulator` filling in an endpoint).
     pub fn insert_if_absent(&mut self, key: &str, value: &str) {
-        self.options.entry(key.to_string()).or_insert_with(|| value.to_string());
+        self.options
+            .entry(key.to_string())
+            .or_insert_with(|| value.to_string());
     }
 
     /// Keys still present, sorted.
@@ -77,8 +83,9 @@ impl ConnectorOptions {
 
     /// Removes and returns `key`, or `Missing`.
     pub fn pull_str(&mut self, key: &str) -> Result<String, OptionError> {
-        self.pull_opt_str(key)?
-            .ok_or_else(|| OptionError::Missing { key: key.to_string() })
+        self.pull_opt_str(key)?.ok_or_else(|| OptionError::Missing {
+            key: key.to_string(),
+        })
     }
 
     /// Removes and returns `key` if present.
@@ -94,7 +101,9 @@ impl ConnectorOptions {
     ) -> Result<Option<T>, OptionError> {
         match self.options.remove(key) {
             None => Ok(None),
-            Some(v) => parse(&v).map(Some).map_err(|reason| invalid(key, &v, reason)),
+            Some(v) => parse(&v)
+                .map(Some)
+                .map_err(|reason| invalid(key, &v, reason)),
         }
     }
 
@@ -196,7 +205,10 @@ mod tests {
     fn pull_removes_and_leftovers_are_listed_together() {
         let mut o = opts(&[("topic", "t"), ("topik", "x"), ("zzz", "1")]);
         assert_eq!(o.pull_str("topic").unwrap(), "t");
-        let err = o.finish(&["topic", "subscription"]).unwrap_err().to_string();
+        let err = o
+            .finish(&["topic", "subscription"])
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "unknown options provided in WITH clause: 'topik' (did you mean 'topic'?), 'zzz'"
@@ -206,14 +218,23 @@ mod tests {
     #[test]
     fn invalid_values_name_key_and_value() {
         let mut o = opts(&[("scan.parallel-pull-count", "0")]);
-        let err = o.pull_opt_nonzero_u64("scan.parallel-pull-count").unwrap_err();
+        let err = o
+            .pull_opt_nonzero_u64("scan.parallel-pull-count")
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             "option 'scan.parallel-pull-count' is invalid: must be positive, was '0'"
         );
         let mut o = opts(&[("d", "soon")]);
-        assert!(o.pull_opt_duration("d").unwrap_err().to_string().contains("'soon'"));
+        assert!(o
+            .pull_opt_duration("d")
+            .unwrap_err()
+            .to_string()
+            .contains("'soon'"));
         let mut o = opts(&[]);
-        assert_eq!(o.pull_str("project").unwrap_err().to_string(), "required option 'project' not set");
+        assert_eq!(
+            o.pull_str("project").unwrap_err().to_string(),
+            "required option 'project' not set"
+        );
     }
 }

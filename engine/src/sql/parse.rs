@@ -87,9 +87,17 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                 let options = match &ct.table_options {
                     CreateTableOptions::With(opts) => table_options(&name, opts)?,
                     CreateTableOptions::None => ConnectorOptions::default(),
-                    other => return err(format!("table '{name}': use WITH (...) for options, not {other}")),
+                    other => {
+                        return err(format!(
+                            "table '{name}': use WITH (...) for options, not {other}"
+                        ))
+                    }
                 };
-                out.tables.push(TableDef { name, fields, options });
+                out.tables.push(TableDef {
+                    name,
+                    fields,
+                    options,
+                });
             }
             Statement::Insert(ins) => {
                 let sink = match &ins.table {
@@ -100,19 +108,31 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                     return err(format!("INSERT INTO {sink} needs a SELECT"));
                 };
                 let SetExpr::Select(select) = source.body.as_ref() else {
-                    return err(format!("INSERT INTO {sink}: only a plain SELECT ... FROM is supported"));
+                    return err(format!(
+                        "INSERT INTO {sink}: only a plain SELECT ... FROM is supported"
+                    ));
                 };
                 if select.from.len() != 1 || !select.from[0].joins.is_empty() {
-                    return err(format!("INSERT INTO {sink}: SELECT must read exactly one table"));
+                    return err(format!(
+                        "INSERT INTO {sink}: SELECT must read exactly one table"
+                    ));
                 }
                 let TableFactor::Table { name, .. } = &select.from[0].relation else {
                     return err(format!("INSERT INTO {sink}: SELECT must read a table"));
                 };
-                if select.selection.is_some() || !matches!(select.group_by, sqlparser::ast::GroupByExpr::Expressions(ref v, _) if v.is_empty()) {
-                    return err(format!("INSERT INTO {sink}: WHERE and GROUP BY are not supported yet"));
+                if select.selection.is_some()
+                    || !matches!(select.group_by, sqlparser::ast::GroupByExpr::Expressions(ref v, _) if v.is_empty())
+                {
+                    return err(format!(
+                        "INSERT INTO {sink}: WHERE and GROUP BY are not supported yet"
+                    ));
                 }
                 let projection = projection(&sink, &select.projection)?;
-                out.inserts.push(InsertDef { sink, source: object_name(name), projection });
+                out.inserts.push(InsertDef {
+                    sink,
+                    source: object_name(name),
+                    projection,
+                });
             }
             other => {
                 let text = other.to_string();
@@ -126,7 +146,11 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
 
 fn object_name(n: &ObjectName) -> String {
     n.0.iter()
-        .map(|p| p.as_ident().map(|i| i.value.clone()).unwrap_or_else(|| p.to_string()))
+        .map(|p| {
+            p.as_ident()
+                .map(|i| i.value.clone())
+                .unwrap_or_else(|| p.to_string())
+        })
         .collect::<Vec<_>>()
         .join(".")
 }
@@ -154,7 +178,12 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
             ColumnOption::Null => required = false,
             ColumnOption::DialectSpecific(tokens) => match tokens.last() {
                 Some(Token::SingleQuotedString(k)) => metadata_key = Some(k.clone()),
-                _ => return err(format!("table '{table}' column '{}': bad METADATA clause", c.name.value)),
+                _ => {
+                    return err(format!(
+                        "table '{table}' column '{}': bad METADATA clause",
+                        c.name.value
+                    ))
+                }
             },
             other => {
                 return err(format!(
@@ -164,14 +193,21 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
             }
         }
     }
-    Ok(SourceField { name: c.name.value.clone(), field_type, required, metadata_key })
+    Ok(SourceField {
+        name: c.name.value.clone(),
+        field_type,
+        required,
+        metadata_key,
+    })
 }
 
 fn table_options(table: &str, opts: &[SqlOption]) -> Result<ConnectorOptions, SqlError> {
     let mut pairs = Vec::new();
     for o in opts {
         let SqlOption::KeyValue { key, value } = o else {
-            return err(format!("table '{table}': option {o} must be 'key' = 'value'"));
+            return err(format!(
+                "table '{table}': option {o} must be 'key' = 'value'"
+            ));
         };
         let key = object_name(key);
         let value = match value {
@@ -179,10 +215,18 @@ fn table_options(table: &str, opts: &[SqlOption]) -> Result<ConnectorOptions, Sq
                 Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
                 Value::Number(n, _) => n.clone(),
                 Value::Boolean(b) => b.to_string(),
-                other => return err(format!("table '{table}': option '{key}' has unsupported value {other}")),
+                other => {
+                    return err(format!(
+                        "table '{table}': option '{key}' has unsupported value {other}"
+                    ))
+                }
             },
             Expr::Identifier(i) => i.value.clone(),
-            other => return err(format!("table '{table}': option '{key}' must be a literal, was {other}")),
+            other => {
+                return err(format!(
+                    "table '{table}': option '{key}' must be a literal, was {other}"
+                ))
+            }
         };
         if pairs.iter().any(|(k, _): &(String, String)| *k == key) {
             return err(format!("table '{table}': option '{key}' is given twice"));
@@ -227,7 +271,10 @@ mod tests {
         let bids = &p.tables[0];
         assert!(bids.fields[0].required);
         assert_eq!(bids.fields[2].metadata_key.as_deref(), Some("message-id"));
-        assert_eq!(bids.options.keys(), vec!["connector", "format", "scan.parallel-pull-count"]);
+        assert_eq!(
+            bids.options.keys(),
+            vec!["connector", "format", "scan.parallel-pull-count"]
+        );
         assert_eq!(
             p.inserts[0],
             InsertDef {
@@ -240,7 +287,10 @@ mod tests {
 
     #[test]
     fn syntax_error_points_at_line_and_column() {
-        let e = parse_pipeline("CREATE TABLE t (a BIGINT)\nWITH ('x' = 'y');\nINSERT INTO SELEC a FROM t;").unwrap_err();
+        let e = parse_pipeline(
+            "CREATE TABLE t (a BIGINT)\nWITH ('x' = 'y');\nINSERT INTO SELEC a FROM t;",
+        )
+        .unwrap_err();
         assert!(e.0.contains("Line: 3"), "{e}");
         assert!(e.0.contains("Column:"), "{e}");
     }

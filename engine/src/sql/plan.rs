@@ -57,14 +57,20 @@ impl PlannedQuery {
                     Ok(c.clone())
                 } else {
                     // Never turn a value that does not convert into NULL.
-                    let opts = CastOptions { safe: false, ..CastOptions::default() };
+                    let opts = CastOptions {
+                        safe: false,
+                        ..CastOptions::default()
+                    };
                     cast_with_options(c, f.data_type(), &opts).map_err(anyhow::Error::from)
                 }
             })
             .collect::<anyhow::Result<Vec<ArrayRef>>>()?;
         let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
         RecordBatch::try_new_with_options(self.sink_schema.clone(), columns, &opts).map_err(|e| {
-            anyhow::anyhow!("rows for '{}' do not fit its columns: {e}", self.sink.connection.name)
+            anyhow::anyhow!(
+                "rows for '{}' do not fit its columns: {e}",
+                self.sink.connection.name
+            )
         })
     }
 }
@@ -91,17 +97,27 @@ pub fn plan_pipeline(
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, t)| t.clone())
-            .ok_or_else(|| SqlError(format!("table '{name}' is not defined (CREATE TABLE it first)")))
+            .ok_or_else(|| {
+                SqlError(format!(
+                    "table '{name}' is not defined (CREATE TABLE it first)"
+                ))
+            })
     };
     let mut queries = Vec::new();
     for (i, ins) in sql.inserts.iter().enumerate() {
         let source = find(&ins.source)?;
         let sink = find(&ins.sink)?;
         if source.connection.connection_type != ConnectionType::Source {
-            return Err(SqlError(format!("table '{}' is a sink and cannot be read by SELECT", ins.source)));
+            return Err(SqlError(format!(
+                "table '{}' is a sink and cannot be read by SELECT",
+                ins.source
+            )));
         }
         if sink.connection.connection_type != ConnectionType::Sink {
-            return Err(SqlError(format!("table '{}' is a source and cannot be written by INSERT", ins.sink)));
+            return Err(SqlError(format!(
+                "table '{}' is a source and cannot be written by INSERT",
+                ins.sink
+            )));
         }
         let src_schema = source.connection.schema.arrow_schema();
         let sink_schema = sink.connection.schema.arrow_schema();
@@ -111,7 +127,10 @@ pub fn plan_pipeline(
                 .iter()
                 .map(|c| {
                     src_schema.index_of(c).map_err(|_| {
-                        SqlError(format!("column '{c}' does not exist in table '{}'", ins.source))
+                        SqlError(format!(
+                            "column '{c}' does not exist in table '{}'",
+                            ins.source
+                        ))
                     })
                 })
                 .collect::<Result<_, _>>()?,
@@ -128,7 +147,10 @@ pub fn plan_pipeline(
             let from = src_schema.field(*i);
             if !is_safe_cast(from.data_type(), f.data_type()) {
                 let sql = |t: &ConnectionSchema, name: &str| {
-                    t.fields.iter().find(|x| x.name == name).map_or("?", |x| x.field_type.sql_name())
+                    t.fields
+                        .iter()
+                        .find(|x| x.name == name)
+                        .map_or("?", |x| x.field_type.sql_name())
                 };
                 return Err(SqlError(format!(
                     "INSERT INTO {}: column '{}' ({}) cannot be written to column '{}' ({}): only the same type, INT -> BIGINT, INT/BIGINT -> DOUBLE and any type -> TEXT are allowed",
@@ -140,10 +162,18 @@ pub fn plan_pipeline(
                 )));
             }
         }
-        queries.push(PlannedQuery { id: format!("q{i}"), source, sink, projection, sink_schema });
+        queries.push(PlannedQuery {
+            id: format!("q{i}"),
+            source,
+            sink,
+            projection,
+            sink_schema,
+        });
     }
     if queries.is_empty() {
-        return Err(SqlError("the pipeline has no INSERT INTO ... SELECT statement".into()));
+        return Err(SqlError(
+            "the pipeline has no INSERT INTO ... SELECT statement".into(),
+        ));
     }
     Ok(PlannedPipeline { queries })
 }
@@ -160,30 +190,50 @@ fn is_safe_cast(from: &DataType, to: &DataType) -> bool {
         )
 }
 
-fn plan_table(t: &TableDef, connectors: &[Arc<dyn ErasedConnector>]) -> Result<PlannedTable, SqlError> {
+fn plan_table(
+    t: &TableDef,
+    connectors: &[Arc<dyn ErasedConnector>],
+) -> Result<PlannedTable, SqlError> {
     let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
     let mut options = t.options.clone();
-    let name = options.pull_str("connector").map_err(|x| e(x.to_string()))?;
+    let name = options
+        .pull_str("connector")
+        .map_err(|x| e(x.to_string()))?;
     let connector = connectors
         .iter()
         .find(|c| c.name() == name)
         .cloned()
         .ok_or_else(|| {
             let known: Vec<&str> = connectors.iter().map(|c| c.name()).collect();
-            e(format!("option 'connector' is invalid: unknown connector, was '{name}' (known: {})", known.join(", ")))
+            e(format!(
+                "option 'connector' is invalid: unknown connector, was '{name}' (known: {})",
+                known.join(", ")
+            ))
         })?;
-    let format = match options.pull_opt_str("format").map_err(|x| e(x.to_string()))? {
+    let format = match options
+        .pull_opt_str("format")
+        .map_err(|x| e(x.to_string()))?
+    {
         None => Format::Json,
         Some(f) => Format::parse(&f).ok_or_else(|| {
-            e(format!("option 'format' is invalid: must be json or raw_string, was '{f}'"))
+            e(format!(
+                "option 'format' is invalid: must be json or raw_string, was '{f}'"
+            ))
         })?,
     };
-    let schema = ConnectionSchema { format, bad_data: BadData::Fail, fields: t.fields.clone() };
+    let schema = ConnectionSchema {
+        format,
+        bad_data: BadData::Fail,
+        fields: t.fields.clone(),
+    };
     let connection = connector
         .from_options(&t.name, &mut options, &schema)
         .map_err(|x| e(format!("{x:#}")))?;
     let mut known = vec!["connector", "format"];
     known.extend_from_slice(connector.known_options());
     options.finish(&known).map_err(|x| e(x.to_string()))?;
-    Ok(PlannedTable { connector, connection })
+    Ok(PlannedTable {
+        connector,
+        connection,
+    })
 }
