@@ -20,19 +20,14 @@ async fn ten_thousand_messages_reach_the_sink_with_two_workers() {
         &endpoint(),
         ", 'scan.parallel-pull-count' = '2'",
     ));
-    let child = spawn_run(
-        &w.pipeline(),
-        &[
-            "--workers",
-            "2",
-            "--checkpoint-interval",
-            "1s",
-            "--state-dir",
-            w.state().to_str().unwrap(),
-            "--stop-when-idle",
-            "3s",
-        ],
-    );
+    let child = w.spawn(&[
+        "--workers",
+        "2",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "3s",
+    ]);
     let (code, stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 0, "stderr: {stderr}");
     // Redeliveries may add to the counts, never subtract.
@@ -68,16 +63,7 @@ async fn sigkill_before_the_first_checkpoint_acknowledges_nothing() {
         &endpoint(),
         ", 'scan.ack.max-duration-per-extension' = '10s'",
     ));
-    let state = w.state();
-    let child = spawn_run(
-        &w.pipeline(),
-        &[
-            "--checkpoint-interval",
-            "30m",
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-    );
+    let child = w.spawn(&["--checkpoint-interval", "30m"]);
     // Rows reach the sink before any checkpoint completes.
     let first = sink_ids(&t.output_sub, Some(500), Duration::from_secs(60)).await;
     assert!(
@@ -95,19 +81,7 @@ async fn sigkill_before_the_first_checkpoint_acknowledges_nothing() {
 
     // Restart from the same state dir: every message comes back (nothing was acked) and
     // reaches the sink.
-    let child = spawn_run(
-        &w.pipeline(),
-        &[
-            "--checkpoint-interval",
-            "1s",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--stop-when-idle",
-            "15s",
-        ],
-    );
-    let (code, stdout, stderr) = finish(child, LIMIT).await;
-    assert_eq!(code, 0, "stderr: {stderr}");
+    let (stdout, _stderr) = w.restart_until_idle().await;
     let second = sink_ids(&t.output_sub, None, Duration::from_secs(10)).await;
     assert_eq!(
         missing(&ids, &second),
@@ -125,18 +99,7 @@ async fn sigkill_after_checkpoints_then_restart_loses_nothing() {
         &endpoint(),
         ", 'scan.ack.max-duration-per-extension' = '10s', 'scan.flow-control.max-outstanding-element-count' = '300'",
     ));
-    let state = w.state();
-    let child = spawn_run(
-        &w.pipeline(),
-        &[
-            "--workers",
-            "1",
-            "--checkpoint-interval",
-            "1s",
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-    );
+    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "1s"]);
     wait_until("two completed checkpoints", LIMIT, || {
         w.checkpoint_epoch().unwrap_or(0) >= 2
     })
@@ -145,19 +108,7 @@ async fn sigkill_after_checkpoints_then_restart_loses_nothing() {
     let _ = finish(child, LIMIT).await;
     let killed_at = w.checkpoint_epoch().expect("a checkpoint completed");
 
-    let child = spawn_run(
-        &w.pipeline(),
-        &[
-            "--checkpoint-interval",
-            "1s",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--stop-when-idle",
-            "15s",
-        ],
-    );
-    let (code, _stdout, stderr) = finish(child, LIMIT).await;
-    assert_eq!(code, 0, "stderr: {stderr}");
+    let (_stdout, stderr) = w.restart_until_idle().await;
     assert!(
         stderr.contains(&format!("restoring from checkpoint {killed_at}")),
         "{stderr}"
@@ -185,17 +136,7 @@ async fn sigterm_mid_stream_exits_zero_and_leaves_nothing_held() {
         &endpoint(),
         ", 'scan.flow-control.max-outstanding-element-count' = '300', 'scan.ack.max-duration-per-extension' = '10s'",
     ));
-    let child = spawn_run(
-        &w.pipeline(),
-        &[
-            "--workers",
-            "1",
-            "--checkpoint-interval",
-            "1s",
-            "--state-dir",
-            w.state().to_str().unwrap(),
-        ],
-    );
+    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "1s"]);
     wait_until("a completed checkpoint", LIMIT, || {
         w.checkpoint_epoch().unwrap_or(0) >= 1
     })
@@ -247,17 +188,7 @@ async fn failed_publish_fails_the_checkpoint_and_acknowledges_nothing_of_it() {
     let t = topics("sink-fail", 600).await;
     let before = publish_seq(&t.input, 0..200).await;
     let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ""));
-    let child = spawn_run(
-        &w.pipeline(),
-        &[
-            "--workers",
-            "1",
-            "--checkpoint-interval",
-            "1s",
-            "--state-dir",
-            w.state().to_str().unwrap(),
-        ],
-    );
+    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "1s"]);
     let got = sink_ids(&t.output_sub, Some(before.len()), Duration::from_secs(60)).await;
     assert_eq!(missing(&before, &got), 0);
     let acked_epoch = w.checkpoint_epoch().unwrap_or(0);
@@ -301,10 +232,7 @@ async fn non_json_message_fails_the_job_naming_it_and_is_not_lost() {
     .await
     .unwrap();
     let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ""));
-    let child = spawn_run(
-        &w.pipeline(),
-        &["--workers", "1", "--state-dir", w.state().to_str().unwrap()],
-    );
+    let child = w.spawn(&["--workers", "1"]);
     let (code, _stdout, stderr) = finish(child, LIMIT).await;
     assert_ne!(code, 0);
     assert!(

@@ -46,6 +46,16 @@ impl PubSubSink {
         }
     }
 
+    /// Sends every batched message and awaits every publish result.
+    async fn flush_all(&mut self) {
+        if let Some(p) = &self.publisher {
+            p.flush().await;
+        }
+        while !self.in_flight.is_empty() {
+            self.settle_one().await;
+        }
+    }
+
     /// Awaits one publish result.
     async fn settle_one(&mut self) {
         match self.in_flight.next().await {
@@ -122,12 +132,7 @@ impl ArrowOperator for PubSubSink {
         _barrier: CheckpointBarrier,
         _ctx: &mut OperatorContext,
     ) -> anyhow::Result<()> {
-        if let Some(p) = &self.publisher {
-            p.flush().await;
-        }
-        while !self.in_flight.is_empty() {
-            self.settle_one().await;
-        }
+        self.flush_all().await;
         match self.failure.take() {
             Some(f) => Err(anyhow::anyhow!(f)),
             None => Ok(()),
@@ -137,13 +142,8 @@ impl ArrowOperator for PubSubSink {
     async fn on_close(&mut self, _ctx: &mut OperatorContext) -> anyhow::Result<()> {
         // Whatever is still in flight belongs to no completed checkpoint; its rows will be
         // re-read after the source's redelivery, so waiting is only a courtesy.
-        if let Some(p) = self.publisher.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                p.flush().await;
-                while self.in_flight.next().await.is_some() {}
-            })
-            .await;
-        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.flush_all()).await;
+        self.publisher = None;
         Ok(())
     }
 }

@@ -118,11 +118,30 @@ impl Workdir {
     }
 }
 
-/// Starts `pubsub-connector run` with `args`; stdout and stderr are piped.
-pub fn spawn_run(pipeline: &Path, args: &[&str]) -> Child {
+impl Workdir {
+    /// Starts `pubsub-connector run` on this pipeline and state dir with `args`; stdout
+    /// and stderr are piped.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        spawn_run(&self.pipeline(), &self.state(), args)
+    }
+
+    /// Restarts the pipeline from this state dir (1 s checkpoints) and runs it until no
+    /// message arrived for 15 s, longer than the 10 s lease extension after which a killed
+    /// run's messages come back. Asserts exit 0; returns (stdout, stderr).
+    pub async fn restart_until_idle(&self) -> (String, String) {
+        let child = self.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "15s"]);
+        let (code, stdout, stderr) = finish(child, Duration::from_secs(180)).await;
+        assert_eq!(code, 0, "stderr: {stderr}");
+        (stdout, stderr)
+    }
+}
+
+fn spawn_run(pipeline: &Path, state: &Path, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
         .arg("run")
         .arg(pipeline)
+        .arg("--state-dir")
+        .arg(state)
         .args(args)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())

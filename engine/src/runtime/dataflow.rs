@@ -15,7 +15,7 @@ use timely::dataflow::operators::{Capability, Probe};
 use timely::dataflow::ProbeHandle;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{activate, ActivatorSlot, CoordEvent, Rows, SinkEvent, SourceEvent};
+use super::{ActivatorSlot, CoordEvent, Rows, SinkEvent, SourceEvent};
 use crate::spi::CheckpointBarrier;
 use crate::sql::PlannedQuery;
 
@@ -163,9 +163,4 @@ pub(crate) fn run_worker(
         }
         worker.step_or_park(Some(Duration::from_millis(20)));
     }
-}
-
-/// Wakes a Timely operator from another thread.
-pub(crate) fn wake(slot: &ActivatorSlot) {
-    activate(slot)
 }

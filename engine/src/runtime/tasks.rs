@@ -5,8 +5,7 @@ use std::sync::mpsc::Sender;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::dataflow::wake;
-use super::{ActivatorSlot, CoordEvent, JobShared, SinkEvent};
+use super::{activate, ActivatorSlot, CoordEvent, JobShared, SinkEvent};
 use crate::spi::{ArrowOperator, OperatorContext, SourceCollector, SourceContext, SourceOperator};
 
 pub(crate) async fn run_source(
@@ -80,7 +79,7 @@ pub(crate) async fn run_sink(
                 match op.handle_checkpoint(barrier, &mut ctx).await {
                     Ok(()) => {
                         let _ = done_tx.send(barrier.epoch);
-                        wake(&activator);
+                        activate(&activator);
                     }
                     Err(e) => {
                         fail(format!("checkpoint {} failed: {e:#}", barrier.epoch));

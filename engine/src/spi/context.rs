@@ -227,9 +227,7 @@ impl SourceCollector {
         self.tx
             .send(event)
             .map_err(|_| anyhow::anyhow!("the dataflow has shut down"))?;
-        if let Some(a) = self.activator.lock().expect("activator lock").as_ref() {
-            let _ = a.activate();
-        }
+        crate::runtime::activate(&self.activator);
         Ok(())
     }
 }
