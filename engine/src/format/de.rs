@@ -117,6 +117,7 @@ impl Deserializer {
                 );
                 None
             }
+            Format::RawBytes => anyhow::bail!("format 'raw_bytes' is not supported yet"),
         };
         Ok(Deserializer {
             format,
@@ -177,6 +178,7 @@ impl Deserializer {
                 }
                 Err(e) => return Err(fail(format!("payload is not UTF-8: {e}"))),
             },
+            Format::RawBytes => return Err(fail("format 'raw_bytes' is not supported yet".into())),
         };
         for ((_, b), v) in self.meta_columns.iter_mut().zip(metadata) {
             for _ in 0..rows {
@@ -222,7 +224,7 @@ impl Deserializer {
                     }
                 }
             }
-            Format::RawString => vec![Arc::new(self.raw.finish()) as ArrayRef],
+            Format::RawString | Format::RawBytes => vec![Arc::new(self.raw.finish()) as ArrayRef],
         };
         let meta = self.take_meta();
         if rows == 0 {

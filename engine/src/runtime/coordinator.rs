@@ -18,7 +18,7 @@ use super::tasks::{run_sink, run_source};
 use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig, SinkEvent};
 use crate::spi::{
     CheckpointBarrier, ConstructedOperator, ControlMessage, Metrics, OperatorContext,
-    OperatorState, SourceCollector, SourceContext, StopMode, TaskInfo, MESSAGES_ACKED,
+    OperatorState, PullState, SourceCollector, SourceContext, StopMode, TaskInfo, MESSAGES_ACKED,
     MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 use crate::sql::PlannedPipeline;
@@ -122,6 +122,7 @@ pub async fn run_pipeline(
     let mut sources = Vec::new();
     let mut sinks = Vec::new();
     let mut tasks = Vec::new();
+    let mut pull_states = Vec::new();
     for q in &plan.queries {
         let src_id = format!("{}-source", q.id);
         let sink_id = format!("{}-sink", q.id);
@@ -181,6 +182,8 @@ pub async fn run_pipeline(
             let (source_tx, source_rx) = std::sync::mpsc::channel();
             let source_activator: ActivatorSlot = Arc::new(Mutex::new(None));
             let out_schema = q.source.connection.schema.arrow_schema();
+            let pull_state = Arc::new(PullState::default());
+            pull_states.push(pull_state.clone());
             let ctx = SourceContext {
                 task_info: task(&src_id, &q.source.connection.name),
                 out_schema: out_schema.clone(),
@@ -189,6 +192,7 @@ pub async fn run_pipeline(
                 state: restored_state(&src_id),
                 checkpoint_interval: config.checkpoint_interval,
                 coordinator: coord_tx.clone(),
+                pull_state: pull_state.clone(),
             };
             let collector = SourceCollector::new(
                 out_schema,
@@ -196,6 +200,7 @@ pub async fn run_pipeline(
                 source_activator.clone(),
                 shared.permits.clone(),
                 max_permits as u32,
+                pull_state,
             );
             sources.push(((src_id.clone(), w), control_tx));
             tasks.push(spawn_task(
@@ -297,6 +302,7 @@ pub async fn run_pipeline(
         metrics: metrics.clone(),
         sources,
         sinks,
+        pull_states,
         pending: BTreeMap::new(),
         frontier: None,
         next_epoch: start_epoch,
@@ -378,6 +384,8 @@ struct Coordinator {
     metrics: Metrics,
     sources: Vec<(TaskKey, UnboundedSender<ControlMessage>)>,
     sinks: Vec<(TaskKey, UnboundedSender<SinkEvent>)>,
+    /// Whether each source subtask can pull (the idle clock runs only while all can).
+    pull_states: Vec<Arc<PullState>>,
     /// Triggered, not yet completed epochs with the source snapshots received so far.
     pending: BTreeMap<u64, BTreeMap<TaskKey, OperatorState>>,
     /// Last reported sinks' frontier: `None` before the first report, `Some(None)` when done.
@@ -435,7 +443,8 @@ impl Coordinator {
                 }
                 _ = idle_check.tick(), if self.final_epoch.is_none() && self.config.stop_when_idle.is_some() => {
                     let received = self.metrics.total(MESSAGES_RECEIVED);
-                    if received != last_received.0 {
+                    let all_can_pull = self.pull_states.iter().all(|p| p.is_idle_capable());
+                    if received != last_received.0 || !all_can_pull {
                         last_received = (received, Instant::now());
                     } else if last_received.1.elapsed() >= self.config.stop_when_idle.unwrap_or_default() {
                         tracing::info!("no message received for {:?}: stopping", self.config.stop_when_idle.unwrap_or_default());

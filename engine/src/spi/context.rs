@@ -39,6 +39,34 @@ impl OperatorContext {
     }
 }
 
+/// Whether a source subtask is able to read, shared with the coordinator. The
+/// `--stop-when-idle` clock only runs while every source subtask can pull and none is
+/// waiting for back-pressure permits: time spent held by flow control, back-pressure or a
+/// reconnect is not idleness (issue 5, "idle means caught up").
+#[derive(Debug)]
+pub struct PullState {
+    can_pull: std::sync::atomic::AtomicBool,
+    blocked: std::sync::atomic::AtomicBool,
+}
+
+impl Default for PullState {
+    /// A source that never reports is treated as always able to pull.
+    fn default() -> Self {
+        PullState {
+            can_pull: std::sync::atomic::AtomicBool::new(true),
+            blocked: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl PullState {
+    /// True while the source could receive input and nothing holds it back.
+    pub fn is_idle_capable(&self) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        self.can_pull.load(Acquire) && !self.blocked.load(Acquire)
+    }
+}
+
 /// Handed to a source subtask's `run`.
 pub struct SourceContext {
     pub task_info: TaskInfo,
@@ -52,9 +80,20 @@ pub struct SourceContext {
     /// leases against it.
     pub checkpoint_interval: std::time::Duration,
     pub(crate) coordinator: mpsc::UnboundedSender<CoordEvent>,
+    pub(crate) pull_state: Arc<PullState>,
 }
 
 impl SourceContext {
+    /// Tells the runtime whether this subtask is reading: `true` while it waits on its
+    /// input with nothing holding it back, `false` while flow control, a reconnect or
+    /// start-up keeps it from pulling. Only time in which every source can pull counts
+    /// towards `--stop-when-idle`. Sources that never call this count as always pulling.
+    pub fn set_can_pull(&self, can_pull: bool) {
+        self.pull_state
+            .can_pull
+            .store(can_pull, std::sync::atomic::Ordering::Release);
+    }
+
     /// This subtask's counter `name`.
     pub fn counter(&self, name: &str) -> Counter {
         self.metrics
@@ -97,6 +136,7 @@ pub struct SourceCollector {
     pub(crate) activator: Arc<Mutex<Option<timely::scheduling::SyncActivator>>>,
     pub(crate) permits: Arc<Semaphore>,
     pub(crate) max_permits: u32,
+    pub(crate) pull_state: Arc<PullState>,
     deserializer: Option<Deserializer>,
     batch_size: usize,
     linger: Duration,
@@ -110,6 +150,7 @@ impl SourceCollector {
         activator: Arc<Mutex<Option<timely::scheduling::SyncActivator>>>,
         permits: Arc<Semaphore>,
         max_permits: u32,
+        pull_state: Arc<PullState>,
     ) -> Self {
         SourceCollector {
             out_schema,
@@ -117,6 +158,7 @@ impl SourceCollector {
             activator,
             permits,
             max_permits,
+            pull_state,
             deserializer: None,
             batch_size: 512,
             linger: Duration::from_millis(100),
@@ -211,11 +253,15 @@ impl SourceCollector {
             return Ok(());
         }
         let want = (batch.num_rows() as u32).min(self.max_permits).max(1);
-        let permit = self
-            .permits
-            .acquire_many(want)
-            .await
-            .map_err(|_| anyhow::anyhow!("the dataflow has shut down"))?;
+        // Waiting for back-pressure is not idleness (see `PullState`).
+        self.pull_state
+            .blocked
+            .store(true, std::sync::atomic::Ordering::Release);
+        let permit = self.permits.acquire_many(want).await;
+        self.pull_state
+            .blocked
+            .store(false, std::sync::atomic::Ordering::Release);
+        let permit = permit.map_err(|_| anyhow::anyhow!("the dataflow has shut down"))?;
         permit.forget();
         self.send(SourceEvent::Batch(Rows {
             batch,

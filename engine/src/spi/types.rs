@@ -73,6 +73,8 @@ pub enum Format {
     Json,
     /// The whole payload as UTF-8 text in one TEXT column named `value`.
     RawString,
+    /// The whole payload as bytes in one BYTEA column named `value`.
+    RawBytes,
 }
 
 impl Format {
@@ -81,8 +83,43 @@ impl Format {
         match value {
             "json" => Some(Format::Json),
             "raw_string" => Some(Format::RawString),
+            "raw_bytes" => Some(Format::RawBytes),
             _ => None,
         }
+    }
+}
+
+/// How TIMESTAMP columns are written in JSON payloads (`json.timestamp-format`, SPEC 8).
+/// Decoding: `rfc3339` accepts RFC 3339 strings (any offset or `Z`, up to 9 fractional
+/// digits) and `YYYY-MM-DD HH:MM:SS[.f]` read as UTC, and refuses JSON numbers; the
+/// `epoch-*` formats accept an integer JSON number (or an int64 string) in that unit.
+/// Encoding: `rfc3339` writes UTC ending in `Z`; `epoch-*` writes an integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimestampFormat {
+    #[default]
+    Rfc3339,
+    EpochSeconds,
+    EpochMillis,
+    EpochMicros,
+    EpochNanos,
+}
+
+impl TimestampFormat {
+    /// Every accepted option value, for messages.
+    pub const VALUES: &'static str =
+        "rfc3339, epoch-seconds, epoch-millis, epoch-micros, epoch-nanos";
+
+    /// Parses the `json.timestamp-format` option value.
+    pub fn parse(value: &str) -> Option<TimestampFormat> {
+        Some(match value {
+            "rfc3339" => TimestampFormat::Rfc3339,
+            "epoch-seconds" => TimestampFormat::EpochSeconds,
+            "epoch-millis" => TimestampFormat::EpochMillis,
+            "epoch-micros" => TimestampFormat::EpochMicros,
+            "epoch-nanos" => TimestampFormat::EpochNanos,
+            _ => return None,
+        })
     }
 }
 
@@ -112,6 +149,12 @@ pub enum FieldType {
     Double,
     Boolean,
     Timestamp,
+    /// 32-bit float (SQL `FLOAT`/`REAL`).
+    Float,
+    /// Bytes (SQL `BYTEA`).
+    Bytea,
+    /// Any JSON value, carried as canonical JSON text (SQL `JSON`/`JSONB`).
+    Json,
 }
 
 impl FieldType {
@@ -124,6 +167,11 @@ impl FieldType {
             FieldType::Double => DataType::Float64,
             FieldType::Boolean => DataType::Boolean,
             FieldType::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, None),
+            FieldType::Float => DataType::Float32,
+            FieldType::Bytea => DataType::Binary,
+            // JSON travels as its canonical text; the declared SQL type (not the Arrow
+            // type) tells TEXT and JSON apart in the planner and the sink.
+            FieldType::Json => DataType::Utf8,
         }
     }
 
@@ -136,6 +184,9 @@ impl FieldType {
             FieldType::Double => "DOUBLE",
             FieldType::Boolean => "BOOLEAN",
             FieldType::Timestamp => "TIMESTAMP",
+            FieldType::Float => "FLOAT",
+            FieldType::Bytea => "BYTEA",
+            FieldType::Json => "JSON",
         }
     }
 }
@@ -155,6 +206,9 @@ pub struct SourceField {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionSchema {
     pub format: Format,
+    /// `json.timestamp-format`: how TIMESTAMP columns are read from and written to JSON.
+    #[serde(default)]
+    pub timestamp_format: TimestampFormat,
     pub bad_data: BadData,
     pub fields: Vec<SourceField>,
 }

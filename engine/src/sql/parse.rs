@@ -163,9 +163,12 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
         DataType::Double(_) | DataType::DoublePrecision | DataType::Float8 => FieldType::Double,
         DataType::Boolean | DataType::Bool => FieldType::Boolean,
         DataType::Timestamp(_, _) => FieldType::Timestamp,
+        DataType::Float(_) | DataType::Real | DataType::Float4 => FieldType::Float,
+        DataType::Bytea => FieldType::Bytea,
+        DataType::JSON | DataType::JSONB => FieldType::Json,
         other => {
             return err(format!(
-                "table '{table}' column '{}': type {other} is not supported (TEXT, BIGINT, INT, DOUBLE, BOOLEAN, TIMESTAMP)",
+                "table '{table}' column '{}': type {other} is not supported (TEXT, BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP, BYTEA, JSON)",
                 c.name.value
             ))
         }

@@ -10,6 +10,7 @@ use arrow::datatypes::SchemaRef;
 use super::parse::{PipelineSql, Projection, SqlError, TableDef};
 use crate::spi::{
     BadData, Connection, ConnectionSchema, ConnectionType, ErasedConnector, Format, OperatorConfig,
+    TimestampFormat,
 };
 
 /// A table bound to its connector.
@@ -217,19 +218,39 @@ fn plan_table(
         None => Format::Json,
         Some(f) => Format::parse(&f).ok_or_else(|| {
             e(format!(
-                "option 'format' is invalid: must be json or raw_string, was '{f}'"
+                "option 'format' is invalid: must be json, raw_string or raw_bytes, was '{f}'"
             ))
         })?,
     };
+    let timestamp_format = match options
+        .pull_opt_str("json.timestamp-format")
+        .map_err(|x| e(x.to_string()))?
+    {
+        None => TimestampFormat::default(),
+        Some(v) => {
+            if format != Format::Json {
+                return Err(e(format!(
+                    "option 'json.timestamp-format' applies to format 'json' only, was '{v}'"
+                )));
+            }
+            TimestampFormat::parse(&v).ok_or_else(|| {
+                e(format!(
+                    "option 'json.timestamp-format' is invalid: must be one of {}, was '{v}'",
+                    TimestampFormat::VALUES
+                ))
+            })?
+        }
+    };
     let schema = ConnectionSchema {
         format,
+        timestamp_format,
         bad_data: BadData::Fail,
         fields: t.fields.clone(),
     };
     let connection = connector
         .from_options(&t.name, &mut options, &schema)
         .map_err(|x| e(format!("{x:#}")))?;
-    let mut known = vec!["connector", "format"];
+    let mut known = vec!["connector", "format", "json.timestamp-format"];
     known.extend_from_slice(connector.known_options());
     options.finish(&known).map_err(|x| e(x.to_string()))?;
     Ok(PlannedTable {
