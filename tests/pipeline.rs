@@ -155,6 +155,10 @@ async fn sigterm_mid_stream_exits_zero_and_leaves_nothing_held() {
         acked + released,
         "every message the connector took was acked or nacked: {stdout}"
     );
+    assert!(
+        released > 0,
+        "the stop came mid-stream, so messages held after the final barrier must be nacked: {stdout}"
+    );
     let written = sink_ids(&t.output_sub, None, Duration::from_secs(5)).await;
     assert!(
         written.len() >= acked,
@@ -203,10 +207,16 @@ async fn failed_publish_fails_the_checkpoint_and_acknowledges_nothing_of_it() {
     let after = publish_seq(&t.input, 200..400).await;
     let (code, _stdout, stderr) = finish(child, LIMIT).await;
     assert_ne!(code, 0, "a failed publish must fail the job");
-    assert!(
-        stderr.contains("checkpoint") && stderr.contains("failed"),
-        "{stderr}"
-    );
+    // The checkpoint that fails is the first one after the last completed checkpoint,
+    // and it is the epoch that held the lost publishes (after the topic was deleted).
+    let failed: u64 = stderr
+        .split("checkpoint ")
+        .filter_map(|rest| rest.strip_suffix_failed())
+        .next()
+        .unwrap_or_else(|| panic!("no 'checkpoint N failed' in {stderr}"));
+    let completed = w.checkpoint_epoch().unwrap_or(0);
+    assert_eq!(failed, completed + 1, "{stderr}");
+    assert!(failed > acked_epoch, "{stderr}");
     let back = redelivered(&t.input_sub, Duration::from_secs(5)).await;
     assert_eq!(
         missing(&after, &back.keys().cloned().collect()),
@@ -300,4 +310,20 @@ fn sql_syntax_error_points_at_line_and_column() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("Line: 3, Column"), "{err}");
+}
+
+trait FailedEpoch {
+    /// `"N failed..."` -> N.
+    fn strip_suffix_failed(&self) -> Option<u64>;
+}
+
+impl FailedEpoch for &str {
+    fn strip_suffix_failed(&self) -> Option<u64> {
+        let digits: String = self.chars().take_while(char::is_ascii_digit).collect();
+        let rest = &self[digits.len()..];
+        if digits.is_empty() || !rest.starts_with(" failed") {
+            return None;
+        }
+        digits.parse().ok()
+    }
 }

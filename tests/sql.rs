@@ -1,3 +1,251 @@
-//! End-to-end tests of the `pubsub-connector` binary against the real Pub/Sub emulator.
+//! End-to-end tests of how a pipeline file is read and run as a whole: fan-out of one
+//! source table to several queries, plan-time refusals, the state-directory lock, signals,
+//! and the `emulator` command. Real emulator, real processes.
 
 mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// Distinct `mid` values in an output subscription.
+async fn mids(sub: &str, expected: usize) -> std::collections::HashSet<String> {
+    sink_ids(sub, Some(expected), Duration::from_secs(10)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_table_read_by_two_inserts_delivers_every_message_to_both() {
+    let t = topics("fanout", 60).await;
+    let p = profile();
+    let second = unique("fanout-out2");
+    let second_sub = unique("fanout-out2-sub");
+    pubsub_connector_core::admin::create_topic(&p, &second)
+        .await
+        .unwrap();
+    pubsub_connector_core::admin::create_subscription(&p, &second_sub, &second, 60)
+        .await
+        .unwrap();
+    let ids = publish_seq(&t.input, 0..3_000).await;
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+            'emulator-endpoint' = '{ep}');
+         CREATE TABLE a (seq BIGINT, mid TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}',
+            'topic' = '{out}', 'emulator-endpoint' = '{ep}');
+         CREATE TABLE b (mid TEXT, seq BIGINT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}',
+            'topic' = '{second}', 'emulator-endpoint' = '{ep}');
+         INSERT INTO a SELECT * FROM src;
+         INSERT INTO b (seq, mid) SELECT seq, mid FROM src;",
+        sub = t.input_sub,
+        out = t.output,
+        ep = endpoint()
+    );
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "3s"]);
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let a = mids(&t.output_sub, ids.len()).await;
+    let b = mids(&second_sub, ids.len()).await;
+    assert_eq!(missing(&ids, &a), 0, "table a misses messages: {stdout}");
+    assert_eq!(missing(&ids, &b), 0, "table b misses messages: {stdout}");
+    // Each message was acknowledged once, not once per query.
+    let acked = summary_count(&stdout, "messages acknowledged:");
+    assert!((3_000..6_000).contains(&acked), "{stdout}");
+    let left = redelivered(&t.input_sub, Duration::from_secs(3)).await;
+    assert!(left.is_empty(), "{} messages came back", left.len());
+}
+
+fn plan_error(sql: &str) -> String {
+    let w = Workdir::new(sql);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .arg("run")
+        .arg(w.pipeline())
+        .arg("--state-dir")
+        .arg(w.state())
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn two_tables_on_one_subscription_are_rejected_naming_both() {
+    let e = plan_error(
+        "CREATE TABLE s1 (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 'sub', 'emulator-endpoint' = '127.0.0.1:1');
+         CREATE TABLE s2 (b BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 'sub', 'emulator-endpoint' = '127.0.0.1:1');
+         CREATE TABLE d (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
+         INSERT INTO d SELECT a FROM s1;
+         INSERT INTO d SELECT b FROM s2;",
+    );
+    assert!(
+        e.contains("tables 's1' and 's2' both read subscription projects/p/subscriptions/sub"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sql_is_read_as_written() {
+    let e = plan_error(
+        "CREATE TABLE o (first_name TEXT, first_name TEXT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');",
+    );
+    assert!(e.contains("declares column 'first_name' twice"), "{e}");
+    let e = plan_error(
+        "CREATE TABLE o (n BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');
+         CREATE TABLE d (n INT) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
+         INSERT INTO d SELECT n FROM o;",
+    );
+    assert!(
+        e.contains("column 'n' (BIGINT) of 'o' cannot be written to column 'n' (INT)"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_one_state_dir_is_refused() {
+    let t = topics("lock", 60).await;
+    let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ""));
+    let first = w.spawn(&["--checkpoint-interval", "1s"]);
+    wait_until("the first job's lock file", LIMIT, || {
+        w.state().join("lock").exists()
+    })
+    .await;
+    let second = w.spawn(&[]);
+    let (code, _out, stderr) = finish(second, LIMIT).await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("is in use by another pubsub-connector process"),
+        "{stderr}"
+    );
+    signal(&first, "TERM");
+    let (code, _out, stderr) = finish(first, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_aborts_at_once_and_releases_what_is_held() {
+    // A 600 s ack deadline: only a nack brings a message back at once. The sink topic's
+    // checkpoint never completes quickly: 30 min checkpoints, so the first SIGTERM's final
+    // checkpoint is under way when the second arrives.
+    let t = topics("abort", 600).await;
+    let ids = publish_seq(&t.input, 0..2_000).await;
+    let w = Workdir::new(&pipeline_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.ack.max-duration-per-extension' = '10s'",
+    ));
+    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "30m"]);
+    let _ = sink_ids(&t.output_sub, Some(200), Duration::from_secs(60)).await;
+    signal(&child, "TERM");
+    signal(&child, "TERM");
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_ne!(code, 0, "an aborted job does not exit 0: {stderr}");
+    assert!(stderr.contains("second"), "{stderr}");
+    let released = summary_count(&stdout, "messages released:");
+    let back = redelivered(&t.input_sub, Duration::from_secs(5)).await;
+    assert!(released > 0, "{stdout}");
+    assert!(
+        back.len() >= released.min(ids.len()) / 2,
+        "released {released}, back {}",
+        back.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emulator_command_creates_what_a_pipeline_names_and_a_pipeline_runs_on_it() {
+    let port = pubsub_connector_core::emulator::free_port().unwrap();
+    let sub = unique("emucmd-sub");
+    let topic = sub.strip_suffix("-sub").unwrap().to_string();
+    let out = unique("emucmd-out");
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}');
+         CREATE TABLE dst (seq BIGINT, mid TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}');
+         INSERT INTO dst SELECT * FROM src;"
+    );
+    let w = Workdir::new(&sql);
+    let mut emu = tokio::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .args(["emulator", "--port", &port.to_string(), "--create"])
+        .arg(w.pipeline())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(emu.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let endpoint = format!("127.0.0.1:{port}");
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            let ready = l.contains("ready at");
+            printed.push(l);
+            if ready {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the emulator command reports ready");
+    let text = printed.join("\n");
+    assert!(text.contains(&endpoint), "{text}");
+    assert!(
+        text.contains(&format!(
+            "subscriptions/{sub} on topic projects/{PROJECT}/topics/{topic}"
+        )),
+        "{text}"
+    );
+
+    let p = pubsub_connector_core::client::emulator_profile(PROJECT, &endpoint);
+    let sink_sub = unique("emucmd-out-sub");
+    pubsub_connector_core::admin::create_subscription(&p, &sink_sub, &out, 60)
+        .await
+        .unwrap();
+    let payloads = (0..500)
+        .map(|i| format!("{{\"seq\": {i}}}").into_bytes())
+        .collect();
+    let ids = pubsub_connector_core::admin::publish_all(&p, &topic, payloads, 500)
+        .await
+        .unwrap();
+    let sql_with_endpoint = sql.replace(
+        &format!("'project' = '{PROJECT}',"),
+        &format!("'project' = '{PROJECT}', 'emulator-endpoint' = '{endpoint}',"),
+    );
+    std::fs::write(w.pipeline(), sql_with_endpoint).unwrap();
+    // Two runs in a row: the second resumes at once (the proxy releases stopped streams).
+    for _ in 0..2 {
+        let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "2s"]);
+        let (code, _stdout, stderr) = finish(child, LIMIT).await;
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let got: std::collections::HashSet<String> = pubsub_connector_core::admin::drain(
+        &p,
+        &sink_sub,
+        1,
+        Some(ids.len()),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap()
+    .values()
+    .filter_map(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
+    .filter_map(|v| v["mid"].as_str().map(str::to_string))
+    .collect();
+    assert_eq!(missing(&ids, &got), 0);
+    signal_tokio(&emu, "INT");
+    let status = tokio::time::timeout(Duration::from_secs(30), emu.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn signal_tokio(child: &tokio::process::Child, sig: &str) {
+    let pid = child.id().expect("running");
+    std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+}

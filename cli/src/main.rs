@@ -4,6 +4,7 @@
 mod bench;
 mod pipeline;
 mod quickstart;
+mod resources;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,20 @@ enum Command {
     Quickstart(QuickstartArgs),
     /// Compare pipeline throughput with a raw client loop on the emulator.
     Bench(BenchArgs),
+    /// Run a local Pub/Sub emulator (behind the half-closing proxy) until Ctrl-C, creating
+    /// the topics and subscriptions a pipeline file names.
+    Emulator(EmulatorArgs),
+}
+
+#[derive(Args)]
+struct EmulatorArgs {
+    /// Port of the endpoint to print and use (`127.0.0.1:PORT`); 0 picks a free one.
+    #[arg(long, default_value_t = 8085)]
+    port: u16,
+    /// Create the topics and subscriptions this pipeline file names (a subscription
+    /// `x-sub` is created on topic `x`, any other subscription on a topic of its own name).
+    #[arg(long)]
+    create: Option<PathBuf>,
 }
 
 /// Options shared by every command that runs a pipeline.
@@ -47,11 +62,16 @@ pub struct RunArgs {
     /// Directory of the last completed checkpoint; a restart resumes from it.
     #[arg(long, default_value = "./state")]
     pub state_dir: PathBuf,
-    /// Stop gracefully once no message was received for this long (at least 10ms).
+    /// Stop gracefully once no message was received for this long while every source
+    /// could pull (time held by flow control, back-pressure or a reconnect does not count).
     #[arg(long, value_parser = parse_positive_duration)]
     pub stop_when_idle: Option<Duration>,
-    /// Start a local Pub/Sub emulator and point every pubsub table without an
-    /// 'emulator-endpoint' at it.
+    /// A checkpoint not complete this long after its barrier fails the job.
+    #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
+    pub checkpoint_timeout: Duration,
+    /// Start a local Pub/Sub emulator, point every pubsub table without an
+    /// 'emulator-endpoint' at it, and create the topics and subscriptions the pipeline
+    /// names (as `emulator --create` does).
     #[arg(long)]
     pub emulator: bool,
 }
@@ -93,6 +113,32 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `emulator`: start, create what a pipeline names, print the endpoint, wait for Ctrl-C.
+async fn emulator_command(args: EmulatorArgs) -> anyhow::Result<()> {
+    let port = args.port;
+    let emu = tokio::task::spawn_blocking(move || {
+        pubsub_connector_core::emulator::Emulator::start_on(port)
+    })
+    .await??;
+    if let Some(path) = &args.create {
+        let mut sql = pipeline::load(path)?;
+        pipeline::use_emulator(&mut sql, &emu.endpoint());
+        let plan = pubsub_engine::sql::plan_pipeline(&sql, &pipeline::connectors())?;
+        for line in resources::create_all(&plan).await? {
+            println!("created {line}");
+        }
+    }
+    println!("Pub/Sub emulator ready at {}", emu.endpoint());
+    println!("use 'emulator-endpoint' = '{}' in WITH (...), or PUBSUB_EMULATOR_HOST={} for other tools; Ctrl-C stops it", emu.endpoint(), emu.endpoint());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    drop(emu);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -117,6 +163,7 @@ fn main() -> ExitCode {
             Command::Run(args) => pipeline::run_command(args).await,
             Command::Quickstart(q) => quickstart::run(q.bids, q.pipeline, q.workers).await,
             Command::Bench(b) => bench::run(b).await,
+            Command::Emulator(e) => emulator_command(e).await,
         }
     });
     rt.shutdown_timeout(Duration::from_secs(5));

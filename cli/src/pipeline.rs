@@ -34,38 +34,69 @@ pub fn use_emulator(sql: &mut PipelineSql, endpoint: &str) {
 }
 
 /// Runs `sql` until stopped by SIGINT/SIGTERM, idleness or failure; returns the summary
-/// (also on failure, inside the error's context).
+/// (also on failure, inside the error's context). With `create_resources` (an emulator),
+/// the topics and subscriptions the pipeline names are created first.
 pub async fn execute(
     sql: &PipelineSql,
     args: &RunArgs,
+    stop: StopHandle,
+    create_resources: bool,
 ) -> Result<JobSummary, (anyhow::Error, Option<JobSummary>)> {
     let plan = plan_pipeline(sql, &connectors()).map_err(|e| (anyhow::Error::from(e), None))?;
+    if create_resources {
+        let lines = crate::resources::create_all(&plan)
+            .await
+            .map_err(|e| (e, None))?;
+        for l in lines {
+            tracing::info!("{l}");
+        }
+    }
     let config = RuntimeConfig {
         workers: args.workers.max(1),
         checkpoint_interval: args.checkpoint_interval,
+        checkpoint_timeout: args.checkpoint_timeout,
         state_dir: args.state_dir.clone(),
         stop_when_idle: args.stop_when_idle,
         job_id: args.pipeline.display().to_string(),
         ..RuntimeConfig::default()
     };
-    let stop = StopHandle::new();
-    let signals = tokio::spawn(stop_on_signal(stop.clone()));
     let result = run_pipeline(plan, config, stop).await;
-    signals.abort();
     result.map_err(|e| (e.error, Some(e.summary)))
 }
 
-async fn stop_on_signal(stop: StopHandle) {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("signal received: stopping after a final checkpoint");
-    stop.stop();
+/// Installs SIGINT/SIGTERM handling for the whole command: the first signal asks for a
+/// graceful stop, the second aborts at once. Returns the handle the job listens to.
+pub fn stop_on_signals() -> StopHandle {
+    let stop = StopHandle::new();
+    let handle = stop.clone();
+    tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        let Ok(mut int) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!(
+            "signal received: stopping after a final checkpoint (send another to abort at once)"
+        );
+        handle.stop();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::warn!(
+            "second signal received: aborting; held messages are released for redelivery"
+        );
+        handle.abort();
+    });
+    stop
 }
 
 pub fn print_summary(summary: &JobSummary) {
@@ -73,16 +104,20 @@ pub fn print_summary(summary: &JobSummary) {
 }
 
 pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
+    let stop = stop_on_signals();
     let mut sql = load(&args.pipeline)?;
     let _emulator = if args.emulator {
-        let emu = tokio::task::spawn_blocking(Emulator::start).await??;
+        let emu = tokio::select! {
+            emu = tokio::task::spawn_blocking(Emulator::start) => emu??,
+            _ = stop.stopped() => anyhow::bail!("stopped while the emulator was starting"),
+        };
         tracing::info!("Pub/Sub emulator listening on {}", emu.endpoint());
         use_emulator(&mut sql, &emu.endpoint());
         Some(emu)
     } else {
         None
     };
-    match execute(&sql, &args).await {
+    match execute(&sql, &args, stop, args.emulator).await {
         Ok(summary) => {
             print_summary(&summary);
             Ok(())

@@ -48,9 +48,11 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         checkpoint_interval: Duration::from_secs(2),
         state_dir: state.clone(),
         stop_when_idle: Some(Duration::from_secs(5)),
+        checkpoint_timeout: Duration::from_secs(600),
         emulator: false,
     };
-    let summary = match pipeline::execute(&sql, &args).await {
+    let stop = pipeline::stop_on_signals();
+    let summary = match pipeline::execute(&sql, &args, stop, false).await {
         Ok(s) => s,
         Err((e, s)) => {
             if let Some(s) = s {

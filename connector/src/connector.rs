@@ -99,6 +99,26 @@ impl pubsub_engine::Connector for PubSubConnector {
         pubsub_engine::Connector::from_config(self, name, profile, table, schema)
     }
 
+    /// A subscription hands each message to one reader: two source tables on one
+    /// subscription (same endpoint) would each see part of it.
+    fn exclusive_resource(&self, profile: &PubSubProfile, table: &PubSubTable) -> Option<String> {
+        match table {
+            PubSubTable::Source(s) => {
+                let endpoint = match &profile.authentication {
+                    pubsub_schema::Authentication::Emulator { endpoint } => {
+                        format!(" on emulator {endpoint}")
+                    }
+                    _ => String::new(),
+                };
+                Some(format!(
+                    "subscription {}{endpoint}",
+                    crate::client::subscription_path(&profile.project, &s.subscription)
+                ))
+            }
+            PubSubTable::Sink(_) => None,
+        }
+    }
+
     fn make_operator(
         &self,
         profile: PubSubProfile,

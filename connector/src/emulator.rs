@@ -37,6 +37,17 @@ impl Emulator {
     /// and waits up to 60 s until it accepts connections. Errors name the binary and
     /// include the emulator's log tail.
     pub fn start() -> anyhow::Result<Emulator> {
+        Self::start_on(0)
+    }
+
+    /// Like [`Emulator::start`], with the proxy (the endpoint clients use) on
+    /// `127.0.0.1:port`; 0 picks a free port.
+    pub fn start_on(proxy_port: u16) -> anyhow::Result<Emulator> {
+        if proxy_port != 0 {
+            // Fail before starting a JVM if the port is taken.
+            TcpListener::bind(("127.0.0.1", proxy_port))
+                .with_context(|| format!("cannot listen on 127.0.0.1:{proxy_port}"))?;
+        }
         let bin =
             std::env::var("PUBSUB_EMULATOR_BIN").unwrap_or_else(|_| DEFAULT_EMULATOR.to_string());
         anyhow::ensure!(
@@ -76,7 +87,7 @@ impl Emulator {
             if log_text.contains("Server started")
                 && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
             {
-                emulator.proxy_port = crate::emulator_proxy::spawn(port)?;
+                emulator.proxy_port = crate::emulator_proxy::spawn_on(port, proxy_port)?;
                 return Ok(emulator);
             }
             if Instant::now() > deadline {

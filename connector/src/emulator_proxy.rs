@@ -17,7 +17,14 @@ use tokio::net::{TcpListener, TcpStream};
 /// Starts the proxy to `127.0.0.1:upstream_port` on its own thread and runtime; returns
 /// its port. It serves until the process ends. Errors if no port can be bound.
 pub fn spawn(upstream_port: u16) -> anyhow::Result<u16> {
-    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    spawn_on(upstream_port, 0)
+}
+
+/// Like [`spawn`], listening on `127.0.0.1:port` (0: any free port). Errors when the port
+/// is taken.
+pub fn spawn_on(upstream_port: u16, port: u16) -> anyhow::Result<u16> {
+    let std_listener = std::net::TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| anyhow::anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     std_listener.set_nonblocking(true)?;
     let port = std_listener.local_addr()?.port();
     let rt = tokio::runtime::Builder::new_current_thread()

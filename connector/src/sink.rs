@@ -113,9 +113,15 @@ impl ArrowOperator for PubSubSink {
         }
         let payloads = self.serializer.serialize(&batch)?;
         for payload in payloads {
-            // Back-pressure: at the in-flight cap, wait for a result before publishing more.
-            while self.in_flight.len() as u64 >= self.config.max_in_flight_messages {
-                self.settle_one().await;
+            // Back-pressure: at the in-flight cap, send the partial batch at once (instead
+            // of after the batching delay), then wait for results before publishing more.
+            if self.in_flight.len() as u64 >= self.config.max_in_flight_messages {
+                if let Some(p) = &self.publisher {
+                    p.flush().await;
+                }
+                while self.in_flight.len() as u64 >= self.config.max_in_flight_messages {
+                    self.settle_one().await;
+                }
             }
             let publisher = self
                 .publisher

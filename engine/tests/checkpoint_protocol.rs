@@ -39,6 +39,10 @@ struct MemTable {
     name: String,
     rows: i64,
     fail_from_epoch: u64,
+    /// Sink: from this epoch on, a checkpoint never completes.
+    hang_from_epoch: u64,
+    /// Source: the sinks whose durability an ack requires (default: its own name).
+    durable_in: Vec<String>,
 }
 
 struct MemoryConnector;
@@ -65,7 +69,14 @@ impl Connector for MemoryConnector {
         &[]
     }
     fn known_options(&self) -> &'static [&'static str] {
-        &["role", "name", "rows", "fail-from-epoch"]
+        &[
+            "role",
+            "name",
+            "rows",
+            "fail-from-epoch",
+            "hang-from-epoch",
+            "durable-in",
+        ]
     }
     fn table_type(&self, _: &(), t: &MemTable) -> ConnectionType {
         if t.sink {
@@ -85,6 +96,11 @@ impl Connector for MemoryConnector {
             name: o.pull_str("name")?,
             rows: o.pull_opt_u64("rows")?.unwrap_or(0) as i64,
             fail_from_epoch: o.pull_opt_u64("fail-from-epoch")?.unwrap_or(u64::MAX),
+            hang_from_epoch: o.pull_opt_u64("hang-from-epoch")?.unwrap_or(u64::MAX),
+            durable_in: o
+                .pull_opt_str("durable-in")?
+                .map(|v| v.split(',').map(str::to_string).collect())
+                .unwrap_or_default(),
         };
         self.from_config(name, (), table, schema)
     }
@@ -99,10 +115,17 @@ impl Connector for MemoryConnector {
                 log: log(&t.name),
                 pending: Vec::new(),
                 fail_from: t.fail_from_epoch,
+                hang_from: t.hang_from_epoch,
             }))
         } else {
+            let sinks = if t.durable_in.is_empty() {
+                vec![log(&t.name)]
+            } else {
+                t.durable_in.iter().map(|n| log(n)).collect()
+            };
             ConstructedOperator::Source(Box::new(MemSource {
                 log: log(&t.name),
+                sinks,
                 rows: t.rows,
             }))
         })
@@ -111,6 +134,8 @@ impl Connector for MemoryConnector {
 
 struct MemSource {
     log: Arc<Log>,
+    /// Every sink that must hold a row before it may be acked.
+    sinks: Vec<Arc<Log>>,
     rows: i64,
 }
 
@@ -145,9 +170,8 @@ impl SourceOperator for MemSource {
                     Some(ControlMessage::Commit { epoch }) => {
                         let later = bound.split_off(&(epoch + 1));
                         let done = std::mem::replace(&mut bound, later);
-                        let durable = self.log.durable.lock().unwrap();
                         for seq in done.into_values().flatten() {
-                            if !durable.contains(&seq) {
+                            if self.sinks.iter().any(|s| !s.durable.lock().unwrap().contains(&seq)) {
                                 self.log.violations.lock().unwrap().push(format!("{seq} acked at commit {epoch} before it was durable"));
                             }
                             self.log.acked.lock().unwrap().push(seq);
@@ -174,6 +198,7 @@ struct MemSink {
     log: Arc<Log>,
     pending: Vec<i64>,
     fail_from: u64,
+    hang_from: u64,
 }
 
 #[async_trait]
@@ -200,6 +225,9 @@ impl ArrowOperator for MemSink {
         _: &mut OperatorContext,
     ) -> anyhow::Result<()> {
         anyhow::ensure!(b.epoch < self.fail_from, "injected sink failure");
+        if b.epoch >= self.hang_from {
+            std::future::pending::<()>().await;
+        }
         self.log
             .durable
             .lock()
@@ -319,11 +347,191 @@ fn casts_that_could_fail_are_rejected_at_plan_time() {
         .expect("a lossy cast must be rejected");
     assert!(
         err.0
-            .contains("column 'user' (TEXT) cannot be written to column 'user' (BIGINT)"),
+            .contains("column 'user' (TEXT) of 'src' cannot be written to column 'user' (BIGINT)"),
         "{err}"
     );
     let ok = "CREATE TABLE src (n INT, m BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'c');
               CREATE TABLE dst (n BIGINT, m TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'c');
               INSERT INTO dst SELECT * FROM src;";
     assert!(plan_pipeline(&parse_pipeline(ok).unwrap(), &connectors).is_ok());
+}
+
+fn plan_err(sql: &str) -> String {
+    match plan(sql) {
+        Ok(_) => panic!("planning must fail: {sql}"),
+        Err(e) => e,
+    }
+}
+
+fn plan(sql: &str) -> Result<pubsub_engine::sql::PlannedPipeline, String> {
+    let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(MemoryConnector)];
+    plan_pipeline(&parse_pipeline(sql).map_err(|e| e.0)?, &connectors).map_err(|e| e.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_source_read_by_two_queries_reaches_both_and_acks_after_both_are_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'fan', 'rows' = '2000', 'durable-in' = 'fan-a,fan-b');
+         CREATE TABLE a (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'fan-a');
+         CREATE TABLE b (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'fan-b');
+         INSERT INTO a SELECT seq FROM src;
+         INSERT INTO b SELECT * FROM src;",
+    )
+    .unwrap();
+    assert_eq!(p.sources().len(), 1, "one reader set for the table");
+    let summary = run_pipeline(p, config(dir.path()), StopHandle::new())
+        .await
+        .unwrap();
+    let l = log("fan");
+    assert!(
+        l.violations.lock().unwrap().is_empty(),
+        "{:?}",
+        l.violations.lock().unwrap().first()
+    );
+    let expected: HashSet<i64> = (0..2000).chain(1_000_000..1_002_000).collect();
+    for sink in ["fan-a", "fan-b"] {
+        let got: HashSet<i64> = log(sink).durable.lock().unwrap().iter().copied().collect();
+        assert_eq!(got, expected, "sink {sink} got every row");
+    }
+    let mut acked = l.acked.lock().unwrap().clone();
+    acked.sort();
+    assert_eq!(acked.len(), 4000, "each row acked once, not once per query");
+    assert_eq!(summary.messages_acked, 4000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_that_never_completes_fails_the_job_at_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'hang', 'rows' = '100000');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'hang', 'hang-from-epoch' = '3');
+         INSERT INTO dst SELECT seq FROM src;",
+    )
+    .unwrap();
+    let cfg = RuntimeConfig {
+        checkpoint_timeout: Duration::from_millis(500),
+        stop_when_idle: None,
+        shutdown_timeout: Duration::from_secs(5),
+        ..config(dir.path())
+    };
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        run_pipeline(p, cfg, StopHandle::new()),
+    )
+    .await
+    .expect("the job must end by itself")
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("checkpoint 3 did not complete within --checkpoint-timeout")
+            && msg.contains("sinks"),
+        "{msg}"
+    );
+    assert_eq!(
+        err.summary.last_completed_epoch,
+        Some(2),
+        "{:?}",
+        err.summary
+    );
+    assert!(log("hang").violations.lock().unwrap().is_empty());
+}
+
+#[test]
+fn insert_column_lists_are_honoured_and_mismatches_rejected() {
+    let src = "CREATE TABLE o (first_name TEXT NOT NULL, last_name TEXT NOT NULL, age INT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'cols');";
+    let sink = "CREATE TABLE s (last_name TEXT, first_name TEXT, age BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'cols');";
+    let p = plan(&format!(
+        "{src}{sink} INSERT INTO s (last_name, first_name) SELECT last_name, first_name FROM o;"
+    ))
+    .unwrap();
+    // sink column i <- source column: last_name <- 1, first_name <- 0, age <- NULL.
+    assert_eq!(p.queries[0].projection, vec![Some(1), Some(0), None]);
+    let p = plan(&format!(
+        "{src}{sink} INSERT INTO s (first_name, last_name, age) SELECT first_name, last_name, age FROM o;"
+    ))
+    .unwrap();
+    assert_eq!(p.queries[0].projection, vec![Some(1), Some(0), Some(2)]);
+
+    let e = plan_err(&format!(
+        "{src}{sink} INSERT INTO s (last_name) SELECT first_name, last_name FROM o;"
+    ));
+    assert!(e.contains("names 1 target columns but selects 2"), "{e}");
+    let e = plan_err(&format!(
+        "{src}{sink} INSERT INTO s (nope) SELECT first_name FROM o;"
+    ));
+    assert!(
+        e.contains("column 'nope' does not exist in table 's'"),
+        "{e}"
+    );
+    let e = plan_err(&format!(
+        "{src}{sink} INSERT INTO s (age, age) SELECT age, age FROM o;"
+    ));
+    assert!(e.contains("'age' is named twice"), "{e}");
+    let e = plan_err(&format!(
+        "{src}{sink} INSERT INTO s SELECT first_name FROM o;"
+    ));
+    assert!(e.contains("selects 1 columns but the table has 3"), "{e}");
+}
+
+#[test]
+fn nullability_types_and_duplicate_columns_are_checked_when_planned() {
+    let e = plan_err(
+        "CREATE TABLE o (a TEXT, b TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');
+         CREATE TABLE s (a TEXT NOT NULL, b TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'n');
+         INSERT INTO s SELECT a, b FROM o;",
+    )
+    ;
+    assert!(
+        e.contains("column 'a' (TEXT) of 'o' may be NULL but column 'a' is TEXT NOT NULL"),
+        "{e}"
+    );
+    let e = plan_err(
+        "CREATE TABLE o (a TEXT NOT NULL) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');
+         CREATE TABLE s (a TEXT, z BIGINT NOT NULL) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'n');
+         INSERT INTO s (a) SELECT a FROM o;",
+    );
+    assert!(
+        e.contains("column 'z' (BIGINT NOT NULL) is not filled"),
+        "{e}"
+    );
+    let e = plan_err(
+        "CREATE TABLE o (a TEXT, A BIGINT, a INT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');",
+    );
+    assert!(e.contains("declares column 'a' twice"), "{e}");
+    // SQL type names, never Arrow's; lossy or failing conversions refused.
+    for (from, to) in [
+        ("BIGINT", "DOUBLE"),
+        ("TEXT", "JSON"),
+        ("BYTEA", "TEXT"),
+        ("DOUBLE", "FLOAT"),
+        ("BIGINT", "INT"),
+    ] {
+        let e = plan_err(&format!(
+            "CREATE TABLE o (a {from}) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');
+             CREATE TABLE s (a {to}) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'n');
+             INSERT INTO s SELECT a FROM o;"
+        ));
+        assert!(
+            e.contains(&format!(
+                "column 'a' ({from}) of 'o' cannot be written to column 'a' ({to})"
+            )),
+            "{e}"
+        );
+        assert!(!e.contains("Int64") && !e.contains("Utf8"), "{e}");
+    }
+    for (from, to) in [
+        ("INT", "BIGINT"),
+        ("INT", "DOUBLE"),
+        ("FLOAT", "DOUBLE"),
+        ("JSON", "TEXT"),
+        ("TIMESTAMP", "TEXT"),
+    ] {
+        plan(&format!(
+            "CREATE TABLE o (a {from}) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');
+             CREATE TABLE s (a {to}) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'n');
+             INSERT INTO s SELECT a FROM o;"
+        ))
+        .unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
+    }
 }

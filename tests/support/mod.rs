@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test binary uses a different part of the fixtures
 //! Test fixtures: one real Pub/Sub emulator per test binary, unique resource names, and
 //! helpers that run the real `pubsub-connector` binary as a child process.
 

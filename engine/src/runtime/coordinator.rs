@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{Notify, Semaphore};
 
-use super::dataflow::{run_worker, QueryPlumbing};
+use super::dataflow::{run_worker, SinkPlumbing, SourcePlumbing, WorkerPlumbing};
 use super::state::{CheckpointMetadata, CheckpointStore};
 use super::tasks::{run_sink, run_source};
 use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig, SinkEvent};
@@ -23,16 +23,34 @@ use crate::spi::{
 };
 use crate::sql::PlannedPipeline;
 
-/// Asks a running job to stop gracefully (final checkpoint, commit, exit).
+/// Asks a running job to stop: gracefully (final checkpoint, commit, exit 0) or, e.g. on
+/// a second signal, at once (nothing more committed, every held message released).
 #[derive(Clone, Default)]
-pub struct StopHandle(Arc<Notify>);
+pub struct StopHandle {
+    stop: Arc<Notify>,
+    abort: Arc<Notify>,
+}
 
 impl StopHandle {
     pub fn new() -> Self {
         Self::default()
     }
+    /// Graceful stop. During start-up (before every source connected) it stops at once:
+    /// nothing was read yet.
     pub fn stop(&self) {
-        self.0.notify_one();
+        self.stop.notify_one();
+    }
+    /// Immediate stop: the job fails with an error saying so.
+    pub fn abort(&self) {
+        self.abort.notify_one();
+    }
+    /// Resolves when a stop (graceful or not) was requested before a job listened; for
+    /// work done before the job starts (e.g. starting an emulator). Consumes the request.
+    pub async fn stopped(&self) {
+        tokio::select! {
+            _ = self.stop.notified() => {}
+            _ = self.abort.notified() => {}
+        }
     }
 }
 
@@ -118,74 +136,54 @@ pub async fn run_pipeline(
         aborted: Arc::new(AtomicBool::new(false)),
     };
 
-    let mut per_worker: Vec<Vec<QueryPlumbing>> = (0..workers).map(|_| Vec::new()).collect();
+    let source_tables = plan.sources();
+    let mut per_worker: Vec<WorkerPlumbing> =
+        (0..workers).map(|_| WorkerPlumbing::default()).collect();
     let mut sources = Vec::new();
     let mut sinks = Vec::new();
     let mut tasks = Vec::new();
     let mut pull_states = Vec::new();
-    for q in &plan.queries {
-        let src_id = format!("{}-source", q.id);
-        let sink_id = format!("{}-sink", q.id);
-        for (w, plumbing) in per_worker.iter_mut().enumerate() {
-            let ConstructedOperator::Source(src_op) = q
-                .source
+    let mut task_aborts = BTreeMap::new();
+    let mut describe: BTreeMap<String, String> = BTreeMap::new();
+    for (w, plumbing) in per_worker.iter_mut().enumerate() {
+        let restored_state = |id: &str| -> OperatorState {
+            restored
+                .as_ref()
+                .and_then(|m| m.operators.get(id))
+                .and_then(|s| s.get(&w))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let task = |id: &str, name: &str| TaskInfo {
+            job_id: config.job_id.clone(),
+            operator_id: id.to_string(),
+            operator_name: name.to_string(),
+            task_index: w,
+            parallelism: workers,
+        };
+        // One reader set per source table, however many queries read it.
+        for (table, _) in &source_tables {
+            let name = &table.connection.name;
+            let src_id = format!("source-{name}");
+            describe.insert(src_id.clone(), format!("source table '{name}'"));
+            let ConstructedOperator::Source(src_op) = table
                 .connector
-                .make_operator(&q.source.connection, q.source.operator_config())
-                .map_err(|e| {
-                    fail(
-                        e.context(format!("table '{}'", q.source.connection.name)),
-                        &summary,
-                    )
-                })?
+                .make_operator(&table.connection, table.operator_config())
+                .map_err(|e| fail(e.context(format!("table '{name}'")), &summary))?
             else {
                 return Err(fail(
-                    anyhow!(
-                        "table '{}' did not build a source",
-                        q.source.connection.name
-                    ),
+                    anyhow!("table '{name}' did not build a source"),
                     &summary,
                 ));
             };
-            let ConstructedOperator::Operator(sink_op) = q
-                .sink
-                .connector
-                .make_operator(&q.sink.connection, q.sink.operator_config())
-                .map_err(|e| {
-                    fail(
-                        e.context(format!("table '{}'", q.sink.connection.name)),
-                        &summary,
-                    )
-                })?
-            else {
-                return Err(fail(
-                    anyhow!("table '{}' did not build a sink", q.sink.connection.name),
-                    &summary,
-                ));
-            };
-            let restored_state = |id: &str| -> OperatorState {
-                restored
-                    .as_ref()
-                    .and_then(|m| m.operators.get(id))
-                    .and_then(|s| s.get(&w))
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            let task = |id: &str, name: &str| TaskInfo {
-                job_id: config.job_id.clone(),
-                operator_id: id.to_string(),
-                operator_name: name.to_string(),
-                task_index: w,
-                parallelism: workers,
-            };
-
             let (control_tx, control_rx) = mpsc::unbounded_channel();
             let (source_tx, source_rx) = std::sync::mpsc::channel();
             let source_activator: ActivatorSlot = Arc::new(Mutex::new(None));
-            let out_schema = q.source.connection.schema.arrow_schema();
+            let out_schema = table.connection.schema.arrow_schema();
             let pull_state = Arc::new(PullState::default());
             pull_states.push(pull_state.clone());
             let ctx = SourceContext {
-                task_info: task(&src_id, &q.source.connection.name),
+                task_info: task(&src_id, name),
                 out_schema: out_schema.clone(),
                 control_rx,
                 metrics: metrics.clone(),
@@ -203,24 +201,53 @@ pub async fn run_pipeline(
                 pull_state,
             );
             sources.push(((src_id.clone(), w), control_tx));
-            tasks.push(spawn_task(
+            let t = spawn_task(
                 run_source(src_op, ctx, collector, shared.clone()),
                 &src_id,
                 w,
                 &shared,
-            ));
-
+            );
+            task_aborts.insert((src_id.clone(), w), t.abort_handle());
+            tasks.push(t);
+            plumbing.sources.push(SourcePlumbing {
+                id: src_id,
+                source_rx,
+                source_activator,
+            });
+        }
+        for q in &plan.queries {
+            let name = &q.sink.connection.name;
+            let sink_id = format!("{}-sink-{name}", q.id);
+            describe.insert(
+                sink_id.clone(),
+                format!("sink table '{name}' of {} ({})", q.id, q.text),
+            );
+            let ConstructedOperator::Operator(sink_op) = q
+                .sink
+                .connector
+                .make_operator(&q.sink.connection, q.sink.operator_config())
+                .map_err(|e| fail(e.context(format!("table '{name}'")), &summary))?
+            else {
+                return Err(fail(
+                    anyhow!("table '{name}' did not build a sink"),
+                    &summary,
+                ));
+            };
+            let source_index = source_tables
+                .iter()
+                .position(|(t, _)| t.connection.name == q.source.connection.name)
+                .expect("every query's source is planned");
             let (sink_tx, sink_rx) = mpsc::unbounded_channel();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             let sink_activator: ActivatorSlot = Arc::new(Mutex::new(None));
             let sctx = OperatorContext {
-                task_info: task(&sink_id, &q.sink.connection.name),
+                task_info: task(&sink_id, name),
                 in_schema: q.sink_schema.clone(),
                 metrics: metrics.clone(),
                 state: restored_state(&sink_id),
             };
             sinks.push(((sink_id.clone(), w), sink_tx.clone()));
-            tasks.push(spawn_task(
+            let t = spawn_task(
                 run_sink(
                     sink_op,
                     sctx,
@@ -232,12 +259,13 @@ pub async fn run_pipeline(
                 &sink_id,
                 w,
                 &shared,
-            ));
-
-            plumbing.push(QueryPlumbing {
+            );
+            task_aborts.insert((sink_id.clone(), w), t.abort_handle());
+            tasks.push(t);
+            plumbing.sinks.push(SinkPlumbing {
+                id: sink_id,
                 query: q.clone(),
-                source_rx,
-                source_activator,
+                source_index,
                 sink_tx,
                 sink_done_rx: done_rx,
                 sink_activator,
@@ -246,7 +274,7 @@ pub async fn run_pipeline(
     }
 
     let abort = shared.aborted.clone();
-    let slots: Arc<Mutex<Vec<Option<Vec<QueryPlumbing>>>>> =
+    let slots: Arc<Mutex<Vec<Option<WorkerPlumbing>>>> =
         Arc::new(Mutex::new(per_worker.into_iter().map(Some).collect()));
     let timely_thread = {
         let abort = abort.clone();
@@ -303,6 +331,9 @@ pub async fn run_pipeline(
         sources,
         sinks,
         pull_states,
+        describe,
+        started: BTreeSet::new(),
+        task_aborts,
         pending: BTreeMap::new(),
         frontier: None,
         next_epoch: start_epoch,
@@ -386,8 +417,15 @@ struct Coordinator {
     sinks: Vec<(TaskKey, UnboundedSender<SinkEvent>)>,
     /// Whether each source subtask can pull (the idle clock runs only while all can).
     pull_states: Vec<Arc<PullState>>,
-    /// Triggered, not yet completed epochs with the source snapshots received so far.
-    pending: BTreeMap<u64, BTreeMap<TaskKey, OperatorState>>,
+    /// Operator id -> what it is, for errors (`sink table 'b' of q1 (INSERT INTO ...)`).
+    describe: BTreeMap<String, String>,
+    /// Subtasks whose `on_start` finished.
+    started: BTreeSet<TaskKey>,
+    /// Cancels a task; used on abort for tasks still starting (they hold nothing yet).
+    task_aborts: BTreeMap<TaskKey, tokio::task::AbortHandle>,
+    /// Triggered, not yet completed epochs: when each was triggered, and the source
+    /// snapshots received so far.
+    pending: BTreeMap<u64, (Instant, BTreeMap<TaskKey, OperatorState>)>,
     /// Last reported sinks' frontier: `None` before the first report, `Some(None)` when done.
     frontier: Option<Option<u64>>,
     next_epoch: u64,
@@ -396,7 +434,70 @@ struct Coordinator {
     summary: JobSummary,
 }
 
+/// Everything that changes while a checkpoint makes progress; a graceful stop's deadline
+/// is extended whenever it changes.
+#[derive(PartialEq, Eq, Clone)]
+struct Progress {
+    frontier: Option<Option<u64>>,
+    snapshots: usize,
+    completed: u64,
+    written: u64,
+    acked: u64,
+    ended: usize,
+}
+
 impl Coordinator {
+    fn progress(&self) -> Progress {
+        Progress {
+            frontier: self.frontier,
+            snapshots: self.pending.values().map(|(_, s)| s.len()).sum(),
+            completed: self.summary.checkpoints_completed,
+            written: self.metrics.total(ROWS_WRITTEN),
+            acked: self.metrics.total(MESSAGES_ACKED),
+            ended: self.ended.len(),
+        }
+    }
+
+    fn all_started(&self) -> bool {
+        self.sources
+            .iter()
+            .map(|(k, _)| k)
+            .chain(self.sinks.iter().map(|(k, _)| k))
+            .all(|k| self.started.contains(k))
+    }
+
+    fn name(&self, operator_id: &str) -> String {
+        self.describe
+            .get(operator_id)
+            .cloned()
+            .unwrap_or_else(|| operator_id.to_string())
+    }
+
+    /// What a pending checkpoint still waits for, for timeout errors.
+    fn waiting_for(&self, epoch: u64) -> String {
+        let snaps = self.pending.get(&epoch).map_or(0, |(_, s)| s.len());
+        if snaps < self.sources.len() {
+            let missing: Vec<String> = self
+                .sources
+                .iter()
+                .map(|(k, _)| k)
+                .filter(|k| {
+                    !self
+                        .pending
+                        .get(&epoch)
+                        .is_some_and(|(_, s)| s.contains_key(*k))
+                })
+                .map(|(op, i)| format!("{} subtask {i}", self.name(op)))
+                .collect();
+            format!("barriers from {}", missing.join(", "))
+        } else {
+            format!(
+                "the sinks to make it durable (sinks' frontier at {:?})",
+                self.frontier.flatten()
+            )
+        }
+    }
+
     async fn drive(
         &mut self,
         mut events: UnboundedReceiver<CoordEvent>,
@@ -415,8 +516,10 @@ impl Coordinator {
                 (d / 4).clamp(Duration::from_millis(50), Duration::from_millis(500))
             });
         let mut idle_check = tokio::time::interval(idle_every);
+        let mut watchdog = tokio::time::interval(Duration::from_millis(250));
         let mut last_received = (0u64, Instant::now());
-        let mut stop_deadline: Option<tokio::time::Instant> = None;
+        // Set once a graceful stop began: the last time it made progress.
+        let mut stopping: Option<(Progress, Instant)> = None;
         let total_tasks = self.sources.len() + self.sinks.len();
 
         let outcome: anyhow::Result<()> = loop {
@@ -426,9 +529,10 @@ impl Coordinator {
             {
                 break Ok(());
             }
-            let deadline = stop_deadline
-                .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400));
             tokio::select! {
+                _ = stop.abort.notified() => {
+                    break Err(anyhow!("aborted by a second stop signal: nothing more is committed; every held message is released for redelivery"));
+                }
                 _ = ticker.tick(), if self.final_epoch.is_none() => {
                     if self.pending.len() < 2 {
                         self.trigger(false);
@@ -436,40 +540,69 @@ impl Coordinator {
                         tracing::debug!("checkpoint skipped: {} still in progress", self.pending.len());
                     }
                 }
-                _ = stop.0.notified(), if self.final_epoch.is_none() => {
+                _ = stop.stop.notified(), if self.final_epoch.is_none() => {
+                    if !self.all_started() {
+                        break Err(anyhow!(
+                            "stopped during start-up (not every source and sink had connected): nothing was acknowledged"
+                        ));
+                    }
                     tracing::info!("stop requested: taking a final checkpoint");
                     self.trigger(true);
-                    stop_deadline = Some(tokio::time::Instant::now() + self.config.shutdown_timeout);
+                    stopping = Some((self.progress(), Instant::now()));
                 }
                 _ = idle_check.tick(), if self.final_epoch.is_none() && self.config.stop_when_idle.is_some() => {
+                    let idle_for = self.config.stop_when_idle.unwrap_or_default();
                     let received = self.metrics.total(MESSAGES_RECEIVED);
-                    let all_can_pull = self.pull_states.iter().all(|p| p.is_idle_capable());
+                    // Only time in which every source could pull counts (issue 5): time held
+                    // by flow control, back-pressure, a reconnect or start-up does not.
+                    let all_can_pull = self.all_started()
+                        && self.pull_states.iter().all(|p| p.is_idle_capable());
                     if received != last_received.0 || !all_can_pull {
                         last_received = (received, Instant::now());
-                    } else if last_received.1.elapsed() >= self.config.stop_when_idle.unwrap_or_default() {
-                        tracing::info!("no message received for {:?}: stopping", self.config.stop_when_idle.unwrap_or_default());
+                    } else if last_received.1.elapsed() >= idle_for {
+                        tracing::info!("no message received for {idle_for:?} while every source could pull: stopping");
                         self.trigger(true);
-                        stop_deadline = Some(tokio::time::Instant::now() + self.config.shutdown_timeout);
+                        stopping = Some((self.progress(), Instant::now()));
                     }
                 }
-                _ = tokio::time::sleep_until(deadline), if stop_deadline.is_some() => {
-                    break Err(anyhow!(
-                        "graceful stop did not finish within {:?} (final checkpoint {:?} pending: {:?})",
-                        self.config.shutdown_timeout, self.final_epoch, self.pending.keys().collect::<Vec<_>>()
-                    ));
+                _ = watchdog.tick() => {
+                    if let Some((&epoch, (at, _))) = self.pending.first_key_value() {
+                        if at.elapsed() >= self.config.checkpoint_timeout {
+                            break Err(anyhow!(
+                                "checkpoint {epoch} did not complete within --checkpoint-timeout {:?}: still waiting for {}",
+                                self.config.checkpoint_timeout,
+                                self.waiting_for(epoch)
+                            ));
+                        }
+                    }
+                    if let Some((last, since)) = &mut stopping {
+                        let now = self.progress();
+                        if now != *last {
+                            *last = now;
+                            *since = Instant::now();
+                        } else if since.elapsed() >= self.config.shutdown_timeout {
+                            break Err(anyhow!(
+                                "graceful stop made no progress for {:?} (final checkpoint {:?}; pending: {:?})",
+                                self.config.shutdown_timeout, self.final_epoch, self.pending.keys().collect::<Vec<_>>()
+                            ));
+                        }
+                    }
                 }
                 ev = events.recv() => {
                     let Some(ev) = ev else { break Err(anyhow!("every task and worker ended unexpectedly")) };
                     match ev {
+                        CoordEvent::TaskStarted { operator_id, subtask } => {
+                            self.started.insert((operator_id, subtask));
+                        }
                         CoordEvent::SourceSnapshot { operator_id, subtask, epoch, state } => {
-                            if let Some(p) = self.pending.get_mut(&epoch) {
+                            if let Some((_, p)) = self.pending.get_mut(&epoch) {
                                 p.insert((operator_id, subtask), state);
                             }
                         }
                         CoordEvent::Frontier(f) => self.frontier = Some(f),
                         CoordEvent::TaskFailed { operator_id, subtask, error } => {
                             self.ended.insert((operator_id.clone(), subtask));
-                            break Err(anyhow!("{operator_id} subtask {subtask} failed: {error}"));
+                            break Err(anyhow!("{} subtask {subtask} failed: {error}", self.name(&operator_id)));
                         }
                         CoordEvent::TaskFinished { operator_id, subtask } => {
                             if self.final_epoch.is_none() || !self.pending.is_empty() {
@@ -502,7 +635,8 @@ impl Coordinator {
             then_stop,
         };
         tracing::debug!(epoch, then_stop, "checkpoint triggered");
-        self.pending.insert(epoch, BTreeMap::new());
+        self.pending
+            .insert(epoch, (Instant::now(), BTreeMap::new()));
         if then_stop {
             self.final_epoch = Some(epoch);
         }
@@ -514,7 +648,7 @@ impl Coordinator {
     /// Completes, in order, every pending epoch that the sinks' frontier has passed and
     /// every source has snapshotted: write metadata, then commit.
     fn complete_ready(&mut self) -> anyhow::Result<()> {
-        while let Some((&epoch, snaps)) = self.pending.first_key_value() {
+        while let Some((&epoch, (_, snaps))) = self.pending.first_key_value() {
             let passed = match self.frontier {
                 Some(None) => true,
                 Some(Some(f)) => f > epoch,
@@ -523,7 +657,11 @@ impl Coordinator {
             if !passed || snaps.len() < self.sources.len() {
                 return Ok(());
             }
-            let snaps = self.pending.remove(&epoch).unwrap_or_default();
+            let snaps = self
+                .pending
+                .remove(&epoch)
+                .map(|(_, s)| s)
+                .unwrap_or_default();
             let mut operators: BTreeMap<String, BTreeMap<usize, OperatorState>> = BTreeMap::new();
             for ((op, subtask), state) in snaps {
                 operators.entry(op).or_default().insert(subtask, state);
@@ -580,6 +718,13 @@ impl Coordinator {
         }
         for (_, tx) in &self.sinks {
             let _ = tx.send(SinkEvent::Close);
+        }
+        // A task still in `on_start` reads no control message and holds nothing: cancel it.
+        for (key, handle) in &self.task_aborts {
+            if !self.started.contains(key) && !self.ended.contains(key) {
+                handle.abort();
+                self.ended.insert(key.clone());
+            }
         }
         let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout;
         while self.ended.len() < total_tasks {

@@ -19,21 +19,40 @@ use super::{ActivatorSlot, CoordEvent, Rows, SinkEvent, SourceEvent};
 use crate::spi::CheckpointBarrier;
 use crate::sql::PlannedQuery;
 
-/// One worker's ends of one query's channels.
-pub(crate) struct QueryPlumbing {
-    pub query: PlannedQuery,
+/// One worker's end of a source table's channel.
+pub(crate) struct SourcePlumbing {
+    pub id: String,
     pub source_rx: Receiver<SourceEvent>,
     pub source_activator: ActivatorSlot,
+}
+
+/// One worker's ends of one query's sink channels.
+pub(crate) struct SinkPlumbing {
+    pub id: String,
+    pub query: PlannedQuery,
+    /// Index of the source (in `WorkerPlumbing::sources`) whose rows this query reads.
+    pub source_index: usize,
     pub sink_tx: UnboundedSender<SinkEvent>,
     pub sink_done_rx: Receiver<u64>,
     pub sink_activator: ActivatorSlot,
 }
 
+/// Everything one worker builds its dataflow from.
+#[derive(Default)]
+pub(crate) struct WorkerPlumbing {
+    pub sources: Vec<SourcePlumbing>,
+    pub sinks: Vec<SinkPlumbing>,
+}
+
 /// Builds this worker's dataflow and steps it until every sink is done or `abort` is set.
-/// Worker 0 reports the sinks' frontier to the coordinator whenever it changes.
+/// Each source table is one Timely source whose stream feeds the sink operator of every
+/// query reading it (Timely clones the batches; the back-pressure permits they hold are
+/// returned when the last clone is dropped). Worker 0 reports the sinks' frontier to the
+/// coordinator whenever it changes: an epoch is complete only when every sink of every
+/// query has made it durable.
 pub(crate) fn run_worker(
     worker: &mut timely::worker::Worker,
-    queries: Vec<QueryPlumbing>,
+    plumbing: WorkerPlumbing,
     start_epoch: u64,
     coordinator: UnboundedSender<CoordEvent>,
     abort: Arc<AtomicBool>,
@@ -41,20 +60,17 @@ pub(crate) fn run_worker(
     let probe: ProbeHandle<u64> = ProbeHandle::new();
     let index = worker.index();
     worker.dataflow::<u64, _, _>(|scope| {
-        for q in queries {
-            let QueryPlumbing {
-                query,
+        let mut streams = Vec::new();
+        for src in plumbing.sources {
+            let SourcePlumbing {
+                id,
                 source_rx,
                 source_activator,
-                sink_tx,
-                sink_done_rx,
-                sink_activator,
-            } = q;
-            let src_name = format!("{}-source", query.id);
+            } = src;
             let worker_ref = scope.worker();
             let rows = source::<u64, CapacityContainerBuilder<Vec<Rows>>, _, _>(
                 scope.clone(),
-                &src_name,
+                &id,
                 move |cap, info| {
                     *source_activator.lock().expect("activator lock") =
                         Some(worker_ref.sync_activator_for(info.address.to_vec()));
@@ -77,69 +93,82 @@ pub(crate) fn run_worker(
                     }
                 },
             );
+            streams.push(rows);
+        }
 
-            let sink_name = format!("{}-sink", query.id);
+        for sink in plumbing.sinks {
+            let SinkPlumbing {
+                id,
+                query,
+                source_index,
+                sink_tx,
+                sink_done_rx,
+                sink_activator,
+            } = sink;
             let worker_ref = scope.worker();
             let coord = coordinator.clone();
-            rows.unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(
-                Pipeline,
-                &sink_name,
-                move |_cap, info| {
-                    *sink_activator.lock().expect("activator lock") =
-                        Some(worker_ref.sync_activator_for(info.address.to_vec()));
-                    let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
-                    let mut requested: BTreeSet<u64> = BTreeSet::new();
-                    let mut failed = false;
-                    move |(input, frontier), _output| {
-                        input.for_each(|cap, data| {
-                            let Some(&t) = cap.least() else { return };
-                            if !held.contains_key(&t) {
-                                if let Some(c) = cap.retain_least(0) {
-                                    held.insert(t, c);
-                                }
-                            }
-                            for rows in data.drain(..) {
-                                if failed {
-                                    continue;
-                                }
-                                match query.project(&rows.batch) {
-                                    Ok(batch) => {
-                                        let _ = sink_tx.send(SinkEvent::Batch(Rows {
-                                            batch,
-                                            permits: rows.permits,
-                                        }));
-                                    }
-                                    Err(e) => {
-                                        failed = true;
-                                        let _ = coord.send(CoordEvent::TaskFailed {
-                                            operator_id: format!("{}-sink", query.id),
-                                            subtask: index,
-                                            error: format!("{e:#}"),
-                                        });
+            let op_id = id.clone();
+            streams[source_index]
+                .clone()
+                .unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(
+                    Pipeline,
+                    &id,
+                    move |_cap, info| {
+                        *sink_activator.lock().expect("activator lock") =
+                            Some(worker_ref.sync_activator_for(info.address.to_vec()));
+                        let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
+                        let mut requested: BTreeSet<u64> = BTreeSet::new();
+                        let mut failed = false;
+                        move |(input, frontier), _output| {
+                            input.for_each(|cap, data| {
+                                let Some(&t) = cap.least() else { return };
+                                if !held.contains_key(&t) {
+                                    if let Some(c) = cap.retain_least(0) {
+                                        held.insert(t, c);
                                     }
                                 }
+                                for rows in data.drain(..) {
+                                    if failed {
+                                        continue;
+                                    }
+                                    match query.project(&rows.batch) {
+                                        Ok(batch) => {
+                                            let _ = sink_tx.send(SinkEvent::Batch(Rows {
+                                                batch,
+                                                permits: rows.permits,
+                                            }));
+                                        }
+                                        Err(e) => {
+                                            failed = true;
+                                            let _ = coord.send(CoordEvent::TaskFailed {
+                                                operator_id: op_id.clone(),
+                                                subtask: index,
+                                                error: format!("{e:#}"),
+                                            });
+                                        }
+                                    }
+                                }
+                            });
+                            // Every row of epoch e has arrived once the frontier passed e.
+                            for &e in held.keys() {
+                                if !frontier.less_equal(&e) && requested.insert(e) {
+                                    let barrier = CheckpointBarrier {
+                                        epoch: e,
+                                        min_epoch: e,
+                                        timestamp: SystemTime::now(),
+                                        then_stop: false,
+                                    };
+                                    let _ = sink_tx.send(SinkEvent::Checkpoint(barrier));
+                                }
                             }
-                        });
-                        // Every row of epoch e has arrived once the frontier passed e.
-                        for &e in held.keys() {
-                            if !frontier.less_equal(&e) && requested.insert(e) {
-                                let barrier = CheckpointBarrier {
-                                    epoch: e,
-                                    min_epoch: e,
-                                    timestamp: SystemTime::now(),
-                                    then_stop: false,
-                                };
-                                let _ = sink_tx.send(SinkEvent::Checkpoint(barrier));
+                            while let Ok(done) = sink_done_rx.try_recv() {
+                                held.retain(|e, _| *e > done);
+                                requested.retain(|e| *e > done);
                             }
                         }
-                        while let Ok(done) = sink_done_rx.try_recv() {
-                            held.retain(|e, _| *e > done);
-                            requested.retain(|e| *e > done);
-                        }
-                    }
-                },
-            )
-            .probe_with(&probe);
+                    },
+                )
+                .probe_with(&probe);
         }
     });
 

@@ -32,8 +32,11 @@ pub struct RuntimeConfig {
     pub stop_when_idle: Option<Duration>,
     /// Rows emitted by sources and not yet taken by sinks, job-wide (back-pressure bound).
     pub max_inflight_rows: usize,
-    /// Bound on the final checkpoint of a graceful stop, and on the close of every task.
+    /// How long a graceful stop may go without progress (extended while the final
+    /// checkpoint advances), and the bound on the close of every task.
     pub shutdown_timeout: Duration,
+    /// A checkpoint not complete this long after its barrier fails the job.
+    pub checkpoint_timeout: Duration,
     /// Recorded in checkpoint metadata.
     pub job_id: String,
 }
@@ -47,6 +50,7 @@ impl Default for RuntimeConfig {
             stop_when_idle: None,
             max_inflight_rows: 32_768,
             shutdown_timeout: Duration::from_secs(60),
+            checkpoint_timeout: Duration::from_secs(600),
             job_id: "pipeline".to_string(),
         }
     }
@@ -58,7 +62,27 @@ pub use coordinator::run_pipeline;
 #[derive(Clone)]
 pub struct Rows {
     pub batch: RecordBatch,
-    pub permits: u32,
+    /// Returned to the job's pool when the last clone of these rows is dropped (a source
+    /// read by several queries hands one clone to each of their sinks).
+    pub permits: Arc<Permits>,
+}
+
+/// Back-pressure permits taken from the job-wide pool; given back on drop.
+pub struct Permits {
+    pool: Arc<tokio::sync::Semaphore>,
+    count: u32,
+}
+
+impl Permits {
+    pub(crate) fn new(pool: Arc<tokio::sync::Semaphore>, count: u32) -> Arc<Self> {
+        Arc::new(Permits { pool, count })
+    }
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        self.pool.add_permits(self.count as usize);
+    }
 }
 
 /// From a source task to its Timely source operator.
@@ -81,6 +105,11 @@ pub(crate) enum SinkEvent {
 /// To the coordinator.
 #[derive(Debug)]
 pub(crate) enum CoordEvent {
+    /// A source or sink subtask's `on_start` succeeded.
+    TaskStarted {
+        operator_id: String,
+        subtask: usize,
+    },
     SourceSnapshot {
         operator_id: String,
         subtask: usize,

@@ -24,21 +24,52 @@ pub struct CheckpointMetadata {
     pub operators: BTreeMap<String, BTreeMap<usize, OperatorState>>,
 }
 
-/// The checkpoint directory (`--state-dir`).
+/// The checkpoint directory (`--state-dir`), locked by this process while it is open.
 #[derive(Debug, Clone)]
 pub struct CheckpointStore {
     dir: PathBuf,
+    /// Holds an exclusive advisory lock on `lock` in the directory until dropped: two jobs
+    /// on one state directory would overwrite each other's checkpoints.
+    _lock: std::sync::Arc<fs::File>,
 }
 
 const FILE: &str = "checkpoint.json";
+const LOCK: &str = "lock";
 
 impl CheckpointStore {
-    /// Creates the directory if needed. Errors name the directory.
+    /// Creates the directory if needed and locks it. Errors name the directory; a
+    /// directory locked by another process is refused naming that process's pid.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
         fs::create_dir_all(dir)
             .with_context(|| format!("cannot create state directory {}", dir.display()))?;
+        let path = dir.join(LOCK);
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("cannot open lock file {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                let owner = fs::read_to_string(&path).unwrap_or_default();
+                anyhow::bail!(
+                    "state directory {} is in use by another pubsub-connector process (pid {}, lock file {}): stop it or use another --state-dir",
+                    dir.display(),
+                    owner.trim(),
+                    path.display()
+                );
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()))
+            }
+        }
+        file.set_len(0)?;
+        write!(file, "{}", std::process::id())?;
         Ok(CheckpointStore {
             dir: dir.to_path_buf(),
+            _lock: std::sync::Arc::new(file),
         })
     }
 
@@ -103,5 +134,18 @@ mod tests {
         assert_eq!(store.load().unwrap().unwrap(), meta);
         fs::write(store.path(), b"{").unwrap();
         assert!(store.load().unwrap_err().to_string().contains("corrupt"));
+    }
+
+    #[test]
+    fn a_second_open_of_a_locked_directory_is_refused_until_the_first_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = CheckpointStore::open(dir.path()).unwrap();
+        let e = CheckpointStore::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("in use by another") && e.contains(&std::process::id().to_string()),
+            "{e}"
+        );
+        drop(first);
+        CheckpointStore::open(dir.path()).unwrap();
     }
 }

@@ -16,6 +16,10 @@ pub(crate) async fn run_source(
 ) {
     let result = async {
         op.on_start(&mut ctx).await?;
+        let _ = shared.coordinator.send(CoordEvent::TaskStarted {
+            operator_id: ctx.task_info.operator_id.clone(),
+            subtask: ctx.task_info.task_index,
+        });
         op.run(&mut ctx, &mut collector).await
     }
     .await;
@@ -59,9 +63,17 @@ pub(crate) async fn run_sink(
         });
     };
     let mut ok = true;
-    if let Err(e) = op.on_start(&mut ctx).await {
-        fail(format!("{e:#}"));
-        ok = false;
+    match op.on_start(&mut ctx).await {
+        Ok(()) => {
+            let _ = shared.coordinator.send(CoordEvent::TaskStarted {
+                operator_id: operator_id.clone(),
+                subtask,
+            });
+        }
+        Err(e) => {
+            fail(format!("{e:#}"));
+            ok = false;
+        }
     }
     while let Some(ev) = rx.recv().await {
         match ev {
@@ -73,7 +85,8 @@ pub(crate) async fn run_sink(
                         ok = false;
                     }
                 }
-                shared.permits.add_permits(rows.permits as usize);
+                // The permits go back when the last query's clone of these rows is dropped.
+                drop(rows.permits);
             }
             SinkEvent::Checkpoint(barrier) if ok => {
                 match op.handle_checkpoint(barrier, &mut ctx).await {

@@ -83,6 +83,18 @@ pub trait Connector: Send + Sync + 'static {
         table: Self::TableT,
         config: OperatorConfig,
     ) -> anyhow::Result<ConstructedOperator>;
+
+    /// The external resource a source table consumes exclusively (e.g. a Pub/Sub
+    /// subscription, where each message reaches one reader only), as a stable string. Two
+    /// source tables returning the same value are rejected when the pipeline is planned.
+    /// `None` (the default): readers do not compete.
+    fn exclusive_resource(
+        &self,
+        _profile: &Self::ProfileT,
+        _table: &Self::TableT,
+    ) -> Option<String> {
+        None
+    }
 }
 
 /// A connector behind JSON configs, so the planner can hold any connector.
@@ -102,6 +114,8 @@ pub trait ErasedConnector: Send + Sync {
         connection: &Connection,
         config: OperatorConfig,
     ) -> anyhow::Result<ConstructedOperator>;
+    /// See [`Connector::exclusive_resource`].
+    fn exclusive_resource(&self, connection: &Connection) -> Option<String>;
 }
 
 impl<C: Connector> ErasedConnector for C {
@@ -158,5 +172,11 @@ impl<C: Connector> ErasedConnector for C {
         let profile = serde_json::from_value(connection.config["profile"].clone())?;
         let table = serde_json::from_value(connection.config["table"].clone())?;
         Connector::make_operator(self, profile, table, config)
+    }
+
+    fn exclusive_resource(&self, connection: &Connection) -> Option<String> {
+        let profile = serde_json::from_value(connection.config["profile"].clone()).ok()?;
+        let table = serde_json::from_value(connection.config["table"].clone()).ok()?;
+        Connector::exclusive_resource(self, &profile, &table)
     }
 }

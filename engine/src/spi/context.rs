@@ -265,7 +265,7 @@ impl SourceCollector {
         permit.forget();
         self.send(SourceEvent::Batch(Rows {
             batch,
-            permits: want,
+            permits: crate::runtime::Permits::new(self.permits.clone(), want),
         }))
     }
 

@@ -46,12 +46,29 @@ pub enum Projection {
     Columns(Vec<String>),
 }
 
-/// `INSERT INTO sink SELECT ... FROM source`.
+/// `INSERT INTO sink [(columns)] SELECT ... FROM source`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InsertDef {
     pub sink: String,
+    /// The target column list, if the INSERT names one.
+    pub columns: Option<Vec<String>>,
     pub source: String,
     pub projection: Projection,
+}
+
+impl fmt::Display for InsertDef {
+    /// The statement in canonical form, for errors.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "INSERT INTO {}", self.sink)?;
+        if let Some(cols) = &self.columns {
+            write!(f, " ({})", cols.join(", "))?;
+        }
+        match &self.projection {
+            Projection::All => write!(f, " SELECT *")?,
+            Projection::Columns(c) => write!(f, " SELECT {}", c.join(", "))?,
+        }
+        write!(f, " FROM {}", self.source)
+    }
 }
 
 /// Every statement of a pipeline file, in order.
@@ -83,6 +100,11 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                     .collect::<Result<Vec<_>, _>>()?;
                 if fields.is_empty() {
                     return err(format!("table '{name}' declares no columns"));
+                }
+                for (i, f) in fields.iter().enumerate() {
+                    if fields[..i].iter().any(|g| g.name == f.name) {
+                        return err(format!("table '{name}' declares column '{}' twice", f.name));
+                    }
                 }
                 let options = match &ct.table_options {
                     CreateTableOptions::With(opts) => table_options(&name, opts)?,
@@ -128,8 +150,14 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                     ));
                 }
                 let projection = projection(&sink, &select.projection)?;
+                let columns = if ins.columns.is_empty() {
+                    None
+                } else {
+                    Some(ins.columns.iter().map(|c| object_name(c)).collect())
+                };
                 out.inserts.push(InsertDef {
                     sink,
+                    columns,
                     source: object_name(name),
                     projection,
                 });
@@ -282,6 +310,7 @@ mod tests {
             p.inserts[0],
             InsertDef {
                 sink: "out".into(),
+                columns: None,
                 source: "bids".into(),
                 projection: Projection::Columns(vec!["auction".into(), "price".into()])
             }

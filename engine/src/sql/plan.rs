@@ -2,15 +2,14 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
-use arrow::datatypes::DataType;
 use arrow::datatypes::SchemaRef;
 
-use super::parse::{PipelineSql, Projection, SqlError, TableDef};
+use super::parse::{InsertDef, PipelineSql, Projection, SqlError, TableDef};
 use crate::spi::{
-    BadData, Connection, ConnectionSchema, ConnectionType, ErasedConnector, Format, OperatorConfig,
-    TimestampFormat,
+    BadData, Connection, ConnectionSchema, ConnectionType, ErasedConnector, FieldType, Format,
+    OperatorConfig, TimestampFormat,
 };
 
 /// A table bound to its connector.
@@ -38,21 +37,28 @@ impl PlannedTable {
 pub struct PlannedQuery {
     /// `q{index}`, stable across restarts of the same pipeline file.
     pub id: String,
+    /// The statement as written, for errors (`INSERT INTO out SELECT ... FROM src`).
+    pub text: String,
     pub source: PlannedTable,
     pub sink: PlannedTable,
-    /// Source column index feeding each sink column, in sink order.
-    pub projection: Vec<usize>,
+    /// For each sink column in sink order: the source column feeding it, or `None` when
+    /// the INSERT's column list leaves it out (a nullable column, filled with NULL).
+    pub projection: Vec<Option<usize>>,
     pub sink_schema: SchemaRef,
 }
 
 impl PlannedQuery {
-    /// Selects, casts and renames source rows into the sink's schema.
+    /// Selects, casts and renames source rows into the sink's schema. The planner allowed
+    /// only casts that cannot fail or change a value, so an error here is a bug guard.
     pub fn project(&self, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
         let columns = self
             .projection
             .iter()
             .zip(self.sink_schema.fields())
             .map(|(i, f)| {
+                let Some(i) = i else {
+                    return Ok(new_null_array(f.data_type(), batch.num_rows()));
+                };
                 let c = batch.column(*i);
                 if c.data_type() == f.data_type() {
                     Ok(c.clone())
@@ -76,15 +82,35 @@ impl PlannedQuery {
     }
 }
 
-/// A validated pipeline: every query with its two tables.
+/// A validated pipeline: every query with its two tables. Several queries may read one
+/// source table: it is read once and its rows reach every one of them.
 #[derive(Clone)]
 pub struct PlannedPipeline {
     pub queries: Vec<PlannedQuery>,
 }
 
+impl PlannedPipeline {
+    /// The distinct source tables, in order of first use, each with the indexes of the
+    /// queries that read it.
+    pub fn sources(&self) -> Vec<(PlannedTable, Vec<usize>)> {
+        let mut out: Vec<(PlannedTable, Vec<usize>)> = Vec::new();
+        for (i, q) in self.queries.iter().enumerate() {
+            match out
+                .iter_mut()
+                .find(|(t, _)| t.connection.name == q.source.connection.name)
+            {
+                Some((_, qs)) => qs.push(i),
+                None => out.push((q.source.clone(), vec![i])),
+            }
+        }
+        out
+    }
+}
+
 /// Binds tables to connectors (pulling and validating every option) and queries to tables.
 ///
-/// Errors name the table and, for options, the key and value.
+/// Errors name the table and, for options, the key and value; type and nullability
+/// errors name both columns with their SQL types.
 pub fn plan_pipeline(
     sql: &PipelineSql,
     connectors: &[Arc<dyn ErasedConnector>],
@@ -120,51 +146,11 @@ pub fn plan_pipeline(
                 ins.sink
             )));
         }
-        let src_schema = source.connection.schema.arrow_schema();
+        let projection = plan_projection(ins, &source.connection.schema, &sink.connection.schema)?;
         let sink_schema = sink.connection.schema.arrow_schema();
-        let projection: Vec<usize> = match &ins.projection {
-            Projection::All => (0..src_schema.fields().len()).collect(),
-            Projection::Columns(cols) => cols
-                .iter()
-                .map(|c| {
-                    src_schema.index_of(c).map_err(|_| {
-                        SqlError(format!(
-                            "column '{c}' does not exist in table '{}'",
-                            ins.source
-                        ))
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-        };
-        if projection.len() != sink_schema.fields().len() {
-            return Err(SqlError(format!(
-                "INSERT INTO {} selects {} columns but the table has {}",
-                ins.sink,
-                projection.len(),
-                sink_schema.fields().len()
-            )));
-        }
-        for (i, f) in projection.iter().zip(sink_schema.fields()) {
-            let from = src_schema.field(*i);
-            if !is_safe_cast(from.data_type(), f.data_type()) {
-                let sql = |t: &ConnectionSchema, name: &str| {
-                    t.fields
-                        .iter()
-                        .find(|x| x.name == name)
-                        .map_or("?", |x| x.field_type.sql_name())
-                };
-                return Err(SqlError(format!(
-                    "INSERT INTO {}: column '{}' ({}) cannot be written to column '{}' ({}): only the same type, INT -> BIGINT, INT/BIGINT -> DOUBLE and any type -> TEXT are allowed",
-                    ins.sink,
-                    from.name(),
-                    sql(&source.connection.schema, from.name()),
-                    f.name(),
-                    sql(&sink.connection.schema, f.name()),
-                )));
-            }
-        }
         queries.push(PlannedQuery {
             id: format!("q{i}"),
+            text: ins.to_string(),
             source,
             sink,
             projection,
@@ -176,19 +162,159 @@ pub fn plan_pipeline(
             "the pipeline has no INSERT INTO ... SELECT statement".into(),
         ));
     }
+    check_exclusive_sources(&tables)?;
     Ok(PlannedPipeline { queries })
 }
 
-/// Casts that never fail: identity, integer widening, integers to DOUBLE (exact up to
-/// 2^53: larger BIGINTs round) and anything to TEXT. Others could fail or invent NULLs
-/// at run time, so the planner rejects them.
-fn is_safe_cast(from: &DataType, to: &DataType) -> bool {
-    use DataType::*;
+/// Two source tables reading one exclusive resource (e.g. one Pub/Sub subscription) would
+/// split its messages between them: each message reaches one reader only.
+fn check_exclusive_sources(tables: &[(String, PlannedTable)]) -> Result<(), SqlError> {
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    for (name, t) in tables {
+        if t.connection.connection_type != ConnectionType::Source {
+            continue;
+        }
+        let Some(resource) = t.connector.exclusive_resource(&t.connection) else {
+            continue;
+        };
+        if let Some((_, other)) = seen.iter().find(|(r, _)| *r == resource) {
+            return Err(SqlError(format!(
+                "tables '{other}' and '{name}' both read {resource}: each message would reach only one of them; declare one table and read it from every INSERT"
+            )));
+        }
+        seen.push((resource, name));
+    }
+    Ok(())
+}
+
+/// Maps each sink column to the source column that fills it, checking names, counts,
+/// types and nullability.
+fn plan_projection(
+    ins: &InsertDef,
+    src: &ConnectionSchema,
+    sink: &ConnectionSchema,
+) -> Result<Vec<Option<usize>>, SqlError> {
+    let sink_name = &ins.sink;
+    let src_index = |c: &str| {
+        src.fields.iter().position(|f| f.name == c).ok_or_else(|| {
+            SqlError(format!(
+                "column '{c}' does not exist in table '{}' (columns: {})",
+                ins.source,
+                column_list(src)
+            ))
+        })
+    };
+    let selected: Vec<usize> = match &ins.projection {
+        Projection::All => (0..src.fields.len()).collect(),
+        Projection::Columns(cols) => cols
+            .iter()
+            .map(|c| src_index(c))
+            .collect::<Result<_, _>>()?,
+    };
+    // Which sink column each selected value goes to.
+    let targets: Vec<usize> = match &ins.columns {
+        None => {
+            if selected.len() != sink.fields.len() {
+                return Err(SqlError(format!(
+                    "INSERT INTO {sink_name} selects {} columns but the table has {} ({}); name the target columns, e.g. INSERT INTO {sink_name} (a, b) SELECT ...",
+                    selected.len(),
+                    sink.fields.len(),
+                    column_list(sink)
+                )));
+            }
+            (0..sink.fields.len()).collect()
+        }
+        Some(cols) => {
+            if cols.len() != selected.len() {
+                return Err(SqlError(format!(
+                    "INSERT INTO {sink_name} names {} target columns but selects {} values",
+                    cols.len(),
+                    selected.len()
+                )));
+            }
+            let mut targets = Vec::new();
+            for c in cols {
+                let t = sink.fields.iter().position(|f| f.name == *c).ok_or_else(|| {
+                    SqlError(format!(
+                        "INSERT INTO {sink_name}: column '{c}' does not exist in table '{sink_name}' (columns: {})",
+                        column_list(sink)
+                    ))
+                })?;
+                if targets.contains(&t) {
+                    return Err(SqlError(format!(
+                        "INSERT INTO {sink_name}: column '{c}' is named twice"
+                    )));
+                }
+                targets.push(t);
+            }
+            targets
+        }
+    };
+    let mut projection: Vec<Option<usize>> = vec![None; sink.fields.len()];
+    for (from, to) in selected.iter().zip(&targets) {
+        projection[*to] = Some(*from);
+    }
+    for (to, from) in projection.iter().enumerate() {
+        let t = &sink.fields[to];
+        let Some(from) = from else {
+            if t.required {
+                return Err(SqlError(format!(
+                    "INSERT INTO {sink_name}: column '{}' ({} NOT NULL) is not filled by the INSERT, and no row could fill it",
+                    t.name,
+                    t.field_type.sql_name()
+                )));
+            }
+            continue;
+        };
+        let f = &src.fields[*from];
+        if !is_exact_cast(f.field_type, t.field_type) {
+            return Err(SqlError(format!(
+                "INSERT INTO {sink_name}: column '{}' ({}) of '{}' cannot be written to column '{}' ({}): {}",
+                f.name,
+                f.field_type.sql_name(),
+                ins.source,
+                t.name,
+                t.field_type.sql_name(),
+                CAST_RULE
+            )));
+        }
+        if t.required && !f.required {
+            return Err(SqlError(format!(
+                "INSERT INTO {sink_name}: column '{}' ({}) of '{}' may be NULL but column '{}' is {} NOT NULL; declare '{}' NOT NULL (a message without it is then refused) or drop NOT NULL from '{}'",
+                f.name,
+                f.field_type.sql_name(),
+                ins.source,
+                t.name,
+                t.field_type.sql_name(),
+                f.name,
+                t.name
+            )));
+        }
+    }
+    Ok(projection)
+}
+
+fn column_list(s: &ConnectionSchema) -> String {
+    s.fields
+        .iter()
+        .map(|f| format!("{} {}", f.name, f.field_type.sql_name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+const CAST_RULE: &str = "only the same type and exact conversions are allowed (INT -> BIGINT, INT/FLOAT -> DOUBLE, any type but BYTEA -> TEXT, JSON -> TEXT)";
+
+/// Conversions that never fail and never change a value: identity, integer widening,
+/// INT and FLOAT to DOUBLE (exact), and any type but BYTEA (not always UTF-8) to TEXT.
+/// BIGINT -> DOUBLE rounds beyond 2^53 and TEXT -> JSON may not be JSON: both refused.
+fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
+    use FieldType::*;
     from == to
         || matches!(
             (from, to),
-            (Int32, Int64) | (Int32, Float64) | (Int64, Float64) | (_, Utf8)
+            (Int, Bigint) | (Int, Double) | (Float, Double) | (Json, Text)
         )
+        || (to == Text && from != Bytea)
 }
 
 fn plan_table(
