@@ -107,10 +107,11 @@ async fn a_second_process_on_one_state_dir_is_refused() {
     let t = topics("lock", 60).await;
     let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ""));
     let first = w.spawn(&["--checkpoint-interval", "1s"]);
-    wait_until("the first job's lock file", LIMIT, || {
-        w.state().join("lock").exists()
+    wait_until("the first job's first checkpoint", LIMIT, || {
+        w.checkpoint_epoch().is_some()
     })
     .await;
+    assert!(w.state().join("lock").exists());
     let second = w.spawn(&[]);
     let (code, _out, stderr) = finish(second, LIMIT).await;
     assert_ne!(code, 0);
@@ -155,7 +156,7 @@ async fn a_second_signal_aborts_at_once_and_releases_what_is_held() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_emulator_command_creates_what_a_pipeline_names_and_a_pipeline_runs_on_it() {
     let port = pubsub_connector_core::emulator::free_port().unwrap();
-    let sub = unique("emucmd-sub");
+    let sub = format!("{}-sub", unique("emucmd"));
     let topic = sub.strip_suffix("-sub").unwrap().to_string();
     let out = unique("emucmd-out");
     let sql = format!(
