@@ -175,9 +175,7 @@ impl Serializer {
                 let text = a.as_string::<i32>().value(row);
                 let raw: &serde_json::value::RawValue = serde_json::from_str(text)
                     .map_err(|e| format!("value is not valid JSON: {e}"))?;
-                scratch.clear();
-                canonicalize(raw.get(), scratch)?;
-                out.extend_from_slice(scratch.as_bytes());
+                canonicalize(raw.get(), out)?;
             }
             FieldType::Bigint => {
                 write!(out, "{}", a.as_primitive::<Int64Type>().value(row)).map_err(io)?

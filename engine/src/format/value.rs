@@ -31,7 +31,6 @@ impl ColumnSpec {
 /// Reusable buffers, so values that need conversion do not allocate per row.
 #[derive(Default)]
 pub(crate) struct Scratch {
-    text: String,
     bytes: Vec<u8>,
 }
 
@@ -113,10 +112,10 @@ pub(crate) fn append(
             buf.push_str(&json_string(raw)?)?;
         }
         FieldType::Json => {
-            scratch.text.clear();
-            super::canonical::canonicalize(raw, &mut scratch.text)
+            scratch.bytes.clear();
+            super::canonical::canonicalize(raw, &mut scratch.bytes)
                 .map_err(|e| format!("{} {e}", show(raw)))?;
-            buf.push_str(&scratch.text)?;
+            buf.push_str(std::str::from_utf8(&scratch.bytes).expect("canonical JSON is UTF-8"))?;
         }
         FieldType::Bigint => {
             let text = integer_text(raw, is_number, is_string, &wrong_kind)?;
