@@ -232,7 +232,7 @@ mod tests {
             parse_rfc3339("1677-09-21T00:12:43.145224192Z"),
             Ok(i64::MIN)
         );
-        assert_eq!(parse_rfc3339("2024-02-29T00:00:00Z").is_ok(), true);
+        assert!(parse_rfc3339("2024-02-29T00:00:00Z").is_ok());
     }
 
     #[test]
