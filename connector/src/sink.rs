@@ -38,7 +38,7 @@ impl PubSubSink {
             profile,
             config,
             topic,
-            serializer: Serializer::new(op.format),
+            serializer: Serializer::new(&op.schema),
             publisher: None,
             in_flight: FuturesUnordered::new(),
             failure: None,

@@ -206,12 +206,7 @@ impl SourceOperator for PubSubSource {
         ctx: &mut SourceContext,
         collector: &mut SourceCollector,
     ) -> anyhow::Result<SourceFinishType> {
-        collector.initialize_deserializer(
-            self.op.format,
-            &self.op.metadata_fields,
-            BATCH_SIZE,
-            LINGER,
-        )?;
+        collector.initialize_deserializer(&self.op.schema, BATCH_SIZE, LINGER)?;
         let mut stopping = false;
         loop {
             let flush_at = collector.flush_deadline().map(Instant::from_std);

@@ -1,28 +1,36 @@
 //! Payload -> Arrow rows, with metadata columns appended per message.
+//!
+//! The declared type is a contract: a value that does not fit its column exactly is a
+//! decode failure of its message, never a rounded, truncated, wrapped or NULL value.
+//! `deserialize` does all validation; once it returned `Ok`, `flush` cannot fail for data
+//! reasons, so a source can apply its failure policy per message.
 
 use std::fmt;
-use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, Int64Builder, RecordBatch, StringBuilder, TimestampNanosecondBuilder,
-};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
 
-use crate::spi::{FieldType, Format, MetadataField};
+use super::column::Column;
+use super::object::ObjectDecoder;
+use super::value::ColumnSpec;
+use crate::spi::{ConnectionSchema, FieldType, Format};
 
 /// A metadata value supplied by a source for one message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldValue {
     Null,
+    /// For TEXT and JSON columns (JSON: canonical JSON text, e.g. the attribute map).
     String(String),
     /// Nanoseconds since the Unix epoch.
     TimestampNanos(i64),
     Int64(i64),
 }
 
-/// A message that could not be decoded. `message_index` is its position among the
-/// messages buffered since the last flush (for errors found when the batch is built).
+/// A message that could not be decoded. `message_index` is the message's own position
+/// among the messages buffered since the last flush (the index it would have had).
+/// `reason` names the column, the JSON key and the offending value, e.g.
+/// `column 'price' (BIGINT): 100.01 is not an integer`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeserializeError {
     pub message_index: usize,
@@ -37,341 +45,215 @@ impl fmt::Display for DeserializeError {
 
 impl std::error::Error for DeserializeError {}
 
-/// Rows one buffer may hold before it must be flushed. The JSON decoder sizes its
-/// buffers by this, and rejects a message whose rows would cross it.
-const MAX_ROWS: usize = 1 << 16;
-
-enum MetaBuilder {
-    Text(StringBuilder),
-    Timestamp(TimestampNanosecondBuilder),
-    Int64(Int64Builder),
+/// A metadata column: filled from the `FieldValue` a source passes for `key`.
+struct MetaColumn {
+    name: String,
+    key: String,
+    ty: FieldType,
+    required: bool,
+    out: usize,
 }
 
-/// Decodes payloads of one format into batches of the table's schema.
+/// Decodes payloads of one table into batches of its Arrow schema
+/// (`ConnectionSchema::arrow_schema()`).
 pub struct Deserializer {
     format: Format,
     schema: SchemaRef,
-    /// Output position of each payload column and each metadata column.
-    payload_columns: Vec<usize>,
-    meta_columns: Vec<(usize, MetaBuilder)>,
-    json: Option<arrow_json::reader::Decoder>,
-    payload_schema: SchemaRef,
-    raw: StringBuilder,
-    /// Payloads buffered since the last flush, to find the culprit of a late error.
-    messages: Vec<Bytes>,
+    /// One buffer per output column, in schema order.
+    columns: Vec<Column>,
+    /// `json`: the payload columns; raw formats: the `value` column's position.
+    json: Option<ObjectDecoder>,
+    raw_out: usize,
+    meta: Vec<MetaColumn>,
+    messages: usize,
     rows: usize,
 }
 
 impl Deserializer {
-    /// `schema` is the full output schema; columns named in `metadata_fields` are filled
-    /// from metadata, every other column from the payload. For `raw_string` the payload
-    /// columns must be exactly one TEXT column named `value`.
-    pub fn new(
-        format: Format,
-        schema: SchemaRef,
-        metadata_fields: &[MetadataField],
-    ) -> anyhow::Result<Self> {
-        let mut payload_columns = Vec::new();
-        let mut payload_fields: Vec<Field> = Vec::new();
-        let mut meta_columns = Vec::new();
-        for (i, field) in schema.fields().iter().enumerate() {
-            match metadata_fields
-                .iter()
-                .find(|m| &m.field_name == field.name())
-            {
-                Some(m) => {
-                    let b = match m.field_type {
-                        FieldType::Text => MetaBuilder::Text(StringBuilder::new()),
-                        FieldType::Timestamp => {
-                            MetaBuilder::Timestamp(TimestampNanosecondBuilder::new())
-                        }
-                        FieldType::Bigint => MetaBuilder::Int64(Int64Builder::new()),
-                        other => anyhow::bail!(
-                            "metadata column '{}' cannot have type {}",
-                            m.field_name,
-                            other.sql_name()
+    /// A decoder for table `schema`: its `format`, `timestamp_format` and columns. Columns
+    /// with a `metadata_key` are filled from the metadata values passed to `deserialize`
+    /// (one per metadata column, in declared order; allowed types TEXT, JSON, TIMESTAMP,
+    /// BIGINT); every other column from the payload. `raw_string` needs exactly one
+    /// payload column `value TEXT`, `raw_bytes` exactly one `value BYTEA`.
+    ///
+    /// Errors if the columns do not suit the format.
+    pub fn new(schema: &ConnectionSchema) -> anyhow::Result<Self> {
+        let mut payload = Vec::new();
+        let mut meta = Vec::new();
+        for (out, f) in schema.fields.iter().enumerate() {
+            match &f.metadata_key {
+                Some(key) => {
+                    anyhow::ensure!(
+                        matches!(
+                            f.field_type,
+                            FieldType::Text
+                                | FieldType::Json
+                                | FieldType::Timestamp
+                                | FieldType::Bigint
                         ),
-                    };
-                    meta_columns.push((i, b));
+                        "metadata column '{}' cannot have type {}",
+                        f.name,
+                        f.field_type.sql_name()
+                    );
+                    meta.push(MetaColumn {
+                        name: f.name.clone(),
+                        key: key.clone(),
+                        ty: f.field_type,
+                        required: f.required,
+                        out,
+                    });
                 }
-                None => {
-                    payload_columns.push(i);
-                    payload_fields.push(field.as_ref().clone().with_nullable(true));
-                }
+                None => payload.push(ColumnSpec {
+                    name: f.name.clone(),
+                    ty: f.field_type,
+                    required: f.required,
+                    out,
+                }),
             }
         }
-        let payload_schema = Arc::new(Schema::new(payload_fields));
-        let json = match format {
-            Format::Json => Some(
-                arrow_json::ReaderBuilder::new(payload_schema.clone())
-                    .with_batch_size(MAX_ROWS)
-                    .build_decoder()?,
-            ),
-            Format::RawString => {
-                let ok = payload_schema.fields().len() == 1
-                    && payload_schema.field(0).name() == "value"
-                    && payload_schema.field(0).data_type() == &DataType::Utf8;
-                anyhow::ensure!(
-                    ok,
-                    "format 'raw_string' needs exactly one non-metadata column: value TEXT"
-                );
-                None
+        let raw_column = |ty: FieldType, format: &str| -> anyhow::Result<usize> {
+            match payload.as_slice() {
+                [c] if c.name == "value" && c.ty == ty => Ok(c.out),
+                _ => anyhow::bail!(
+                    "format '{format}' needs exactly one non-metadata column: value {}",
+                    ty.sql_name()
+                ),
             }
-            Format::RawBytes => anyhow::bail!("format 'raw_bytes' is not supported yet"),
+        };
+        let (json, raw_out) = match schema.format {
+            Format::Json => (
+                Some(ObjectDecoder::new(payload.clone(), schema.timestamp_format)),
+                0,
+            ),
+            Format::RawString => (None, raw_column(FieldType::Text, "raw_string")?),
+            Format::RawBytes => (None, raw_column(FieldType::Bytea, "raw_bytes")?),
         };
         Ok(Deserializer {
-            format,
-            schema,
-            payload_columns,
-            meta_columns,
+            format: schema.format,
+            schema: schema.arrow_schema(),
+            columns: schema
+                .fields
+                .iter()
+                .map(|f| Column::new(f.field_type))
+                .collect(),
             json,
-            payload_schema,
-            raw: StringBuilder::new(),
-            messages: Vec::new(),
+            raw_out,
+            meta,
+            messages: 0,
             rows: 0,
         })
     }
 
+    /// Rows buffered since the last flush.
     pub fn buffered_rows(&self) -> usize {
         self.rows
     }
 
+    /// Messages buffered since the last flush.
     pub fn buffered_messages(&self) -> usize {
-        self.messages.len()
+        self.messages
     }
 
-    /// Decodes one payload; returns its row count. On error nothing of it is kept and the
-    /// buffer stays usable.
+    /// Decodes one message into the buffer and returns its row count (at least 1):
+    /// `json` one row per whitespace-separated top-level object, `raw_string`/`raw_bytes`
+    /// one row. `metadata` holds one value per metadata column, in declared order; each
+    /// of the message's rows gets them.
+    ///
+    /// Errors (with `message_index` = this message's index) if any value does not fit its
+    /// column; then nothing of this message is buffered and the buffer stays usable.
     pub fn deserialize(
         &mut self,
         payload: &Bytes,
         metadata: &[FieldValue],
     ) -> Result<usize, DeserializeError> {
-        let index = self.messages.len();
-        let fail = |reason: String| DeserializeError {
-            message_index: index,
-            reason,
-        };
+        let mark = self.rows;
+        match self.decode(payload, metadata) {
+            Ok(rows) => {
+                self.messages += 1;
+                self.rows += rows;
+                Ok(rows)
+            }
+            Err(reason) => {
+                self.columns.iter_mut().for_each(|c| c.truncate(mark));
+                Err(DeserializeError {
+                    message_index: self.messages,
+                    reason,
+                })
+            }
+        }
+    }
+
+    fn decode(&mut self, payload: &Bytes, metadata: &[FieldValue]) -> Result<usize, String> {
+        if metadata.len() != self.meta.len() {
+            return Err(format!(
+                "the source passed {} metadata values for {} metadata columns",
+                metadata.len(),
+                self.meta.len()
+            ));
+        }
+        let utf8 =
+            || std::str::from_utf8(payload).map_err(|e| format!("payload is not UTF-8: {e}"));
         let rows = match self.format {
             Format::Json => {
-                let decoder = self.json.as_mut().expect("json decoder");
-                let before = decoder.len();
-                let result = decoder.decode(payload);
-                match result {
-                    Ok(n) if n == payload.len() && !decoder.has_partial_record() => {
-                        decoder.len() - before
-                    }
-                    Ok(_) => {
-                        self.reset_json();
-                        return Err(fail("payload is not complete JSON".to_string()));
-                    }
-                    Err(e) => {
-                        self.reset_json();
-                        return Err(fail(format!("payload is not valid JSON: {e}")));
-                    }
-                }
+                let d = self.json.as_mut().expect("json decoder");
+                d.decode_payload(utf8()?, &mut self.columns)?
             }
-            Format::RawString => match std::str::from_utf8(payload) {
-                Ok(s) => {
-                    self.raw.append_value(s);
-                    1
-                }
-                Err(e) => return Err(fail(format!("payload is not UTF-8: {e}"))),
-            },
-            Format::RawBytes => return Err(fail("format 'raw_bytes' is not supported yet".into())),
+            Format::RawString => {
+                self.columns[self.raw_out].push_str(utf8()?)?;
+                1
+            }
+            Format::RawBytes => {
+                self.columns[self.raw_out].push_bytes(payload)?;
+                1
+            }
         };
-        for ((_, b), v) in self.meta_columns.iter_mut().zip(metadata) {
+        for (m, v) in self.meta.iter().zip(metadata) {
+            let col = &mut self.columns[m.out];
             for _ in 0..rows {
-                match (&mut *b, v) {
-                    (MetaBuilder::Text(b), FieldValue::String(s)) => b.append_value(s),
-                    (MetaBuilder::Timestamp(b), FieldValue::TimestampNanos(t)) => {
-                        b.append_value(*t)
+                match (m.ty, v) {
+                    (_, FieldValue::Null) if m.required => {
+                        return Err(format!(
+                            "metadata column '{}' ({}) is NOT NULL but the message has no '{}'",
+                            m.name,
+                            m.ty.sql_name(),
+                            m.key
+                        ))
                     }
-                    (MetaBuilder::Int64(b), FieldValue::Int64(t)) => b.append_value(*t),
-                    (MetaBuilder::Text(b), _) => b.append_null(),
-                    (MetaBuilder::Timestamp(b), _) => b.append_null(),
-                    (MetaBuilder::Int64(b), _) => b.append_null(),
+                    (_, FieldValue::Null) => col.push_null(),
+                    (FieldType::Text | FieldType::Json, FieldValue::String(s)) => {
+                        col.push_str(s)?
+                    }
+                    (FieldType::Timestamp, FieldValue::TimestampNanos(t)) => col.push_i64(*t),
+                    (FieldType::Bigint, FieldValue::Int64(t)) => col.push_i64(*t),
+                    (ty, v) => {
+                        return Err(format!(
+                            "metadata column '{}' ({}) cannot hold {v:?} from '{}'",
+                            m.name,
+                            ty.sql_name(),
+                            m.key
+                        ))
+                    }
                 }
             }
         }
-        self.messages.push(payload.clone());
-        self.rows += rows;
         Ok(rows)
     }
 
-    /// Builds the buffered rows into one batch (None if no rows). A type error found now
-    /// is traced back to the first message that causes it on its own.
+    /// Builds the buffered rows into one batch of the table's schema (None if no rows) and
+    /// empties the buffer. Cannot fail for data reasons (every value was validated by
+    /// `deserialize`); an error here is an internal inconsistency.
     pub fn flush(&mut self) -> Result<Option<RecordBatch>, DeserializeError> {
-        let messages = std::mem::take(&mut self.messages);
         let rows = std::mem::replace(&mut self.rows, 0);
-        let payload: Vec<ArrayRef> = match self.format {
-            Format::Json => {
-                let decoder = self.json.as_mut().expect("json decoder");
-                match decoder.flush() {
-                    Ok(Some(b)) => b.columns().to_vec(),
-                    Ok(None) => {
-                        self.take_meta();
-                        return Ok(None);
-                    }
-                    Err(e) => {
-                        self.reset_json();
-                        self.take_meta();
-                        let index = self.find_culprit(&messages).unwrap_or(0);
-                        return Err(DeserializeError {
-                            message_index: index,
-                            reason: format!("payload does not match the table's columns: {e}"),
-                        });
-                    }
-                }
-            }
-            Format::RawString | Format::RawBytes => vec![Arc::new(self.raw.finish()) as ArrayRef],
-        };
-        let meta = self.take_meta();
+        self.messages = 0;
+        let columns: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
         if rows == 0 {
             return Ok(None);
         }
-        let mut columns: Vec<Option<ArrayRef>> = vec![None; self.schema.fields().len()];
-        for (pos, col) in self.payload_columns.iter().zip(payload) {
-            columns[*pos] = Some(col);
-        }
-        for (pos, col) in meta {
-            columns[pos] = Some(col);
-        }
-        let columns: Vec<ArrayRef> = columns
-            .into_iter()
-            .map(|c| c.expect("every column built"))
-            .collect();
         RecordBatch::try_new(self.schema.clone(), columns)
             .map(Some)
             .map_err(|e| DeserializeError {
                 message_index: 0,
-                reason: format!("rows do not match the table's columns: {e}"),
+                reason: format!("internal error: decoded rows do not form a batch: {e}"),
             })
-    }
-
-    fn take_meta(&mut self) -> Vec<(usize, ArrayRef)> {
-        self.meta_columns
-            .iter_mut()
-            .map(|(pos, b)| {
-                let a: ArrayRef = match b {
-                    MetaBuilder::Text(b) => Arc::new(b.finish()),
-                    MetaBuilder::Timestamp(b) => Arc::new(b.finish()),
-                    MetaBuilder::Int64(b) => Arc::new(b.finish()),
-                };
-                (*pos, a)
-            })
-            .collect()
-    }
-
-    fn reset_json(&mut self) {
-        // A decoder that saw bad input may hold a partial row: start a fresh one.
-        // Rows of earlier messages in this buffer are lost with it, so callers treat a
-        // JSON error as fatal for the buffer (the job fails; nothing was acknowledged).
-        self.json = arrow_json::ReaderBuilder::new(self.payload_schema.clone())
-            .with_batch_size(MAX_ROWS)
-            .build_decoder()
-            .ok();
-    }
-
-    fn find_culprit(&self, messages: &[Bytes]) -> Option<usize> {
-        messages.iter().position(|m| {
-            let Ok(mut d) =
-                arrow_json::ReaderBuilder::new(self.payload_schema.clone()).build_decoder()
-            else {
-                return false;
-            };
-            d.decode(m).is_err() || d.flush().is_err()
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::{Array, AsArray};
-    use arrow::datatypes::Int64Type;
-
-    fn schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, true),
-            Field::new("name", DataType::Utf8, true),
-            Field::new("mid", DataType::Utf8, false),
-        ]))
-    }
-
-    fn meta() -> Vec<MetadataField> {
-        vec![MetadataField {
-            field_name: "mid".into(),
-            key: "message-id".into(),
-            field_type: FieldType::Text,
-        }]
-    }
-
-    #[test]
-    fn json_rows_with_metadata() {
-        let mut d = Deserializer::new(Format::Json, schema(), &meta()).unwrap();
-        let m = |s: &str| vec![FieldValue::String(s.to_string())];
-        assert_eq!(
-            d.deserialize(
-                &Bytes::from_static(br#"{"id": 1, "name": "a", "extra": true}"#),
-                &m("m1")
-            )
-            .unwrap(),
-            1
-        );
-        assert_eq!(
-            d.deserialize(&Bytes::from_static(br#"{"id": 2}{"id": 3}"#), &m("m2"))
-                .unwrap(),
-            2
-        );
-        let b = d.flush().unwrap().unwrap();
-        assert_eq!(b.num_rows(), 3);
-        assert_eq!(b.column(0).as_primitive::<Int64Type>().values(), &[1, 2, 3]);
-        assert!(b.column(1).is_null(1));
-        let mids = b.column(2).as_string::<i32>();
-        assert_eq!(
-            (mids.value(0), mids.value(1), mids.value(2)),
-            ("m1", "m2", "m2")
-        );
-    }
-
-    #[test]
-    fn malformed_json_names_the_message() {
-        let mut d = Deserializer::new(Format::Json, schema(), &meta()).unwrap();
-        let m = vec![FieldValue::String("x".into())];
-        d.deserialize(&Bytes::from_static(br#"{"id": 1}"#), &m)
-            .unwrap();
-        let e = d
-            .deserialize(&Bytes::from_static(b"not json"), &m)
-            .unwrap_err();
-        assert_eq!(e.message_index, 1);
-        let e = d
-            .deserialize(&Bytes::from_static(br#"{"id": 1"#), &m)
-            .unwrap_err();
-        assert!(e.reason.contains("not complete"), "{e}");
-    }
-
-    #[test]
-    fn type_mismatch_found_at_flush_names_the_message() {
-        let mut d = Deserializer::new(Format::Json, schema(), &meta()).unwrap();
-        let m = vec![FieldValue::String("x".into())];
-        d.deserialize(&Bytes::from_static(br#"{"id": 1}"#), &m)
-            .unwrap();
-        d.deserialize(&Bytes::from_static(br#"{"id": "seven"}"#), &m)
-            .unwrap();
-        let e = d.flush().unwrap_err();
-        assert_eq!(e.message_index, 1, "{e}");
-    }
-
-    #[test]
-    fn raw_string() {
-        let s = Arc::new(Schema::new(vec![Field::new("value", DataType::Utf8, true)]));
-        let mut d = Deserializer::new(Format::RawString, s, &[]).unwrap();
-        d.deserialize(&Bytes::from_static(b"hello"), &[]).unwrap();
-        assert!(d
-            .deserialize(&Bytes::from_static(&[0xff, 0xfe]), &[])
-            .is_err());
-        let b = d.flush().unwrap().unwrap();
-        assert_eq!(b.column(0).as_string::<i32>().value(0), "hello");
     }
 }

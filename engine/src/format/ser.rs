@@ -1,99 +1,247 @@
-//! Arrow rows -> one payload per row.
+//! Arrow rows -> one payload per row, written so that the source's decoder reads back
+//! exactly the same values.
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::DataType;
+use std::io::Write as _;
 
-use crate::spi::Format;
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{Float32Type, Float64Type, Int32Type, Int64Type, TimestampNanosecondType};
+use base64::Engine as _;
 
-/// Encodes each row of a batch as one message payload.
+use super::canonical::canonicalize;
+use super::timestamp::{epoch_unit, format_name, to_epoch, write_rfc3339};
+use crate::spi::{ConnectionSchema, FieldType, Format, TimestampFormat};
+
+/// A payload column of the sink table.
+struct OutColumn {
+    name: String,
+    ty: FieldType,
+    /// `"name":`, escaped once.
+    key: Vec<u8>,
+}
+
+/// Encodes each row of a batch as one message payload, by the sink table's declared
+/// schema (format, `json.timestamp-format`, columns). Metadata columns are not part of
+/// the payload.
 pub struct Serializer {
     format: Format,
+    tf: TimestampFormat,
+    columns: Vec<OutColumn>,
+    /// Why the table cannot be written in its format; reported by every `serialize`.
+    unusable: Option<String>,
 }
 
 impl Serializer {
-    pub fn new(format: Format) -> Self {
-        Serializer { format }
+    /// An encoder for the sink table `schema`. A schema that does not suit its format
+    /// (`raw_string` without exactly one payload column `value TEXT`, `raw_bytes` without
+    /// `value BYTEA`) makes every `serialize` call fail with the reason.
+    pub fn new(schema: &ConnectionSchema) -> Self {
+        let columns: Vec<OutColumn> = schema
+            .fields
+            .iter()
+            .filter(|f| f.metadata_key.is_none())
+            .map(|f| OutColumn {
+                name: f.name.clone(),
+                ty: f.field_type,
+                key: format!("{}:", serde_json::Value::from(f.name.as_str())).into_bytes(),
+            })
+            .collect();
+        let needs = |ty: FieldType, format: &str| match columns.as_slice() {
+            [c] if c.name == "value" && c.ty == ty => None,
+            _ => Some(format!(
+                "format '{format}' needs exactly one non-metadata column: value {}",
+                ty.sql_name()
+            )),
+        };
+        let unusable = match schema.format {
+            Format::Json => None,
+            Format::RawString => needs(FieldType::Text, "raw_string"),
+            Format::RawBytes => needs(FieldType::Bytea, "raw_bytes"),
+        };
+        Serializer {
+            format: schema.format,
+            tf: schema.timestamp_format,
+            columns,
+            unusable,
+        }
     }
 
-    /// One payload per row, in row order. `json`: a JSON object of every column (NULL
-    /// columns omitted). `raw_string`: the `value` column's text (NULL -> empty payload).
-    /// Errors if the batch lacks what the format needs.
+    /// One payload per row, in row order.
+    ///
+    /// - `json`: one object per row with every payload column, NULL columns omitted;
+    ///   BIGINT/INT as numbers; DOUBLE/FLOAT as numbers, NaN and ±infinity as the strings
+    ///   `"NaN"`, `"Infinity"`, `"-Infinity"`; TIMESTAMP per `json.timestamp-format`
+    ///   (`rfc3339`: UTC ending in `Z` with 0, 3, 6 or 9 fractional digits, the fewest that
+    ///   are exact; `epoch-*`: an integer in that unit); BYTEA as standard padded base64;
+    ///   JSON columns as nested JSON in canonical form.
+    /// - `raw_string` / `raw_bytes`: the `value` column's text / bytes.
+    ///
+    /// Errors naming the row (`row N of the batch ...`) if a row cannot be written
+    /// exactly: an empty raw payload (Pub/Sub rejects a message without data), a JSON
+    /// column holding invalid JSON, or a TIMESTAMP an `epoch-*` unit would truncate. Also
+    /// errors if the batch lacks a declared column or has it with another type.
     pub fn serialize(&self, batch: &RecordBatch) -> anyhow::Result<Vec<Vec<u8>>> {
-        match self.format {
-            Format::Json => {
-                let mut buf = Vec::with_capacity(batch.num_rows() * 64);
-                {
-                    let mut w = arrow_json::LineDelimitedWriter::new(&mut buf);
-                    w.write(batch)?;
-                    w.finish()?;
-                }
-                let mut out: Vec<Vec<u8>> = buf
-                    .split(|b| *b == b'\n')
-                    .map(|line| line.to_vec())
-                    .collect();
-                // The writer ends every row with a newline: drop the empty tail.
-                out.truncate(batch.num_rows());
-                anyhow::ensure!(
-                    out.len() == batch.num_rows(),
-                    "json writer produced {} lines for {} rows",
-                    out.len(),
-                    batch.num_rows()
-                );
-                Ok(out)
-            }
-            Format::RawBytes => {
-                anyhow::bail!("format 'raw_bytes' is not supported by this sink yet")
-            }
-            Format::RawString => {
-                let col = batch.column_by_name("value").ok_or_else(|| {
-                    anyhow::anyhow!("format 'raw_string' needs a column named 'value'")
+        if let Some(e) = &self.unusable {
+            anyhow::bail!("{e}");
+        }
+        let arrays = self
+            .columns
+            .iter()
+            .map(|c| {
+                let a = batch.column_by_name(&c.name).ok_or_else(|| {
+                    anyhow::anyhow!("the rows have no column '{}' to write", c.name)
                 })?;
                 anyhow::ensure!(
-                    col.data_type() == &DataType::Utf8,
-                    "format 'raw_string' needs column 'value' of type TEXT"
+                    a.data_type() == &c.ty.arrow_type(),
+                    "column '{}' ({}) arrives as Arrow {}, expected {}",
+                    c.name,
+                    c.ty.sql_name(),
+                    a.data_type(),
+                    c.ty.arrow_type()
                 );
-                let s = col.as_string::<i32>();
-                Ok((0..s.len())
-                    .map(|i| {
-                        if s.is_null(i) {
-                            Vec::new()
-                        } else {
-                            s.value(i).as_bytes().to_vec()
-                        }
+                Ok(a)
+            })
+            .collect::<anyhow::Result<Vec<&ArrayRef>>>()?;
+        let empty = |row: usize| {
+            anyhow::anyhow!(
+                "row {row} of the batch would be an empty message (Pub/Sub rejects a message without data or attributes)"
+            )
+        };
+        match self.format {
+            Format::RawString => {
+                let s = arrays[0].as_string::<i32>();
+                (0..s.len())
+                    .map(|i| match s.is_valid(i) && !s.value(i).is_empty() {
+                        true => Ok(s.value(i).as_bytes().to_vec()),
+                        false => Err(empty(i)),
                     })
-                    .collect())
+                    .collect()
+            }
+            Format::RawBytes => {
+                let b = arrays[0].as_binary::<i32>();
+                (0..b.len())
+                    .map(|i| match b.is_valid(i) && !b.value(i).is_empty() {
+                        true => Ok(b.value(i).to_vec()),
+                        false => Err(empty(i)),
+                    })
+                    .collect()
+            }
+            Format::Json => {
+                let mut scratch = String::new();
+                (0..batch.num_rows())
+                    .map(|row| {
+                        let mut out = Vec::with_capacity(64 * self.columns.len() + 2);
+                        out.push(b'{');
+                        for (c, a) in self.columns.iter().zip(&arrays) {
+                            if a.is_null(row) {
+                                continue;
+                            }
+                            if out.len() > 1 {
+                                out.push(b',');
+                            }
+                            out.extend_from_slice(&c.key);
+                            self.write_value(a, row, c.ty, &mut out, &mut scratch)
+                                .map_err(|e| {
+                                    anyhow::anyhow!(
+                                        "row {row} of the batch: column '{}' ({}): {e}",
+                                        c.name,
+                                        c.ty.sql_name()
+                                    )
+                                })?;
+                        }
+                        out.push(b'}');
+                        Ok(out)
+                    })
+                    .collect()
             }
         }
     }
+
+    /// Writes the non-null value `a[row]` of SQL type `ty` as JSON.
+    fn write_value(
+        &self,
+        a: &ArrayRef,
+        row: usize,
+        ty: FieldType,
+        out: &mut Vec<u8>,
+        scratch: &mut String,
+    ) -> Result<(), String> {
+        let io = |e: std::io::Error| e.to_string();
+        match ty {
+            FieldType::Text => {
+                serde_json::to_writer(&mut *out, a.as_string::<i32>().value(row))
+                    .map_err(|e| e.to_string())?;
+            }
+            FieldType::Json => {
+                let text = a.as_string::<i32>().value(row);
+                let raw: &serde_json::value::RawValue = serde_json::from_str(text)
+                    .map_err(|e| format!("value is not valid JSON: {e}"))?;
+                canonicalize(raw.get(), out)?;
+            }
+            FieldType::Bigint => {
+                write!(out, "{}", a.as_primitive::<Int64Type>().value(row)).map_err(io)?
+            }
+            FieldType::Int => {
+                write!(out, "{}", a.as_primitive::<Int32Type>().value(row)).map_err(io)?
+            }
+            FieldType::Double => write_float(a.as_primitive::<Float64Type>().value(row), out),
+            FieldType::Float => {
+                let v = a.as_primitive::<Float32Type>().value(row);
+                if v.is_finite() {
+                    // Shortest text that reads back as this f32.
+                    serde_json::to_writer(&mut *out, &v).map_err(|e| e.to_string())?;
+                } else {
+                    write_float(f64::from(v), out);
+                }
+            }
+            FieldType::Boolean => {
+                let v = a.as_boolean().value(row);
+                out.extend_from_slice(if v { b"true" } else { b"false" });
+            }
+            FieldType::Timestamp => {
+                let nanos = a.as_primitive::<TimestampNanosecondType>().value(row);
+                match epoch_unit(self.tf) {
+                    None => {
+                        out.push(b'"');
+                        write_rfc3339(nanos, out);
+                        out.push(b'"');
+                    }
+                    Some(unit) => {
+                        let v = to_epoch(nanos, unit).ok_or_else(|| {
+                            let mut t = Vec::new();
+                            write_rfc3339(nanos, &mut t);
+                            format!(
+                                "{} is not a whole number of the unit of 'json.timestamp-format' = '{}'; writing it would truncate it",
+                                String::from_utf8_lossy(&t),
+                                format_name(self.tf)
+                            )
+                        })?;
+                        write!(out, "{v}").map_err(io)?;
+                    }
+                }
+            }
+            FieldType::Bytea => {
+                scratch.clear();
+                base64::engine::general_purpose::STANDARD
+                    .encode_string(a.as_binary::<i32>().value(row), scratch);
+                out.push(b'"');
+                out.extend_from_slice(scratch.as_bytes());
+                out.push(b'"');
+            }
+        }
+        Ok(())
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::{Field, Schema};
-    use std::sync::Arc;
-
-    #[test]
-    fn json_one_payload_per_row() {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, true),
-            Field::new("s", DataType::Utf8, true),
-        ]));
-        let b = RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(Int64Array::from(vec![1, 2])),
-                Arc::new(StringArray::from(vec![Some("a\nb"), None])),
-            ],
-        )
-        .unwrap();
-        let out = Serializer::new(Format::Json).serialize(&b).unwrap();
-        assert_eq!(out.len(), 2);
-        assert_eq!(
-            String::from_utf8(out[0].clone()).unwrap(),
-            r#"{"id":1,"s":"a\nb"}"#
-        );
-        assert_eq!(String::from_utf8(out[1].clone()).unwrap(), r#"{"id":2}"#);
+/// A DOUBLE as the shortest JSON number that reads back exactly, or a proto3 string for
+/// NaN and the infinities.
+fn write_float(v: f64, out: &mut Vec<u8>) {
+    if v.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if v == f64::INFINITY {
+        out.extend_from_slice(b"\"Infinity\"");
+    } else if v == f64::NEG_INFINITY {
+        out.extend_from_slice(b"\"-Infinity\"");
+    } else {
+        serde_json::to_writer(&mut *out, &v).expect("a finite float always serializes");
     }
 }

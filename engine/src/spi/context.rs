@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, Semaphore};
 
 use super::metrics::{Counter, Metrics};
-use super::types::{CheckpointBarrier, ControlMessage, Format, MetadataField, TaskInfo};
+use super::types::{CheckpointBarrier, ConnectionSchema, ControlMessage, TaskInfo};
 use crate::format::{DeserializeError, Deserializer, FieldValue};
 use crate::runtime::{CoordEvent, Rows, SourceEvent};
 
@@ -166,29 +166,31 @@ impl SourceCollector {
         }
     }
 
-    /// Sets up message decoding for `format` into the output schema, with metadata
-    /// columns filled from the values passed to `deserialize_slice`. `batch_size` rows or
-    /// `linger` time, whichever comes first, make `should_flush` true.
+    /// Sets up message decoding for table `schema` (its format, `json.timestamp-format`
+    /// and columns; the rows' schema is `schema.arrow_schema()`), with metadata columns
+    /// filled from the values passed to `deserialize_slice`. `batch_size` rows or `linger`
+    /// time, whichever comes first, make `should_flush` true.
+    ///
+    /// Errors if the columns do not suit the format (see `Deserializer::new`).
     pub fn initialize_deserializer(
         &mut self,
-        format: Format,
-        metadata_fields: &[MetadataField],
+        schema: &ConnectionSchema,
         batch_size: usize,
         linger: Duration,
     ) -> anyhow::Result<()> {
-        self.deserializer = Some(Deserializer::new(
-            format,
-            self.out_schema.clone(),
-            metadata_fields,
-        )?);
+        anyhow::ensure!(
+            schema.arrow_schema().fields() == self.out_schema.fields(),
+            "the table's declared columns do not match the source's output schema"
+        );
+        self.deserializer = Some(Deserializer::new(schema)?);
         self.batch_size = batch_size.max(1);
         self.linger = linger;
         Ok(())
     }
 
     /// Decodes one message into the row buffer. `metadata` holds one value per metadata
-    /// field, in the order given to `initialize_deserializer`. Returns the number of rows
-    /// the message yielded (0 or more). On error nothing of this message is buffered.
+    /// column, in declared order. Returns the number of rows the message yielded. On error
+    /// (a value that does not fit its column) nothing of this message is buffered.
     pub fn deserialize_slice(
         &mut self,
         payload: &bytes::Bytes,
@@ -230,8 +232,8 @@ impl SourceCollector {
     }
 
     /// Emits the buffered rows as one batch. Returns the number of rows emitted.
-    /// A decoding error found only at batch build time names the message's index in
-    /// the buffer (`DeserializeError::message_index`); then nothing is emitted.
+    /// Decoding errors are all reported by `deserialize_slice`; this fails only when the
+    /// dataflow is gone.
     pub async fn flush_buffer(&mut self) -> anyhow::Result<usize> {
         self.buffer_started = None;
         let Some(d) = self.deserializer.as_mut() else {

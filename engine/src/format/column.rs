@@ -1,0 +1,202 @@
+//! Column buffers that can be rolled back: a message's rows are appended as they are
+//! decoded and cut off again if a later value of the same message is refused, so a failed
+//! message leaves nothing behind and no row is staged twice.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BinaryArray, BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array,
+    StringArray, TimestampNanosecondArray,
+};
+use arrow::array::{BooleanBufferBuilder, BufferBuilder, NullBufferBuilder};
+use arrow::buffer::OffsetBuffer;
+
+use crate::spi::FieldType;
+
+enum Values {
+    I64(BufferBuilder<i64>),
+    I32(BufferBuilder<i32>),
+    F64(BufferBuilder<f64>),
+    F32(BufferBuilder<f32>),
+    Bool(BooleanBufferBuilder),
+    /// TIMESTAMP: nanoseconds since the Unix epoch, UTC.
+    Nanos(BufferBuilder<i64>),
+    /// TEXT/JSON (UTF-8 only) or BYTEA.
+    Bytes {
+        offsets: BufferBuilder<i32>,
+        data: BufferBuilder<u8>,
+        utf8: bool,
+    },
+}
+
+/// The values of one output column since the last `finish`.
+pub(crate) struct Column {
+    values: Values,
+    nulls: NullBufferBuilder,
+}
+
+impl Column {
+    /// An empty column for SQL type `ty`.
+    pub(crate) fn new(ty: FieldType) -> Column {
+        let cap = 1024;
+        let bytes = |utf8| {
+            let mut offsets = BufferBuilder::new(cap + 1);
+            offsets.append(0);
+            Values::Bytes {
+                offsets,
+                data: BufferBuilder::new(cap * 16),
+                utf8,
+            }
+        };
+        let values = match ty {
+            FieldType::Bigint => Values::I64(BufferBuilder::new(cap)),
+            FieldType::Int => Values::I32(BufferBuilder::new(cap)),
+            FieldType::Double => Values::F64(BufferBuilder::new(cap)),
+            FieldType::Float => Values::F32(BufferBuilder::new(cap)),
+            FieldType::Boolean => Values::Bool(BooleanBufferBuilder::new(cap)),
+            FieldType::Timestamp => Values::Nanos(BufferBuilder::new(cap)),
+            FieldType::Text | FieldType::Json => bytes(true),
+            FieldType::Bytea => bytes(false),
+        };
+        Column {
+            values,
+            nulls: NullBufferBuilder::new(cap),
+        }
+    }
+
+    /// Rows held.
+    pub(crate) fn len(&self) -> usize {
+        self.nulls.len()
+    }
+
+    /// Drops every row from `len` on.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        if len >= self.len() {
+            return;
+        }
+        self.nulls.truncate(len);
+        match &mut self.values {
+            Values::I64(b) | Values::Nanos(b) => b.truncate(len),
+            Values::I32(b) => b.truncate(len),
+            Values::F64(b) => b.truncate(len),
+            Values::F32(b) => b.truncate(len),
+            Values::Bool(b) => b.truncate(len),
+            Values::Bytes { offsets, data, .. } => {
+                offsets.truncate(len + 1);
+                let end = offsets.as_slice()[len] as usize;
+                data.truncate(end);
+            }
+        }
+    }
+
+    /// Appends a NULL.
+    pub(crate) fn push_null(&mut self) {
+        self.nulls.append_null();
+        match &mut self.values {
+            Values::I64(b) | Values::Nanos(b) => b.append(0),
+            Values::I32(b) => b.append(0),
+            Values::F64(b) => b.append(0.0),
+            Values::F32(b) => b.append(0.0),
+            Values::Bool(b) => b.append(false),
+            Values::Bytes { offsets, data, .. } => offsets.append(data.len() as i32),
+        }
+    }
+
+    /// Appends a BIGINT or TIMESTAMP (nanoseconds) value.
+    pub(crate) fn push_i64(&mut self, v: i64) {
+        match &mut self.values {
+            Values::I64(b) | Values::Nanos(b) => b.append(v),
+            _ => unreachable!("push_i64 on a column of another type"),
+        }
+        self.nulls.append_non_null();
+    }
+
+    /// Appends an INT value.
+    pub(crate) fn push_i32(&mut self, v: i32) {
+        match &mut self.values {
+            Values::I32(b) => b.append(v),
+            _ => unreachable!("push_i32 on a column of another type"),
+        }
+        self.nulls.append_non_null();
+    }
+
+    /// Appends a DOUBLE value.
+    pub(crate) fn push_f64(&mut self, v: f64) {
+        match &mut self.values {
+            Values::F64(b) => b.append(v),
+            _ => unreachable!("push_f64 on a column of another type"),
+        }
+        self.nulls.append_non_null();
+    }
+
+    /// Appends a FLOAT value.
+    pub(crate) fn push_f32(&mut self, v: f32) {
+        match &mut self.values {
+            Values::F32(b) => b.append(v),
+            _ => unreachable!("push_f32 on a column of another type"),
+        }
+        self.nulls.append_non_null();
+    }
+
+    /// Appends a BOOLEAN value.
+    pub(crate) fn push_bool(&mut self, v: bool) {
+        match &mut self.values {
+            Values::Bool(b) => b.append(v),
+            _ => unreachable!("push_bool on a column of another type"),
+        }
+        self.nulls.append_non_null();
+    }
+
+    /// Appends a TEXT/JSON value.
+    pub(crate) fn push_str(&mut self, v: &str) -> Result<(), String> {
+        self.push_raw(v.as_bytes())
+    }
+
+    /// Appends a BYTEA value.
+    pub(crate) fn push_bytes(&mut self, v: &[u8]) -> Result<(), String> {
+        debug_assert!(matches!(self.values, Values::Bytes { utf8: false, .. }));
+        self.push_raw(v)
+    }
+
+    fn push_raw(&mut self, v: &[u8]) -> Result<(), String> {
+        let Values::Bytes { offsets, data, .. } = &mut self.values else {
+            unreachable!("push_str/push_bytes on a column of another type");
+        };
+        let end = i32::try_from(data.len() + v.len()).map_err(|_| {
+            "the rows buffered for one batch would exceed 2 GiB in one column; lower the batch size"
+                .to_string()
+        })?;
+        data.append_slice(v);
+        offsets.append(end);
+        self.nulls.append_non_null();
+        Ok(())
+    }
+
+    /// Takes the rows as an Arrow array and leaves the column empty.
+    pub(crate) fn finish(&mut self) -> ArrayRef {
+        let nulls = self.nulls.finish();
+        match &mut self.values {
+            Values::I64(b) => Arc::new(Int64Array::new(b.finish().into(), nulls)),
+            Values::I32(b) => Arc::new(Int32Array::new(b.finish().into(), nulls)),
+            Values::F64(b) => Arc::new(Float64Array::new(b.finish().into(), nulls)),
+            Values::F32(b) => Arc::new(Float32Array::new(b.finish().into(), nulls)),
+            Values::Bool(b) => Arc::new(BooleanArray::new(b.finish(), nulls)),
+            Values::Nanos(b) => Arc::new(TimestampNanosecondArray::new(b.finish().into(), nulls)),
+            Values::Bytes {
+                offsets,
+                data,
+                utf8,
+            } => {
+                let o = OffsetBuffer::new(offsets.finish().into());
+                offsets.append(0);
+                let d = data.finish();
+                if *utf8 {
+                    // Only `&str` values were appended, so this cannot fail.
+                    Arc::new(StringArray::new(o, d, nulls))
+                } else {
+                    Arc::new(BinaryArray::new(o, d, nulls))
+                }
+            }
+        }
+    }
+}
