@@ -59,11 +59,10 @@ impl Emulator {
             std::env::temp_dir().join(format!("pubsub-emulator-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let log = dir.join("emulator.log");
-        let script = format!(
-            "\"$0\" --host=127.0.0.1 --port={port} >{log} 2>&1 & \
-             while kill -0 {parent} 2>/dev/null && kill -0 $! 2>/dev/null; do sleep 1; done; kill -9 -- -$$",
-            log = shell_quote(&log),
-            parent = std::process::id()
+        let script = watchdog_script(
+            &format!("--host=127.0.0.1 --port={port}"),
+            &shell_quote(&log),
+            std::process::id(),
         );
         let child = Command::new("setsid")
             .arg("sh")
@@ -138,6 +137,56 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// The `sh -c` script (run under `setsid`, with the program as `$0`) that starts the
+/// program with `args` in the background and kills its whole process group once `parent`
+/// or the program is gone. `kill -9 -$$`, not `kill -9 -- -$$`: Debian's `sh` is dash,
+/// whose `kill` rejects `--`, which left every emulator running after its user exited.
+fn watchdog_script(args: &str, log: &str, parent: u32) -> String {
+    format!(
+        "\"$0\" {args} >{log} 2>&1 & \
+         while kill -0 {parent} 2>/dev/null && kill -0 $! 2>/dev/null; do sleep 1; done; kill -9 -$$"
+    )
+}
+
 fn shell_quote(p: &std::path::Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The watchdog must kill what it started once its parent is gone (under dash, the
+    /// shell `setsid sh` runs here); `sleep` stands in for the emulator.
+    #[test]
+    fn the_watchdog_kills_the_program_when_its_parent_exits() {
+        let mut parent = Command::new("sleep").arg("1").spawn().unwrap();
+        let marker = format!("{}", 1000 + std::process::id() % 1000);
+        let script = watchdog_script(&format!("{marker}.5"), "/dev/null", parent.id());
+        let mut watchdog = Command::new("setsid")
+            .arg("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sleep")
+            .spawn()
+            .unwrap();
+        let pattern = format!("sleep {marker}.5");
+        let running = || {
+            Command::new("pgrep")
+                .arg("-f")
+                .arg(&pattern)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(running(), "the program started");
+        parent.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = watchdog.wait();
+        assert!(!running(), "the program outlived its parent");
+    }
 }

@@ -114,12 +114,14 @@ impl ArrowOperator for PubSubSink {
         let payloads = self.serializer.serialize(&batch)?;
         for payload in payloads {
             // Back-pressure: at the in-flight cap, send the partial batch at once (instead
-            // of after the batching delay), then wait for results before publishing more.
-            if self.in_flight.len() as u64 >= self.config.max_in_flight_messages {
+            // of after the batching delay), then wait until half the window is free. Waiting
+            // for a single free slot would flush a batch of one message per publish.
+            let cap = self.config.max_in_flight_messages;
+            if self.in_flight.len() as u64 >= cap {
                 if let Some(p) = &self.publisher {
                     p.flush().await;
                 }
-                while self.in_flight.len() as u64 >= self.config.max_in_flight_messages {
+                while self.in_flight.len() as u64 > cap / 2 {
                     self.settle_one().await;
                 }
             }
