@@ -10,12 +10,28 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(150);
 
+/// Like `pipeline_sql`, with separate endpoints for the source and the sink.
+fn split_sql(t: &Topics, source_endpoint: &str, sink_endpoint: &str, extra: &str) -> String {
+    pipeline_sql(t, source_endpoint, extra).replacen(
+        &format!("'topic' = '{}',\n            'emulator-endpoint' = '{source_endpoint}'", t.output),
+        &format!("'topic' = '{}',\n            'emulator-endpoint' = '{sink_endpoint}'", t.output),
+        1,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn network_cut_mid_stream_reconnects_and_delivers_everything() {
     let t = topics("cut", 10).await;
     let ids = publish_seq(&t.input, 0..6_000).await;
     let proxy = TcpProxy::start(&endpoint()).await;
-    let w = Workdir::new(&pipeline_sql(&t, &proxy.endpoint(), ""));
+    // Only the source goes through the proxy; 500 held messages per 1 s checkpoint keep
+    // it reading for ~12 s, so the cut lands mid-stream.
+    let w = Workdir::new(&split_sql(
+        &t,
+        &proxy.endpoint(),
+        &endpoint(),
+        ", 'scan.flow-control.max-outstanding-element-count' = '500'",
+    ));
     let child = w.spawn(&[
         "--workers",
         "1",
@@ -25,7 +41,7 @@ async fn network_cut_mid_stream_reconnects_and_delivers_everything() {
         "10s",
     ]);
     // Cut once some rows reached the sink, well before the end (~1,950 msg/s per stream).
-    let first = sink_ids(&t.output_sub, Some(1_000), Duration::from_secs(60)).await;
+    let first = sink_ids(&t.output_sub, Some(1_500), Duration::from_secs(60)).await;
     assert!(!first.is_empty(), "nothing reached the sink before the cut");
     proxy.cut();
     tokio::time::sleep(Duration::from_secs(6)).await;

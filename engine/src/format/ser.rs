@@ -41,9 +41,7 @@ impl Serializer {
                 );
                 Ok(out)
             }
-            Format::RawBytes => {
-                anyhow::bail!("format 'raw_bytes' is not supported by this sink yet")
-            }
+            Format::RawBytes => anyhow::bail!("format 'raw_bytes' is not supported by this sink yet"),
             Format::RawString => {
                 let col = batch.column_by_name("value").ok_or_else(|| {
                     anyhow::anyhow!("format 'raw_string' needs a column named 'value'")
