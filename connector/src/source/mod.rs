@@ -377,11 +377,13 @@ impl SourceOperator for PubSubSource {
                     }
                     Pulled::Reconnecting { stream, cause } => {
                         self.down.insert(stream);
-                        tracing::warn!(subscription = %self.subscription, "streaming pull {stream} from {} interrupted: {cause}; reconnecting with backoff (held messages keep their leases)", self.subscription);
+                        let which = if stream == pull::MONITOR { "streaming pull".to_string() } else { format!("streaming pull {stream}") };
+                        tracing::warn!(subscription = %self.subscription, "{which} from {} interrupted: {cause}; reconnecting with backoff (held messages keep their leases)", self.subscription);
                     }
                     Pulled::Recovered { stream, down_for } => {
                         self.down.remove(&stream);
-                        tracing::info!(subscription = %self.subscription, "streaming pull {stream} from {} reconnected after {down_for:.1?}", self.subscription);
+                        let which = if stream == pull::MONITOR { "streaming pull".to_string() } else { format!("streaming pull {stream}") };
+                        tracing::info!(subscription = %self.subscription, "{which} from {} reconnected after {down_for:.1?} down", self.subscription);
                     }
                     Pulled::Failed { code, error } => {
                         let status = code.map_or_else(|| "error".to_string(), |c| format!("{c:?}"));

@@ -10,11 +10,22 @@
 //! client retries transport errors inside `next()` by itself; what reaches this layer is
 //! the end of a stream or a status the client considers permanent.
 //!
+//! The client also retries transport errors *inside* `next()` silently (reopening with its
+//! own backoff of up to 60 s), so a network cut is invisible at this layer. A monitor task
+//! per subtask therefore probes the subscription (one bounded `GetSubscription`) whenever
+//! no message arrived for [`QUIET_PROBE`]: a failing probe starts an incident (WARN,
+//! `set_can_pull(false)`), probes then follow the backoff schedule, and the first
+//! successful one ends it (INFO with the downtime) and, if nothing was delivered
+//! meanwhile, replaces every stream so recovery does not wait for the client's backoff.
+//! On the real service this costs at most one admin call per [`QUIET_PROBE`] per idle
+//! subtask (the admin quota is 6,000 per minute per project).
+//!
 //! Held handles survive a reconnect: the client's lease task lives as long as a handle
 //! or the stream does, and handles keep being extended, acked and nacked after their
 //! stream was dropped (measured, `pubsub-client-notes.md`). Each stream's shutdown token
 //! is kept until close, so the final acks of old streams are flushed too.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,6 +71,13 @@ pub(super) struct StreamSettings {
     pub max_lease_extension: Option<Duration>,
 }
 
+/// A subtask that received nothing for this long probes its subscription.
+pub const QUIET_PROBE: Duration = Duration::from_secs(3);
+/// Each probe gives up after this.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The `stream` index the monitor reports incidents under.
+pub(super) const MONITOR: usize = usize::MAX;
+
 /// The streams of one source subtask.
 pub(super) struct PullStreams {
     rx: mpsc::Receiver<Pulled>,
@@ -84,19 +102,41 @@ fn open(
     b.build()
 }
 
-/// One bounded `GetSubscription`: Ok when the endpoint answers and the subscription exists.
+/// One `GetSubscription` attempt of at most [`PROBE_TIMEOUT`]: Ok when the endpoint
+/// answers and the subscription exists.
 async fn probe(
     admin: &SubscriptionAdmin,
     subscription: &str,
 ) -> Result<(), google_cloud_pubsub::Error> {
-    crate::diagnose::bounded(
-        admin
-            .get_subscription()
-            .set_subscription(subscription.to_string()),
-    )
-    .send()
-    .await
-    .map(|_| ())
+    use google_cloud_gax::options::RequestOptionsBuilder;
+    use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt};
+    admin
+        .get_subscription()
+        .set_subscription(subscription.to_string())
+        .with_attempt_timeout(PROBE_TIMEOUT)
+        .with_retry_policy(Aip194Strict.with_attempt_limit(1))
+        .send()
+        .await
+        .map(|_| ())
+}
+
+/// Milliseconds since `base` of the last delivery, shared by the stream tasks.
+#[derive(Clone)]
+struct LastDelivery {
+    base: Instant,
+    ms: Arc<AtomicU64>,
+}
+
+impl LastDelivery {
+    fn touch(&self) {
+        self.ms
+            .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    fn since(&self) -> Duration {
+        self.base
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.ms.load(Ordering::Relaxed)))
+    }
 }
 
 impl PullStreams {
@@ -111,7 +151,24 @@ impl PullStreams {
         let (tx, rx) = mpsc::channel(64);
         let (stop, stop_rx) = watch::channel(false);
         let tokens = Arc::new(Mutex::new(Vec::new()));
+        let last = LastDelivery {
+            base: Instant::now(),
+            ms: Arc::new(AtomicU64::new(0)),
+        };
+        let (restart, restart_rx) = watch::channel(0u64);
         let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(
+            Monitor {
+                admin: admin.clone(),
+                subscription: subscription.to_string(),
+                tx: tx.clone(),
+                stop: stop_rx.clone(),
+                last: last.clone(),
+                restart,
+                reconnects: reconnects.clone(),
+            }
+            .run(),
+        ));
         for index in 0..settings.streams as usize {
             let task = StreamTask {
                 index,
@@ -123,6 +180,8 @@ impl PullStreams {
                 stop: stop_rx.clone(),
                 tokens: tokens.clone(),
                 reconnects: reconnects.clone(),
+                last: last.clone(),
+                restart: restart_rx.clone(),
             };
             tasks.push(tokio::spawn(task.run()));
         }
@@ -179,12 +238,17 @@ struct StreamTask {
     stop: watch::Receiver<bool>,
     tokens: Arc<Mutex<Vec<ShutdownToken>>>,
     reconnects: Counter,
+    last: LastDelivery,
+    /// Bumped by the monitor to replace every stream after an outage.
+    restart: watch::Receiver<u64>,
 }
 
 /// How a stream's read loop ended.
 enum End {
     Stopped,
     Retry(String),
+    /// The monitor asked for a fresh stream (it already reported the incident).
+    Restart,
 }
 
 impl StreamTask {
@@ -197,6 +261,10 @@ impl StreamTask {
             let cause = match self.read(&mut backoff).await {
                 End::Stopped => return,
                 End::Retry(cause) => cause,
+                End::Restart => {
+                    self.reconnects.add(1);
+                    continue;
+                }
             };
             // One incident: report it once, then retry until the endpoint answers.
             let down_since = Instant::now();
@@ -269,16 +337,20 @@ impl StreamTask {
             .lock()
             .expect("tokens lock")
             .push(stream.shutdown_token());
+        self.restart.mark_unchanged();
         let end = loop {
             let mut stop = self.stop.clone();
             let item = tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => break End::Stopped,
+                // Dropping a stream whose connection died (see the monitor).
+                _ = self.restart.changed() => break End::Restart,
                 item = stream.next() => item,
             };
             match item {
                 Some(Ok((m, h))) => {
                     backoff.reset();
+                    self.last.touch();
                     if !self.send(Pulled::Message(m, h)).await {
                         break End::Stopped;
                     }
@@ -303,5 +375,97 @@ impl StreamTask {
         // redelivered into this same stream. Its handles keep their leases.
         drop(stream);
         end
+    }
+}
+
+/// Probes the subscription while nothing arrives; see the module docs.
+struct Monitor {
+    admin: SubscriptionAdmin,
+    subscription: String,
+    tx: mpsc::Sender<Pulled>,
+    stop: watch::Receiver<bool>,
+    last: LastDelivery,
+    restart: watch::Sender<u64>,
+    reconnects: Counter,
+}
+
+impl Monitor {
+    async fn run(mut self) {
+        let mut backoff = Backoff::new(std::process::id() as u64 ^ 0x5DEE_CE66);
+        let mut down_since: Option<Instant> = None;
+        loop {
+            let wait = if down_since.is_some() {
+                backoff.next_delay()
+            } else {
+                QUIET_PROBE
+            };
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            if down_since.is_none() && self.last.since() < QUIET_PROBE {
+                continue;
+            }
+            if down_since.is_some() {
+                self.reconnects.add(1);
+            }
+            let probed = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                r = probe(&self.admin, &self.subscription) => r,
+            };
+            match probed {
+                Ok(()) => {
+                    if let Some(since) = down_since.take() {
+                        backoff.reset();
+                        // Nothing arrived during the outage: the streams may sit in the
+                        // client's own backoff (up to 60 s); open fresh ones now.
+                        if self.last.since() >= since.elapsed() {
+                            self.restart.send_modify(|g| *g += 1);
+                        }
+                        let p = Pulled::Recovered {
+                            stream: MONITOR,
+                            down_for: since.elapsed(),
+                        };
+                        if !self.send(p).await {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    let code = e.status().map(|s| s.code);
+                    if !is_retryable(code) {
+                        let _ = self
+                            .send(Pulled::Failed {
+                                code,
+                                error: e.to_string(),
+                            })
+                            .await;
+                        return;
+                    }
+                    if down_since.is_none() {
+                        down_since = Some(Instant::now());
+                        let p = Pulled::Reconnecting {
+                            stream: MONITOR,
+                            cause: format!("the endpoint does not answer: {e}"),
+                        };
+                        if !self.send(p).await {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn send(&mut self, p: Pulled) -> bool {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => false,
+            sent = self.tx.send(p) => sent.is_ok(),
+        }
     }
 }
