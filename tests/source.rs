@@ -205,7 +205,7 @@ async fn nack_policy_sends_the_bad_message_to_the_dead_letter_topic() {
     );
 }
 
-async fn admin_drain_ids(sub: &str, expected: usize) -> Vec<String> {
+async fn admin_drain_payloads(sub: &str, expected: usize) -> Vec<Vec<u8>> {
     let rows = pubsub_connector_core::admin::drain(
         &profile(),
         sub,
@@ -215,7 +215,7 @@ async fn admin_drain_ids(sub: &str, expected: usize) -> Vec<String> {
     )
     .await
     .unwrap();
-    rows.keys().cloned().collect()
+    rows.into_values().collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
