@@ -64,6 +64,10 @@ async fn network_cut_mid_stream_reconnects_and_delivers_everything() {
             .any(|l| l.contains("WARN") && l.contains(&t.input_sub)),
         "a WARN names the subscription: {stderr}"
     );
+    assert!(
+        stderr.contains("reconnected after"),
+        "an INFO reports the recovery: {stderr}"
+    );
 }
 
 /// Publishes raw payloads to `topic`; returns their message ids.
