@@ -332,3 +332,35 @@ async fn measure_memory_per_held_message() {
     signal(&child, "TERM");
     let _ = finish(child, LIMIT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attributes_metadata_may_be_declared_json_or_text() {
+    let t = topics("attrs", 10).await;
+    publish_seq(&t.input, 0..3).await;
+    for ty in ["JSON", "TEXT"] {
+        let sql = pipeline_sql(&t, &endpoint(), "").replacen(
+            "mid TEXT NOT NULL METADATA FROM 'message-id')",
+            &format!("mid TEXT NOT NULL METADATA FROM 'message-id', attrs {ty} METADATA FROM 'attributes')"),
+            1,
+        );
+        assert!(sql.contains("attrs"), "{sql}");
+        let w = Workdir::new(&sql);
+        let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "2s"]);
+        let (code, _stdout, stderr) = finish(child, LIMIT).await;
+        // The plan accepts both types. TODO(after merging the exact-JSON decoder, which
+        // fills JSON metadata columns): require exit 0 for JSON too; the decoder on this
+        // branch still rejects JSON metadata columns at run time.
+        let old_decoder =
+            ty == "JSON" && stderr.contains("metadata column 'attrs' cannot have type JSON");
+        assert!(
+            code == 0 || old_decoder,
+            "attributes declared {ty}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("reads metadata 'attributes'"),
+            "the plan rejected {ty}: {stderr}"
+        );
+    }
+    let got = sink_ids(&t.output_sub, Some(3), Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 3, "the TEXT run wrote every row");
+}

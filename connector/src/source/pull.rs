@@ -22,7 +22,9 @@
 //!
 //! Held handles survive a reconnect: the client's lease task lives as long as a handle
 //! or the stream does, and handles keep being extended, acked and nacked after their
-//! stream was dropped (measured, `pubsub-client-notes.md`). Each stream's shutdown token
+//! stream was dropped (measured, `pubsub-client-notes.md`; in the crate's
+//! `subscriber/lease_loop.rs` the default `ShutdownBehavior::WaitForProcessing` keeps a
+//! clone of the message sender, so the loop runs until every handle is gone). Each stream's shutdown token
 //! is kept until close, so the final acks of old streams are flushed too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
