@@ -57,8 +57,8 @@ impl Resource<'_> {
     }
     fn permission(&self) -> &'static str {
         match self {
-            Resource::Subscription(_) => "pubsub.subscriptions.get and pubsub.subscriptions.consume (role roles/pubsub.subscriber)",
-            Resource::Topic(_) => "pubsub.topics.get and pubsub.topics.publish (role roles/pubsub.publisher)",
+            Resource::Subscription(_) => "pubsub.subscriptions.get and pubsub.subscriptions.consume (roles/pubsub.subscriber plus roles/pubsub.viewer, or roles/pubsub.editor)",
+            Resource::Topic(_) => "pubsub.topics.get and pubsub.topics.publish (roles/pubsub.publisher plus roles/pubsub.viewer, or roles/pubsub.editor)",
         }
     }
     fn create_fix(&self) -> String {
