@@ -58,6 +58,51 @@ pub async fn create_subscription(
     }
 }
 
+/// Creates subscription `id` on topic `topic` with a dead-letter policy forwarding to
+/// topic `dead_letter_topic` after `max_delivery_attempts` (5..100) deliveries; an
+/// existing subscription is fine. The dead-letter topic must exist.
+pub async fn create_subscription_with_dead_letter(
+    profile: &PubSubProfile,
+    id: &str,
+    topic: &str,
+    ack_deadline_s: i32,
+    dead_letter_topic: &str,
+    max_delivery_attempts: i32,
+) -> anyhow::Result<()> {
+    let admin = client::subscription_admin(profile).await?;
+    let name = client::subscription_path(&profile.project, id);
+    let result = admin
+        .create_subscription()
+        .set_name(name.clone())
+        .set_topic(client::topic_path(&profile.project, topic))
+        .set_ack_deadline_seconds(ack_deadline_s)
+        .set_dead_letter_policy(
+            google_cloud_pubsub::model::DeadLetterPolicy::new()
+                .set_dead_letter_topic(client::topic_path(&profile.project, dead_letter_topic))
+                .set_max_delivery_attempts(max_delivery_attempts),
+        )
+        .send()
+        .await;
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if is_already_exists(&e) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("cannot create subscription {name}: {e}")),
+    }
+}
+
+/// Deletes subscription `id`.
+pub async fn delete_subscription(profile: &PubSubProfile, id: &str) -> anyhow::Result<()> {
+    let admin = client::subscription_admin(profile).await?;
+    let name = client::subscription_path(&profile.project, id);
+    admin
+        .delete_subscription()
+        .set_subscription(name.clone())
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot delete subscription {name}: {e}"))?;
+    Ok(())
+}
+
 fn is_already_exists(e: &google_cloud_pubsub::Error) -> bool {
     e.status()
         .is_some_and(|s| s.code == google_cloud_gax::error::rpc::Code::AlreadyExists)

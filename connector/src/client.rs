@@ -33,7 +33,9 @@ pub async fn subscriber(profile: &PubSubProfile) -> anyhow::Result<Subscriber> {
     if let Some((endpoint, creds)) = emulator(profile) {
         b = b.with_endpoint(endpoint).with_credentials(creds);
     }
-    Ok(b.build().await?)
+    b.build()
+        .await
+        .map_err(|e| crate::diagnose::client_build_error(profile, e))
 }
 
 /// A batching publisher builder for `topic` (a full resource name).
@@ -54,7 +56,9 @@ pub async fn topic_admin(profile: &PubSubProfile) -> anyhow::Result<TopicAdmin> 
     if let Some((endpoint, creds)) = emulator(profile) {
         b = b.with_endpoint(endpoint).with_credentials(creds);
     }
-    Ok(b.build().await?)
+    b.build()
+        .await
+        .map_err(|e| crate::diagnose::client_build_error(profile, e))
 }
 
 /// The subscription admin client.
@@ -63,7 +67,9 @@ pub async fn subscription_admin(profile: &PubSubProfile) -> anyhow::Result<Subsc
     if let Some((endpoint, creds)) = emulator(profile) {
         b = b.with_endpoint(endpoint).with_credentials(creds);
     }
-    Ok(b.build().await?)
+    b.build()
+        .await
+        .map_err(|e| crate::diagnose::client_build_error(profile, e))
 }
 
 /// A profile for a local emulator.

@@ -10,20 +10,20 @@ use pubsub_table_options::{profile_from_options, table_from_options, KNOWN_OPTIO
 use crate::sink::PubSubSink;
 use crate::source::PubSubSource;
 
-/// Source metadata keys (`col TYPE METADATA FROM 'key'`), SPEC 5.1. `attributes` is JSON
-/// text of the attribute map for now.
+/// Source metadata keys (`col TYPE METADATA FROM 'key'`), SPEC 5.1. `attributes` is the
+/// attribute map as canonical JSON text (keys sorted), declared TEXT or JSON.
 pub const METADATA_DEFS: &[MetadataDef] = &[
     MetadataDef {
         name: "message-id",
-        field_type: FieldType::Text,
+        field_types: &[FieldType::Text],
     },
     MetadataDef {
         name: "publish-time",
-        field_type: FieldType::Timestamp,
+        field_types: &[FieldType::Timestamp],
     },
     MetadataDef {
         name: "attributes",
-        field_type: FieldType::Text,
+        field_types: &[FieldType::Text, FieldType::Json],
     },
 ];
 

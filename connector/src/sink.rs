@@ -78,15 +78,18 @@ impl ArrowOperator for PubSubSink {
 
     async fn on_start(&mut self, ctx: &mut OperatorContext) -> anyhow::Result<()> {
         self.written = ctx.counter(ROWS_WRITTEN);
-        // Fail fast, naming the topic, if it does not exist (topics are not created yet).
+        // Fail fast, naming the cause (unreachable endpoint, credentials, missing topic,
+        // permission), with a bounded call (topics are not created yet).
         let admin = client::topic_admin(&self.profile).await?;
-        admin
-            .get_topic()
-            .set_topic(self.topic.clone())
+        crate::diagnose::bounded(admin.get_topic().set_topic(self.topic.clone()))
             .send()
             .await
             .map_err(|e| {
-                anyhow::anyhow!("cannot use topic {} (create it first): {e}", self.topic)
+                crate::diagnose::startup_error(
+                    &self.profile,
+                    crate::diagnose::Resource::Topic(&self.topic),
+                    &e,
+                )
             })?;
         let publisher = client::publisher(&self.profile, &self.topic)
             .set_message_count_threshold(self.config.batching_element_count_threshold)

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use pubsub_engine::{ConnectorOptions, OptionError};
-use pubsub_schema::{Authentication, PubSubProfile, PubSubTable, SinkConfig, SourceConfig};
+use pubsub_schema::{
+    Authentication, DeserializationFailurePolicy, PubSubProfile, PubSubTable, SinkConfig,
+    SourceConfig,
+};
 
 pub const PROJECT: &str = "project";
 pub const EMULATOR_ENDPOINT: &str = "emulator-endpoint";
@@ -15,6 +18,8 @@ pub const MAX_OUTSTANDING_BYTES: &str = "scan.flow-control.max-outstanding-reque
 pub const PARALLEL_PULL_COUNT: &str = "scan.parallel-pull-count";
 pub const MAX_ACK_EXTENSION_PERIOD: &str = "scan.ack.max-extension-period";
 pub const MAX_DURATION_PER_ACK_EXTENSION: &str = "scan.ack.max-duration-per-extension";
+/// `fail` (default) | `drop` | `nack` (SPEC 5.3).
+pub const DESERIALIZATION_FAILURE_POLICY: &str = "scan.deserialization-failure-policy";
 pub const BATCH_COUNT: &str = "sink.batching.element-count-threshold";
 pub const BATCH_BYTES: &str = "sink.batching.request-byte-threshold";
 pub const BATCH_DELAY: &str = "sink.batching.delay-threshold";
@@ -31,6 +36,7 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     PARALLEL_PULL_COUNT,
     MAX_ACK_EXTENSION_PERIOD,
     MAX_DURATION_PER_ACK_EXTENSION,
+    DESERIALIZATION_FAILURE_POLICY,
     BATCH_COUNT,
     BATCH_BYTES,
     BATCH_DELAY,
@@ -43,6 +49,7 @@ const SOURCE_ONLY: &[&str] = &[
     PARALLEL_PULL_COUNT,
     MAX_ACK_EXTENSION_PERIOD,
     MAX_DURATION_PER_ACK_EXTENSION,
+    DESERIALIZATION_FAILURE_POLICY,
 ];
 const SINK_ONLY: &[&str] = &[
     BATCH_COUNT,
@@ -110,9 +117,17 @@ pub fn table_from_options(options: &mut ConnectorOptions) -> Result<PubSubTable,
         (Some(_), Some(_)) => Err(OptionError::Conflict {
             message: format!("options '{SUBSCRIPTION}' and '{TOPIC}' cannot both be set: a table reads a subscription or writes a topic"),
         }),
-        (None, None) => Err(OptionError::Conflict {
-            message: format!("set option '{SUBSCRIPTION}' (a source) or '{TOPIC}' (a sink)"),
-        }),
+        (None, None) => {
+            // A misspelled 'subscription' or 'topic' is the likely cause: name it.
+            let hint = keys.iter().find_map(|k| {
+                pubsub_engine::suggest(k, &[SUBSCRIPTION, TOPIC]).map(|s| (k.clone(), s))
+            });
+            let mut message = format!("set option '{SUBSCRIPTION}' (a source) or '{TOPIC}' (a sink)");
+            if let Some((k, s)) = hint {
+                message.push_str(&format!(": unknown option '{k}', did you mean '{s}'?"));
+            }
+            Err(OptionError::Conflict { message })
+        }
         (Some(sub), None) => {
             if let Some(k) = keys.iter().find(|k| SINK_ONLY.contains(&k.as_str())) {
                 return Err(OptionError::Conflict { message: format!("option '{k}' applies to sinks, but this table reads subscription '{sub}'") });
@@ -134,7 +149,7 @@ fn source_options(
 ) -> Result<SourceConfig, OptionError> {
     let mut c = SourceConfig::new(subscription);
     if let Some(v) = o.pull_opt_nonzero_u64(MAX_OUTSTANDING_MESSAGES)? {
-        c.max_outstanding_messages = v;
+        c.max_outstanding_messages = Some(v);
     }
     if let Some(v) = o.pull_opt_with(MAX_OUTSTANDING_BYTES, positive_size)? {
         c.max_outstanding_bytes = v;
@@ -156,6 +171,9 @@ fn source_options(
             ));
         }
         c.max_duration_per_ack_extension_ms = Some(d.as_millis() as u64);
+    }
+    if let Some(p) = o.pull_opt_with(DESERIALIZATION_FAILURE_POLICY, parse_failure_policy)? {
+        c.deserialization_failure_policy = p;
     }
     Ok(c)
 }
@@ -191,6 +209,16 @@ fn sink_options(o: &mut ConnectorOptions, topic: String) -> Result<SinkConfig, O
         c.max_in_flight_messages = v;
     }
     Ok(c)
+}
+
+/// `fail` | `drop` | `nack`, case-insensitive.
+fn parse_failure_policy(v: &str) -> Result<DeserializationFailurePolicy, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "fail" => Ok(DeserializationFailurePolicy::Fail),
+        "drop" => Ok(DeserializationFailurePolicy::Drop),
+        "nack" => Ok(DeserializationFailurePolicy::Nack),
+        _ => Err("must be one of 'fail', 'drop', 'nack'".to_string()),
+    }
 }
 
 fn positive_size(v: &str) -> Result<u64, String> {
@@ -236,7 +264,11 @@ mod tests {
         };
         assert_eq!(s.parallel_pull_count, 4);
         assert_eq!(s.max_ack_extension_period_ms, 1_800_000);
-        assert_eq!(s.max_outstanding_messages, 1000);
+        assert_eq!(s.max_outstanding_messages, None);
+        assert_eq!(
+            s.deserialization_failure_policy,
+            DeserializationFailurePolicy::Fail
+        );
         assert!(o.is_empty());
     }
 
@@ -259,5 +291,62 @@ mod tests {
         assert!(e.to_string().contains("applies to sources"), "{e}");
         let e = table_from_options(&mut opts(&[("subscription", "a/b")])).unwrap_err();
         assert!(e.to_string().contains("'subscription'"), "{e}");
+    }
+
+    #[test]
+    fn failure_policy_is_parsed_naming_key_and_value() {
+        for (v, want) in [
+            ("fail", DeserializationFailurePolicy::Fail),
+            ("DROP", DeserializationFailurePolicy::Drop),
+            ("nack", DeserializationFailurePolicy::Nack),
+        ] {
+            let PubSubTable::Source(s) = table_from_options(&mut opts(&[
+                ("subscription", "s"),
+                (DESERIALIZATION_FAILURE_POLICY, v),
+            ]))
+            .unwrap() else {
+                panic!("source expected")
+            };
+            assert_eq!(s.deserialization_failure_policy, want);
+        }
+        let e = table_from_options(&mut opts(&[
+            ("subscription", "s"),
+            (DESERIALIZATION_FAILURE_POLICY, "skip"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(DESERIALIZATION_FAILURE_POLICY) && e.contains("'skip'"),
+            "{e}"
+        );
+        let e = table_from_options(&mut opts(&[
+            ("topic", "t"),
+            (DESERIALIZATION_FAILURE_POLICY, "drop"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("applies to sources"), "{e}");
+        let PubSubTable::Source(s) = table_from_options(&mut opts(&[
+            ("subscription", "s"),
+            (MAX_OUTSTANDING_MESSAGES, "7"),
+        ]))
+        .unwrap() else {
+            panic!("source expected")
+        };
+        assert_eq!(s.max_outstanding_messages, Some(7));
+    }
+
+    #[test]
+    fn misspelled_subscription_gets_did_you_mean() {
+        let e = table_from_options(&mut opts(&[("subscripton", "s")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'subscripton'") && e.contains("did you mean 'subscription'"),
+            "{e}"
+        );
+        let e = table_from_options(&mut opts(&[("topc", "t")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean 'topic'"), "{e}");
     }
 }

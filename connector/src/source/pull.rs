@@ -1,78 +1,191 @@
 //! StreamingPull streams, each owned by one task that never cancels `next()` mid-open
 //! (the client's `next()` is not cancel-safe while a stream opens) and forwards into a
 //! small bounded channel. Not reading that channel pauses the streams.
+//!
+//! Streams are kept alive: a stream that ends, or fails with a retryable status, is
+//! reopened from the same `Subscriber` after a jittered exponential backoff (100 ms
+//! doubling to 10 s, reset after a delivery, see [`super::backoff`]). Before each reopen
+//! the task probes the subscription with a bounded `GetSubscription`, so a dead endpoint
+//! is waited out (and a deleted subscription is noticed) without spinning streams. The
+//! client retries transport errors inside `next()` by itself; what reaches this layer is
+//! the end of a stream or a status the client considers permanent.
+//!
+//! The client also retries transport errors *inside* `next()` silently (reopening with its
+//! own backoff of up to 60 s), so a network cut is invisible at this layer. A monitor task
+//! per subtask therefore probes the subscription (one bounded `GetSubscription`) whenever
+//! no message arrived for [`QUIET_PROBE`]: a failing probe starts an incident (WARN,
+//! `set_can_pull(false)`), probes then follow the backoff schedule, and the first
+//! successful one ends it (INFO with the downtime) and, if nothing was delivered
+//! meanwhile, replaces every stream so recovery does not wait for the client's backoff.
+//! On the real service this costs at most one admin call per [`QUIET_PROBE`] per idle
+//! subtask (the admin quota is 6,000 per minute per project).
+//!
+//! Held handles survive a reconnect: the client's lease task lives as long as a handle
+//! or the stream does, and handles keep being extended, acked and nacked after their
+//! stream was dropped (measured, `pubsub-client-notes.md`; in the crate's
+//! `subscriber/lease_loop.rs` the default `ShutdownBehavior::WaitForProcessing` keeps a
+//! clone of the message sender, so the loop runs until every handle is gone). Each stream's shutdown token
+//! is kept until close, so the final acks of old streams are flushed too.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use google_cloud_pubsub::client::Subscriber;
+use google_cloud_gax::error::rpc::Code;
+use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
 use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::ShutdownToken;
-use pubsub_schema::SourceConfig;
+use pubsub_engine::Counter;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::backoff::Backoff;
+use super::policy::is_retryable;
+
 pub(super) enum Pulled {
     Message(Message, Handler),
-    Failed(String),
+    /// Stream `stream` ended or failed with a retryable cause and is being reopened.
+    /// Sent once per incident (not per attempt).
+    Reconnecting {
+        stream: usize,
+        cause: String,
+    },
+    /// Stream `stream` is open again after being down for `down_for`.
+    Recovered {
+        stream: usize,
+        down_for: Duration,
+    },
+    /// A permanent failure: the job must fail.
+    Failed {
+        code: Option<Code>,
+        error: String,
+    },
 }
+
+/// Stream settings, from the effective source config.
+#[derive(Debug, Clone)]
+pub(super) struct StreamSettings {
+    pub streams: u32,
+    pub max_outstanding_messages: u64,
+    pub max_outstanding_bytes: u64,
+    pub max_lease: Duration,
+    pub max_lease_extension: Option<Duration>,
+}
+
+/// A subtask that received nothing for this long probes its subscription.
+pub const QUIET_PROBE: Duration = Duration::from_secs(3);
+/// Each probe gives up after this.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The `stream` index the monitor reports incidents under.
+pub(super) const MONITOR: usize = usize::MAX;
 
 /// The streams of one source subtask.
 pub(super) struct PullStreams {
     rx: mpsc::Receiver<Pulled>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    tokens: Vec<ShutdownToken>,
+    tokens: Arc<Mutex<Vec<ShutdownToken>>>,
+}
+
+fn open(
+    subscriber: &Subscriber,
+    subscription: &str,
+    s: &StreamSettings,
+) -> google_cloud_pubsub::subscriber::MessageStream {
+    let mut b = subscriber
+        .subscribe(subscription.to_string())
+        .set_max_outstanding_messages(s.max_outstanding_messages.min(i64::MAX as u64) as i64)
+        .set_max_outstanding_bytes(s.max_outstanding_bytes.min(i64::MAX as u64) as i64)
+        .set_max_lease(s.max_lease);
+    if let Some(d) = s.max_lease_extension {
+        b = b.set_max_lease_extension(d);
+    }
+    b.build()
+}
+
+/// One `GetSubscription` attempt of at most [`PROBE_TIMEOUT`]: Ok when the endpoint
+/// answers and the subscription exists.
+async fn probe(
+    admin: &SubscriptionAdmin,
+    subscription: &str,
+) -> Result<(), google_cloud_pubsub::Error> {
+    use google_cloud_gax::options::RequestOptionsBuilder;
+    use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt};
+    admin
+        .get_subscription()
+        .set_subscription(subscription.to_string())
+        .with_attempt_timeout(PROBE_TIMEOUT)
+        .with_retry_policy(Aip194Strict.with_attempt_limit(1))
+        .send()
+        .await
+        .map(|_| ())
+}
+
+/// Milliseconds since `base` of the last delivery, shared by the stream tasks.
+#[derive(Clone)]
+struct LastDelivery {
+    base: Instant,
+    ms: Arc<AtomicU64>,
+}
+
+impl LastDelivery {
+    fn touch(&self) {
+        self.ms
+            .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    fn since(&self) -> Duration {
+        self.base
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.ms.load(Ordering::Relaxed)))
+    }
 }
 
 impl PullStreams {
-    /// Opens `parallel_pull_count` streams. The client's max lease is set to the ack
-    /// extension period (it ends lease extension silently after it).
-    pub fn start(subscriber: &Subscriber, subscription: &str, config: &SourceConfig) -> Self {
+    /// Opens `settings.streams` streams; `reconnects` counts every reopen attempt.
+    pub fn start(
+        subscriber: Subscriber,
+        admin: SubscriptionAdmin,
+        subscription: &str,
+        settings: StreamSettings,
+        reconnects: Counter,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(64);
         let (stop, stop_rx) = watch::channel(false);
+        let tokens = Arc::new(Mutex::new(Vec::new()));
+        let last = LastDelivery {
+            base: Instant::now(),
+            ms: Arc::new(AtomicU64::new(0)),
+        };
+        let (restart, restart_rx) = watch::channel(0u64);
         let mut tasks = Vec::new();
-        let mut tokens = Vec::new();
-        for _ in 0..config.parallel_pull_count {
-            let mut b = subscriber
-                .subscribe(subscription.to_string())
-                .set_max_outstanding_messages(
-                    config.max_outstanding_messages.min(i64::MAX as u64) as i64
-                )
-                .set_max_outstanding_bytes(config.max_outstanding_bytes.min(i64::MAX as u64) as i64)
-                .set_max_lease(Duration::from_millis(config.max_ack_extension_period_ms));
-            if let Some(ms) = config.max_duration_per_ack_extension_ms {
-                b = b.set_max_lease_extension(Duration::from_millis(ms));
+        tasks.push(tokio::spawn(
+            Monitor {
+                admin: admin.clone(),
+                subscription: subscription.to_string(),
+                tx: tx.clone(),
+                stop: stop_rx.clone(),
+                last: last.clone(),
+                restart,
+                reconnects: reconnects.clone(),
             }
-            let mut stream = b.build();
-            tokens.push(stream.shutdown_token());
-            let tx = tx.clone();
-            let mut stop_rx = stop_rx.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let item = tokio::select! {
-                        biased;
-                        _ = stop_rx.wait_for(|s| *s) => break,
-                        item = stream.next() => item,
-                    };
-                    let out = match item {
-                        Some(Ok((m, h))) => Pulled::Message(m, h),
-                        Some(Err(e)) => Pulled::Failed(e.to_string()),
-                        None => break,
-                    };
-                    let failed = matches!(out, Pulled::Failed(_));
-                    tokio::select! {
-                        biased;
-                        _ = stop_rx.wait_for(|s| *s) => break, // dropping `out` nacks its handle
-                        sent = tx.send(out) => if sent.is_err() { break },
-                    }
-                    if failed {
-                        break;
-                    }
-                }
-                // The stream is dropped here, before any nack, so nacked messages are not
-                // redelivered into this same stream.
-            }));
+            .run(),
+        ));
+        for index in 0..settings.streams as usize {
+            let task = StreamTask {
+                index,
+                subscriber: subscriber.clone(),
+                admin: admin.clone(),
+                subscription: subscription.to_string(),
+                settings: settings.clone(),
+                tx: tx.clone(),
+                stop: stop_rx.clone(),
+                tokens: tokens.clone(),
+                reconnects: reconnects.clone(),
+                last: last.clone(),
+                restart: restart_rx.clone(),
+            };
+            tasks.push(tokio::spawn(task.run()));
         }
         PullStreams {
             rx,
@@ -82,7 +195,7 @@ impl PullStreams {
         }
     }
 
-    /// The next delivery from any stream. Pending forever once reading stopped.
+    /// The next event from any stream. Pending forever once reading stopped.
     pub async fn next(&mut self) -> Pulled {
         match self.rx.recv().await {
             Some(p) => p,
@@ -105,13 +218,256 @@ impl PullStreams {
         stray
     }
 
-    /// Awaits each subscriber's shutdown, which flushes pending acks and nacks; bounded by
-    /// `timeout` for all streams together. Call after the last ack or nack.
+    /// Awaits each subscriber's shutdown (every stream ever opened), which flushes pending
+    /// acks and nacks; bounded by `timeout` for all together. Call after the last ack/nack.
     pub async fn shutdown(mut self, timeout: Duration) {
         let _ = self.stop_reading().await;
-        let all = futures::future::join_all(self.tokens.iter().map(|t| t.shutdown()));
+        let tokens = std::mem::take(&mut *self.tokens.lock().expect("tokens lock"));
+        let all = futures::future::join_all(tokens.iter().map(|t| t.shutdown()));
         if tokio::time::timeout(timeout, all).await.is_err() {
             tracing::warn!("subscriber shutdown did not finish within {timeout:?}");
+        }
+    }
+}
+
+struct StreamTask {
+    index: usize,
+    subscriber: Subscriber,
+    admin: SubscriptionAdmin,
+    subscription: String,
+    settings: StreamSettings,
+    tx: mpsc::Sender<Pulled>,
+    stop: watch::Receiver<bool>,
+    tokens: Arc<Mutex<Vec<ShutdownToken>>>,
+    reconnects: Counter,
+    last: LastDelivery,
+    /// Bumped by the monitor to replace every stream after an outage.
+    restart: watch::Receiver<u64>,
+}
+
+/// How a stream's read loop ended.
+enum End {
+    Stopped,
+    Retry(String),
+    /// The monitor asked for a fresh stream (it already reported the incident).
+    Restart,
+}
+
+impl StreamTask {
+    async fn run(mut self) {
+        let seed = std::process::id() as u64
+            ^ ((self.index as u64 + 1) << 32)
+            ^ Instant::now().elapsed().as_nanos() as u64;
+        let mut backoff = Backoff::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        loop {
+            let cause = match self.read(&mut backoff).await {
+                End::Stopped => return,
+                End::Retry(cause) => cause,
+                End::Restart => {
+                    self.reconnects.add(1);
+                    continue;
+                }
+            };
+            // One incident: report it once, then retry until the endpoint answers.
+            let down_since = Instant::now();
+            if !self
+                .send(Pulled::Reconnecting {
+                    stream: self.index,
+                    cause,
+                })
+                .await
+            {
+                return;
+            }
+            loop {
+                let delay = backoff.next_delay();
+                let mut stop = self.stop.clone();
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                self.reconnects.add(1);
+                let probed = tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|s| *s) => return,
+                    r = probe(&self.admin, &self.subscription) => r,
+                };
+                match probed {
+                    Ok(()) => break,
+                    Err(e) => {
+                        let code = e.status().map(|s| s.code);
+                        if !is_retryable(code) {
+                            let _ = self
+                                .send(Pulled::Failed {
+                                    code,
+                                    error: e.to_string(),
+                                })
+                                .await;
+                            return;
+                        }
+                        tracing::debug!(subscription = %self.subscription, "still unreachable: {e}");
+                    }
+                }
+            }
+            if !self
+                .send(Pulled::Recovered {
+                    stream: self.index,
+                    down_for: down_since.elapsed(),
+                })
+                .await
+            {
+                return;
+            }
+        }
+    }
+
+    /// Forwards into the channel unless reading stopped. False when the task must end.
+    async fn send(&mut self, p: Pulled) -> bool {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => false, // dropping `p` nacks its handle
+            sent = self.tx.send(p) => sent.is_ok(),
+        }
+    }
+
+    /// Opens one stream and forwards its deliveries until it ends.
+    async fn read(&mut self, backoff: &mut Backoff) -> End {
+        let mut stream = open(&self.subscriber, &self.subscription, &self.settings);
+        self.tokens
+            .lock()
+            .expect("tokens lock")
+            .push(stream.shutdown_token());
+        self.restart.mark_unchanged();
+        let end = loop {
+            let mut stop = self.stop.clone();
+            let item = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break End::Stopped,
+                // Dropping a stream whose connection died (see the monitor).
+                _ = self.restart.changed() => break End::Restart,
+                item = stream.next() => item,
+            };
+            match item {
+                Some(Ok((m, h))) => {
+                    backoff.reset();
+                    self.last.touch();
+                    if !self.send(Pulled::Message(m, h)).await {
+                        break End::Stopped;
+                    }
+                }
+                Some(Err(e)) => {
+                    let code = e.status().map(|s| s.code);
+                    if !is_retryable(code) {
+                        let _ = self
+                            .send(Pulled::Failed {
+                                code,
+                                error: e.to_string(),
+                            })
+                            .await;
+                        break End::Stopped;
+                    }
+                    break End::Retry(format!("the stream failed: {e}"));
+                }
+                None => break End::Retry("the server ended the stream".to_string()),
+            }
+        };
+        // The stream is dropped here, before any nack, so nacked messages are not
+        // redelivered into this same stream. Its handles keep their leases.
+        drop(stream);
+        end
+    }
+}
+
+/// Probes the subscription while nothing arrives; see the module docs.
+struct Monitor {
+    admin: SubscriptionAdmin,
+    subscription: String,
+    tx: mpsc::Sender<Pulled>,
+    stop: watch::Receiver<bool>,
+    last: LastDelivery,
+    restart: watch::Sender<u64>,
+    reconnects: Counter,
+}
+
+impl Monitor {
+    async fn run(mut self) {
+        let mut backoff = Backoff::new(std::process::id() as u64 ^ 0x5DEE_CE66);
+        let mut down_since: Option<Instant> = None;
+        loop {
+            let wait = if down_since.is_some() {
+                backoff.next_delay()
+            } else {
+                QUIET_PROBE
+            };
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            if down_since.is_none() && self.last.since() < QUIET_PROBE {
+                continue;
+            }
+            if down_since.is_some() {
+                self.reconnects.add(1);
+            }
+            let probed = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                r = probe(&self.admin, &self.subscription) => r,
+            };
+            match probed {
+                Ok(()) => {
+                    if let Some(since) = down_since.take() {
+                        backoff.reset();
+                        // Nothing arrived during the outage: the streams may sit in the
+                        // client's own backoff (up to 60 s); open fresh ones now.
+                        if self.last.since() >= since.elapsed() {
+                            self.restart.send_modify(|g| *g += 1);
+                        }
+                        let p = Pulled::Recovered {
+                            stream: MONITOR,
+                            down_for: since.elapsed(),
+                        };
+                        if !self.send(p).await {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    let code = e.status().map(|s| s.code);
+                    if !is_retryable(code) {
+                        let _ = self
+                            .send(Pulled::Failed {
+                                code,
+                                error: e.to_string(),
+                            })
+                            .await;
+                        return;
+                    }
+                    if down_since.is_none() {
+                        down_since = Some(Instant::now());
+                        let p = Pulled::Reconnecting {
+                            stream: MONITOR,
+                            cause: format!("the endpoint does not answer: {e}"),
+                        };
+                        if !self.send(p).await {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn send(&mut self, p: Pulled) -> bool {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => false,
+            sent = self.tx.send(p) => sent.is_ok(),
         }
     }
 }

@@ -154,10 +154,14 @@ impl<C: Connector> ErasedConnector for C {
                 )
             })?;
             anyhow::ensure!(
-                def.field_type == f.field_type,
+                def.field_types.contains(&f.field_type),
                 "column '{}' reads metadata '{key}', which is {}, but is declared {}",
                 f.name,
-                def.field_type.sql_name(),
+                def.field_types
+                    .iter()
+                    .map(|t| t.sql_name())
+                    .collect::<Vec<_>>()
+                    .join(" or "),
                 f.field_type.sql_name()
             );
         }

@@ -169,6 +169,12 @@ fn invalid(key: &str, value: &str, reason: String) -> OptionError {
     }
 }
 
+/// The known key closest to `key` (edit distance at most 3 and under half its length),
+/// if any: the did-you-mean hint for a misspelled option key.
+pub fn suggest(key: &str, known: &[&str]) -> Option<String> {
+    closest(key, known)
+}
+
 /// The known key within edit distance 3 of `key` (and under half its length), if any.
 fn closest(key: &str, known: &[&str]) -> Option<String> {
     known

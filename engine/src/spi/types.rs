@@ -247,11 +247,12 @@ pub struct MetadataField {
     pub field_type: FieldType,
 }
 
-/// A metadata key a connector offers (`METADATA FROM 'key'`) and its SQL type.
+/// A metadata key a connector offers (`METADATA FROM 'key'`) and the SQL types a column
+/// reading it may be declared as (the first is the canonical one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetadataDef {
     pub name: &'static str,
-    pub field_type: FieldType,
+    pub field_types: &'static [FieldType],
 }
 
 /// Everything an operator needs besides its typed profile and table config.
