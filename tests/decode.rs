@@ -109,7 +109,9 @@ async fn google_payloads_decode_every_field_exactly() {
 
     let ep = endpoint();
     let with = |x: &str| {
-        format!("'connector' = 'pubsub', 'project' = '{PROJECT}', 'emulator-endpoint' = '{ep}', {x}")
+        format!(
+            "'connector' = 'pubsub', 'project' = '{PROJECT}', 'emulator-endpoint' = '{ep}', {x}"
+        )
     };
     let sql = format!(
         r#"
@@ -144,19 +146,29 @@ async fn google_payloads_decode_every_field_exactly() {
         log_out = with(&format!("'topic' = '{log_o}'")),
         bld_in = with(&format!("'subscription' = '{bld_s}'")),
         bld_out = with(&format!("'topic' = '{bld_o}'")),
-        txt_in = with(&format!("'subscription' = '{txt_s}', 'format' = 'raw_string'")),
+        txt_in = with(&format!(
+            "'subscription' = '{txt_s}', 'format' = 'raw_string'"
+        )),
         txt_out = with(&format!("'topic' = '{txt_o}'")),
         avr_in = with(&format!("'subscription' = '{avr_s}'")),
         avr_out = with(&format!("'topic' = '{avr_o}'")),
     );
     let w = Workdir::new(&sql);
-    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "1s", "--stop-when-idle", "3s"]);
+    let child = w.spawn(&[
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "3s",
+    ]);
     let (code, stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 0, "stderr: {stderr}");
     assert_eq!(summary_count(&stdout, "rows written:"), 6, "{stdout}");
 
     let gcs = rows(&gcs_os, 1).await;
-    let attrs_gcs: Value = serde_json::from_slice(&fixture("gcs-notification-json-api-v1.attrs.json")).unwrap();
+    let attrs_gcs: Value =
+        serde_json::from_slice(&fixture("gcs-notification-json-api-v1.attrs.json")).unwrap();
     assert_eq!(
         gcs,
         vec![json!({
@@ -204,7 +216,8 @@ async fn google_payloads_decode_every_field_exactly() {
 
     let mut lines = rows(&txt_os, 2).await;
     lines.sort_by_key(|v| v["value"].as_str().map(str::to_string));
-    let none_attrs: Value = serde_json::from_slice(&fixture("gcs-notification-none.attrs.json")).unwrap();
+    let none_attrs: Value =
+        serde_json::from_slice(&fixture("gcs-notification-none.attrs.json")).unwrap();
     assert_eq!(
         lines,
         vec![
@@ -219,5 +232,102 @@ async fn google_payloads_decode_every_field_exactly() {
     assert_eq!(states[0]["name"], "Alaska");
     assert_eq!(states[0]["post_abbr"], "AK");
     let a: Value = serde_json::from_str(states[0]["attrs"].as_str().unwrap()).unwrap();
-    assert_eq!(a, serde_json::from_slice::<Value>(&fixture("pubsub-schema-avro-json.attrs.json")).unwrap());
+    assert_eq!(
+        a,
+        serde_json::from_slice::<Value>(&fixture("pubsub-schema-avro-json.attrs.json")).unwrap()
+    );
+}
+
+/// One value per case, with the row the sink must write or `None` for a refusal; refused
+/// messages are dropped by the policy (and acknowledged), the rest arrive exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_value_decodes_exactly_or_is_refused() {
+    let cases: Vec<(&str, Option<Value>)> = vec![
+        (r#"{"id": 1, "b": 100.01}"#, None),
+        (r#"{"id": 2, "b": -0.9}"#, None),
+        (r#"{"id": 3, "i": 1.5}"#, None),
+        (r#"{"id": 4, "t": 1714550400}"#, None),
+        (
+            r#"{"id": 5, "d": "NaN"}"#,
+            Some(json!({"id": 5, "d": "NaN"})),
+        ),
+        (r#"{"id": 6, "d": 1e400}"#, None),
+        (
+            r#"{"id": 7, "b": "9223372036854775807"}"#,
+            Some(json!({"id": 7, "b": 9223372036854775807i64})),
+        ),
+        (r#"{"id": 8, "b": 9223372036854775808}"#, None),
+        (r#"{"id": 9, "i": 2147483648}"#, None),
+        (
+            r#"{"id": 10, "i": 2147483647}"#,
+            Some(json!({"id": 10, "i": 2147483647})),
+        ),
+        (
+            r#"{"id": 11, "t": "2024-05-01T12:00:00.123456789+02:00"}"#,
+            Some(json!({"id": 11, "t": "2024-05-01T10:00:00.123456789Z"})),
+        ),
+        (
+            r#"{"id": 12, "t": "2024-05-01 12:00:00"}"#,
+            Some(json!({"id": 12, "t": "2024-05-01T12:00:00Z"})),
+        ),
+        (
+            r#"{"id": 13, "t": "2024-05-01T12:00:00.1234567891Z"}"#,
+            None,
+        ),
+        (r#"{"id": 14, "f": 3.5e38}"#, None),
+        (
+            r#"{"id": 15, "j": {"b": 1, "a": [1, 2.50]}}"#,
+            Some(json!({"id": 15, "j": {"a": [1, 2.5], "b": 1}})),
+        ),
+        (
+            r#"{"id": 16, "x": "aGVsbG8="}"#,
+            Some(json!({"id": 16, "x": "aGVsbG8="})),
+        ),
+        (r#"{"id": 17, "s": 5}"#, None),
+        (r#"{"id": 18, "S": "x"}"#, None),
+        (
+            r#"{"id": 19, "b": 100.0, "f": 0.5, "ok": true}"#,
+            Some(json!({"id": 19, "b": 100, "f": 0.5, "ok": true})),
+        ),
+        ("", None),
+        (r#"{"b": 1}"#, None),
+    ];
+    let (t, s, o, os) = pair("values").await;
+    let payloads = cases.iter().map(|(p, _)| p.as_bytes().to_vec()).collect();
+    admin::publish_all(&profile(), &t, payloads, 100)
+        .await
+        .unwrap();
+    let ep = endpoint();
+    let cols = "id BIGINT NOT NULL, b BIGINT, i INT, d DOUBLE, f FLOAT, t TIMESTAMP, j JSON, x BYTEA, s TEXT, ok BOOLEAN";
+    let sql = format!(
+        "CREATE TABLE v ({cols}) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'emulator-endpoint' = '{ep}',
+            'subscription' = '{s}', 'scan.deserialization-failure-policy' = 'drop');
+         CREATE TABLE w ({cols}) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'emulator-endpoint' = '{ep}', 'topic' = '{o}');
+         INSERT INTO w SELECT * FROM v;"
+    );
+    let wd = Workdir::new(&sql);
+    let child = wd.spawn(&[
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "3s",
+    ]);
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let expected: Vec<Value> = cases.iter().filter_map(|(_, e)| e.clone()).collect();
+    let mut got = rows(&os, expected.len()).await;
+    got.sort_by_key(|v| v["id"].as_i64());
+    assert_eq!(got, expected, "{stdout}");
+    let refused = cases.len() - expected.len();
+    assert!(
+        stderr.matches("dropped message").count() >= refused.min(10),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is not an integer"), "{stderr}");
+    assert!(stderr.contains("json.timestamp-format"), "{stderr}");
+    // Dropped means acknowledged: nothing comes back.
+    let left = redelivered(&s, Duration::from_secs(3)).await;
+    assert!(left.is_empty(), "{} came back", left.len());
 }
