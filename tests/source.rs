@@ -294,44 +294,6 @@ async fn misspelled_subscription_key_gets_did_you_mean() {
     );
 }
 
-/// Measurement, not a check (run with `--ignored --nocapture`): RSS growth of a
-/// `pubsub-connector run` child holding 50,000 small messages unacknowledged (1 h
-/// checkpoint interval, so nothing is acked).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn measure_memory_per_held_message() {
-    const N: usize = 50_000;
-    let t = topics("mem", 600).await;
-    let w = Workdir::new(&pipeline_sql(
-        &t,
-        &endpoint(),
-        ", 'scan.ack.max-extension-period' = '2h', 'scan.parallel-pull-count' = '4'",
-    ));
-    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "1h"]);
-    let pid = child.id().unwrap();
-    let rss = || {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        s.lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap()
-    };
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let before = rss();
-    publish_seq(&t.input, 0..N).await;
-    let got = sink_ids(&t.output_sub, Some(N), Duration::from_secs(30)).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after = rss();
-    println!(
-        "held {} messages: RSS {before} KiB -> {after} KiB, {:.0} bytes per held message",
-        got.len(),
-        (after.saturating_sub(before) * 1024) as f64 / got.len().max(1) as f64
-    );
-    signal(&child, "TERM");
-    let _ = finish(child, LIMIT).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attributes_metadata_may_be_declared_json_or_text() {
     let t = topics("attrs", 10).await;
