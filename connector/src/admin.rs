@@ -42,20 +42,7 @@ pub async fn create_subscription(
     topic: &str,
     ack_deadline_s: i32,
 ) -> anyhow::Result<()> {
-    let admin = client::subscription_admin(profile).await?;
-    let name = client::subscription_path(&profile.project, id);
-    let result = admin
-        .create_subscription()
-        .set_name(name.clone())
-        .set_topic(client::topic_path(&profile.project, topic))
-        .set_ack_deadline_seconds(ack_deadline_s)
-        .send()
-        .await;
-    match result {
-        Ok(_) => Ok(()),
-        Err(e) if is_already_exists(&e) => Ok(()),
-        Err(e) => Err(anyhow::anyhow!("cannot create subscription {name}: {e}")),
-    }
+    create_subscription_with(profile, id, topic, ack_deadline_s, None).await
 }
 
 /// Creates subscription `id` on topic `topic` with a dead-letter policy forwarding to
@@ -69,21 +56,30 @@ pub async fn create_subscription_with_dead_letter(
     dead_letter_topic: &str,
     max_delivery_attempts: i32,
 ) -> anyhow::Result<()> {
+    let policy = google_cloud_pubsub::model::DeadLetterPolicy::new()
+        .set_dead_letter_topic(client::topic_path(&profile.project, dead_letter_topic))
+        .set_max_delivery_attempts(max_delivery_attempts);
+    create_subscription_with(profile, id, topic, ack_deadline_s, Some(policy)).await
+}
+
+async fn create_subscription_with(
+    profile: &PubSubProfile,
+    id: &str,
+    topic: &str,
+    ack_deadline_s: i32,
+    dead_letter: Option<google_cloud_pubsub::model::DeadLetterPolicy>,
+) -> anyhow::Result<()> {
     let admin = client::subscription_admin(profile).await?;
     let name = client::subscription_path(&profile.project, id);
-    let result = admin
+    let mut request = admin
         .create_subscription()
         .set_name(name.clone())
         .set_topic(client::topic_path(&profile.project, topic))
-        .set_ack_deadline_seconds(ack_deadline_s)
-        .set_dead_letter_policy(
-            google_cloud_pubsub::model::DeadLetterPolicy::new()
-                .set_dead_letter_topic(client::topic_path(&profile.project, dead_letter_topic))
-                .set_max_delivery_attempts(max_delivery_attempts),
-        )
-        .send()
-        .await;
-    match result {
+        .set_ack_deadline_seconds(ack_deadline_s);
+    if let Some(policy) = dead_letter {
+        request = request.set_dead_letter_policy(policy);
+    }
+    match request.send().await {
         Ok(_) => Ok(()),
         Err(e) if is_already_exists(&e) => Ok(()),
         Err(e) => Err(anyhow::anyhow!("cannot create subscription {name}: {e}")),
