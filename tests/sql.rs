@@ -250,3 +250,50 @@ fn signal_tokio(child: &tokio::process::Child, sig: &str) {
         .status()
         .unwrap();
 }
+
+/// A job that fails because of one table must release everything every other table took or
+/// its streams had buffered: all of it comes back, at the latest after the closed stream's
+/// ack deadline (10 s here), none of it acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_releases_what_other_tables_streams_had_buffered() {
+    let a = topics("fail-a", 600).await;
+    let b = topics("fail-b", 600).await;
+    let ids = publish_seq(&b.input, 0..2_000).await;
+    let ep = endpoint();
+    let sql = format!(
+        "CREATE TABLE sa (seq BIGINT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}',
+            'subscription' = '{sa}', 'emulator-endpoint' = '{ep}');
+         CREATE TABLE sb (seq BIGINT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sb}',
+            'emulator-endpoint' = '{ep}', 'scan.flow-control.max-outstanding-element-count' = '50',
+            'scan.ack.max-duration-per-extension' = '10s');
+         CREATE TABLE oa (seq BIGINT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{oa}', 'emulator-endpoint' = '{ep}');
+         CREATE TABLE ob (seq BIGINT, mid TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{ob}', 'emulator-endpoint' = '{ep}');
+         INSERT INTO oa SELECT * FROM sa;
+         INSERT INTO ob SELECT * FROM sb;",
+        sa = a.input_sub,
+        sb = b.input_sub,
+        oa = a.output,
+        ob = b.output,
+    );
+    let w = Workdir::new(&sql);
+    // No checkpoint completes: nothing of b may be acknowledged, everything must come back.
+    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "30m"]);
+    let first = sink_ids(&b.output_sub, Some(10), Duration::from_secs(60)).await;
+    assert!(!first.is_empty(), "table sb is reading");
+    let p = profile();
+    pubsub_connector_core::admin::publish_all(&p, &a.input, vec![br#"{"seq": 1.5}"#.to_vec()], 1)
+        .await
+        .unwrap();
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("1.5 is not an integer"), "{stderr}");
+    let back = redelivered(&b.input_sub, Duration::from_secs(12)).await;
+    assert_eq!(
+        missing(&ids, &back.keys().cloned().collect()),
+        0,
+        "{} of {} came back",
+        back.len(),
+        ids.len()
+    );
+}

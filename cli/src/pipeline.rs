@@ -84,7 +84,7 @@ pub fn stop_on_signals() -> StopHandle {
             _ = int.recv() => {}
         }
         tracing::info!(
-            "signal received: stopping after a final checkpoint (send another to abort at once)"
+            "signal received: stopping (after a final checkpoint once every source and sink is running, at once during start-up); send another signal to abort at once"
         );
         handle.stop();
         tokio::select! {

@@ -100,21 +100,14 @@ impl pubsub_engine::Connector for PubSubConnector {
     }
 
     /// A subscription hands each message to one reader: two source tables on one
-    /// subscription (same endpoint) would each see part of it.
+    /// subscription would each see part of it. Keyed by the resource name alone, not the
+    /// endpoint: `localhost:8085` and `127.0.0.1:8085` are one emulator.
     fn exclusive_resource(&self, profile: &PubSubProfile, table: &PubSubTable) -> Option<String> {
         match table {
-            PubSubTable::Source(s) => {
-                let endpoint = match &profile.authentication {
-                    pubsub_schema::Authentication::Emulator { endpoint } => {
-                        format!(" on emulator {endpoint}")
-                    }
-                    _ => String::new(),
-                };
-                Some(format!(
-                    "subscription {}{endpoint}",
-                    crate::client::subscription_path(&profile.project, &s.subscription)
-                ))
-            }
+            PubSubTable::Source(s) => Some(format!(
+                "subscription {}",
+                crate::client::subscription_path(&profile.project, &s.subscription)
+            )),
             PubSubTable::Sink(_) => None,
         }
     }

@@ -117,7 +117,7 @@ pub fn startup_error(
     let endpoint = endpoint(profile);
     match cause(e) {
         Cause::Unreachable => anyhow::anyhow!(
-            "cannot reach Pub/Sub at {endpoint} to read {what}: {e} (is the endpoint up and reachable? gave up after {ATTEMPTS} attempts of {ATTEMPT_TIMEOUT:?})"
+            "cannot reach Pub/Sub at {endpoint} to read {what}: {e} (is the endpoint up and reachable? gave up after {ATTEMPTS} attempts, each bounded by {ATTEMPT_TIMEOUT:?})"
         ),
         Cause::Authentication => anyhow::anyhow!(
             "authentication to Pub/Sub at {endpoint} failed while reading {what}: {e}; {CREDENTIALS_HINT}"

@@ -373,11 +373,50 @@ impl StreamTask {
                 None => break End::Retry("the server ended the stream".to_string()),
             }
         };
+        // On stop, take what the client already received but did not hand over (its
+        // HTTP/2 window): dropped with the stream, those would come back only after the
+        // stream's ack deadline (60 s by default), stranding them for the next run.
+        let buffered = if matches!(end, End::Stopped) {
+            drain_buffered(&mut stream).await
+        } else {
+            Vec::new()
+        };
         // The stream is dropped here, before any nack, so nacked messages are not
         // redelivered into this same stream. Its handles keep their leases.
         drop(stream);
+        if !buffered.is_empty() {
+            tracing::debug!(subscription = %self.subscription, "released {} deliveries buffered in the client at stop", buffered.len());
+        }
+        for h in buffered {
+            h.nack();
+        }
         end
     }
+}
+
+/// How long a stopping stream is drained in all, and the quiet gap that ends it early.
+const DRAIN_MAX: Duration = Duration::from_secs(1);
+const DRAIN_QUIET: Duration = Duration::from_millis(50);
+
+/// Takes the deliveries a stopping stream has already received, until it is quiet for
+/// [`DRAIN_QUIET`] or [`DRAIN_MAX`] passed. The caller nacks them after dropping the
+/// stream. Cancelling `next()` here is fine: the stream is dropped right after.
+async fn drain_buffered(
+    stream: &mut google_cloud_pubsub::subscriber::MessageStream,
+) -> Vec<Handler> {
+    let deadline = tokio::time::Instant::now() + DRAIN_MAX;
+    let mut out = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match tokio::time::timeout(left.min(DRAIN_QUIET), stream.next()).await {
+            Ok(Some(Ok((_m, h)))) => out.push(h),
+            _ => break,
+        }
+    }
+    out
 }
 
 /// Probes the subscription while nothing arrives; see the module docs.

@@ -1,5 +1,6 @@
 //! Canonical JSON text for JSON columns: no whitespace, object keys sorted by their
-//! UTF-8 bytes (a duplicate key keeps its last value, as `serde_json::Value` does),
+//! UTF-8 bytes (a duplicate key is refused: keeping one of its values would silently drop
+//! the other),
 //! strings re-escaped the way `serde_json` writes them, and numbers kept exactly as
 //! written (so `12345678901234567890123` and `1e400` survive unchanged; `1.0` stays `1.0`).
 
@@ -24,18 +25,16 @@ fn write_value(raw: &str, out: &mut Vec<u8>, depth: usize) -> Result<(), String>
     match raw.as_bytes().first() {
         Some(b'{') => {
             let mut entries = parse_with(raw, Entries)?;
-            // Stable sort, so the last of equal keys is last in its run.
             entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+                let key: String = w[0].0.chars().take(100).collect();
+                return Err(format!("has key '{key}' twice in a nested object"));
+            }
             out.push(b'{');
-            let mut first = true;
             for (i, (k, v)) in entries.iter().enumerate() {
-                if entries.get(i + 1).is_some_and(|next| next.0 == *k) {
-                    continue;
-                }
-                if !first {
+                if i > 0 {
                     out.push(b',');
                 }
-                first = false;
                 write_string(k, out);
                 out.push(b':');
                 write_value(v.get(), out, depth + 1)?;
@@ -148,7 +147,10 @@ mod tests {
                 .unwrap(),
             r#"{"a":"xé/","b":[1,2.50,{"a":true,"z":null}],"b2":1e400}"#
         );
-        assert_eq!(canon(r#"{"k":1,"k":2}"#).unwrap(), r#"{"k":2}"#);
+        // Keeping one of two values would silently drop the other.
+        assert!(canon(r#"{"k":1,"k":2}"#)
+            .unwrap_err()
+            .contains("key 'k' twice"));
         assert_eq!(
             canon("12345678901234567890123").unwrap(),
             "12345678901234567890123"

@@ -10,6 +10,7 @@ mod de;
 mod number;
 mod object;
 mod ser;
+mod text;
 mod timestamp;
 mod value;
 
@@ -18,3 +19,4 @@ mod tests;
 
 pub use de::{DeserializeError, Deserializer, FieldValue};
 pub use ser::Serializer;
+pub use text::to_text;

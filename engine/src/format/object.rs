@@ -109,7 +109,7 @@ impl ObjectDecoder {
             }
             if let Some((_, key)) = self.near.iter().find(|(c, _)| *c == i) {
                 return Err(format!(
-                    "{}: the payload has key '{key}' but not '{}'; keys match column names exactly (quote the column name to keep its case)",
+                    "{}: the payload has key '{key}' but not '{}'; keys match column names exactly, case included: rename the column (quote it, e.g. \"{key}\", if it is a reserved word)",
                     col.describe(),
                     col.name
                 ));

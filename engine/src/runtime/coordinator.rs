@@ -63,6 +63,9 @@ pub struct JobSummary {
     pub messages_acked: u64,
     /// Messages released for redelivery (nacked) on close or after a final barrier.
     pub messages_released: u64,
+    /// Every other counter with a non-zero total (e.g. `messages_dropped`,
+    /// `pull_reconnects`), by name.
+    pub other_counters: BTreeMap<String, u64>,
     /// The checkpoint epoch the job restored from, if any.
     pub restored_epoch: Option<u64>,
     /// The last completed checkpoint epoch (restored or new).
@@ -75,7 +78,11 @@ impl fmt::Display for JobSummary {
             f,
             "messages read: {}, rows written: {}, checkpoints completed: {}, messages acknowledged: {}, messages released: {}",
             self.messages_read, self.rows_written, self.checkpoints_completed, self.messages_acked, self.messages_released
-        )
+        )?;
+        for (name, n) in &self.other_counters {
+            write!(f, ", {}: {n}", name.replace('_', " "))?;
+        }
+        Ok(())
     }
 }
 
@@ -346,21 +353,24 @@ pub async fn run_pipeline(
         shared.abort();
     }
     // Bounded: a task that does not end in time is cancelled (its handles drop and nack).
+    // After a failure the abort already waited for the sources: do not wait long again.
+    let wait = if result.is_err() {
+        config.shutdown_timeout.min(ABORT_WAIT)
+    } else {
+        config.shutdown_timeout
+    };
     let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
-    if tokio::time::timeout(config.shutdown_timeout, futures::future::join_all(tasks))
+    if tokio::time::timeout(wait, futures::future::join_all(tasks))
         .await
         .is_err()
     {
-        tracing::warn!(
-            "tasks did not end within {:?}: cancelling them",
-            config.shutdown_timeout
-        );
+        tracing::warn!("tasks did not end within {wait:?}: cancelling them");
         for a in aborts {
             a.abort();
         }
     }
     let join = tokio::task::spawn_blocking(move || timely_thread.join());
-    match tokio::time::timeout(config.shutdown_timeout, join).await {
+    match tokio::time::timeout(wait, join).await {
         Ok(Ok(Ok(Ok(())))) => {}
         Ok(Ok(Ok(Err(e)))) => tracing::warn!("timely workers ended with an error: {e}"),
         _ => tracing::warn!("timely workers did not end in time"),
@@ -370,6 +380,18 @@ pub async fn run_pipeline(
     summary.rows_written = metrics.total(ROWS_WRITTEN);
     summary.messages_acked = metrics.total(MESSAGES_ACKED);
     summary.messages_released = metrics.total(MESSAGES_NACKED);
+    for name in metrics.counter_names() {
+        let standard = [
+            MESSAGES_RECEIVED,
+            ROWS_WRITTEN,
+            MESSAGES_ACKED,
+            MESSAGES_NACKED,
+        ];
+        let n = metrics.total(&name);
+        if n > 0 && !standard.contains(&name.as_str()) {
+            summary.other_counters.insert(name, n);
+        }
+    }
     match result {
         Ok(()) => Ok(summary),
         Err(error) => Err(JobError { error, summary }),
@@ -407,6 +429,10 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 type TaskKey = (String, usize);
+
+/// The longest an aborted job waits for its sources to release what they hold (their own
+/// close is bounded by the source's shutdown timeout, 5 s).
+const ABORT_WAIT: Duration = Duration::from_secs(10);
 
 struct Coordinator {
     shared: JobShared,
@@ -491,9 +517,18 @@ impl Coordinator {
                 .collect();
             format!("barriers from {}", missing.join(", "))
         } else {
+            let sinks: BTreeSet<String> = self
+                .sinks
+                .iter()
+                .map(|((op, _), _)| self.name(op))
+                .collect();
+            let frontier = match self.frontier.flatten() {
+                Some(f) => format!("the sinks are done with epochs before {f}"),
+                None => "no sink has reported progress yet".to_string(),
+            };
             format!(
-                "the sinks to make it durable (sinks' frontier at {:?})",
-                self.frontier.flatten()
+                "the sinks to make it durable ({frontier}): {}",
+                sinks.into_iter().collect::<Vec<_>>().join("; ")
             )
         }
     }
@@ -581,9 +616,11 @@ impl Coordinator {
                             *last = now;
                             *since = Instant::now();
                         } else if since.elapsed() >= self.config.shutdown_timeout {
+                            let epoch = self.final_epoch.unwrap_or_default();
                             break Err(anyhow!(
-                                "graceful stop made no progress for {:?} (final checkpoint {:?}; pending: {:?})",
-                                self.config.shutdown_timeout, self.final_epoch, self.pending.keys().collect::<Vec<_>>()
+                                "graceful stop made no progress for {:?}: final checkpoint {epoch} is still waiting for {}",
+                                self.config.shutdown_timeout,
+                                self.waiting_for(self.pending.keys().next().copied().unwrap_or(epoch))
                             ));
                         }
                     }
@@ -719,14 +756,19 @@ impl Coordinator {
         for (_, tx) in &self.sinks {
             let _ = tx.send(SinkEvent::Close);
         }
-        // A task still in `on_start` reads no control message and holds nothing: cancel it.
+        // Nothing more will be committed, so a sink has nothing left to finish: cancel it
+        // at once (it may be stuck on an unresponsive endpoint). So is a task still in
+        // `on_start`: it reads no control message and holds nothing. Started sources are
+        // left to release (nack) what they hold; their close is bounded.
+        let sinks: BTreeSet<TaskKey> = self.sinks.iter().map(|(k, _)| k.clone()).collect();
         for (key, handle) in &self.task_aborts {
-            if !self.started.contains(key) && !self.ended.contains(key) {
+            let cancel = sinks.contains(key) || !self.started.contains(key);
+            if cancel && !self.ended.contains(key) {
                 handle.abort();
                 self.ended.insert(key.clone());
             }
         }
-        let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout;
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout.min(ABORT_WAIT);
         while self.ended.len() < total_tasks {
             match tokio::time::timeout_at(deadline, events.recv()).await {
                 Ok(Some(CoordEvent::TaskFailed {

@@ -73,6 +73,14 @@ impl Metrics {
             .sum()
     }
 
+    /// The names of every counter, sorted, without repeats.
+    pub fn counter_names(&self) -> Vec<String> {
+        let map = self.counters.lock().expect("metrics lock");
+        let mut names: Vec<String> = map.keys().map(|(n, _, _)| n.clone()).collect();
+        names.dedup();
+        names
+    }
+
     /// Sum of gauge `name` over every operator and subtask.
     pub fn gauge_total(&self, name: &str) -> u64 {
         let map = self.gauges.lock().expect("metrics lock");

@@ -184,6 +184,30 @@ fn object_name(n: &ObjectName) -> String {
 }
 
 fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
+    // A length or precision would be a promise the connector does not keep.
+    let unenforced = match &c.data_type {
+        DataType::Varchar(Some(_)) | DataType::String(Some(_)) => {
+            Some("TEXT has no length limit: declare TEXT")
+        }
+        DataType::Timestamp(Some(p), _) if *p != 9 => {
+            Some("TIMESTAMP keeps nanoseconds: declare TIMESTAMP (or TIMESTAMP(9))")
+        }
+        DataType::Timestamp(_, tz)
+            if matches!(
+                tz,
+                sqlparser::ast::TimezoneInfo::WithTimeZone | sqlparser::ast::TimezoneInfo::Tz
+            ) =>
+        {
+            Some("TIMESTAMP is UTC without a zone: declare TIMESTAMP")
+        }
+        _ => None,
+    };
+    if let Some(hint) = unenforced {
+        return err(format!(
+            "table '{table}' column '{}': type {} is not supported: {hint}",
+            c.name.value, c.data_type
+        ));
+    }
     let field_type = match &c.data_type {
         DataType::Text | DataType::Varchar(_) | DataType::String(_) => FieldType::Text,
         DataType::BigInt(_) | DataType::Int8(_) => FieldType::Bigint,
@@ -325,6 +349,27 @@ mod tests {
         .unwrap_err();
         assert!(e.0.contains("Line: 3"), "{e}");
         assert!(e.0.contains("Column:"), "{e}");
+    }
+
+    #[test]
+    fn lengths_and_precisions_that_would_not_be_enforced_are_refused() {
+        for ty in ["VARCHAR(3)", "TIMESTAMP(3)", "TIMESTAMP WITH TIME ZONE"] {
+            let e =
+                parse_pipeline(&format!("CREATE TABLE t (a {ty}) WITH ('x' = 'y')")).unwrap_err();
+            assert!(
+                e.0.contains("column 'a'") && e.0.contains("is not supported"),
+                "{ty}: {e}"
+            );
+        }
+        for ty in [
+            "VARCHAR",
+            "TIMESTAMP",
+            "TIMESTAMP(9)",
+            "TIMESTAMP WITHOUT TIME ZONE",
+            "TEXT",
+        ] {
+            parse_pipeline(&format!("CREATE TABLE t (a {ty}) WITH ('x' = 'y')")).unwrap();
+        }
     }
 
     #[test]

@@ -55,11 +55,19 @@ impl PlannedQuery {
             .projection
             .iter()
             .zip(self.sink_schema.fields())
-            .map(|(i, f)| {
+            .enumerate()
+            .map(|(j, (i, f))| {
                 let Some(i) = i else {
                     return Ok(new_null_array(f.data_type(), batch.num_rows()));
                 };
                 let c = batch.column(*i);
+                let from = self.source.connection.schema.fields[*i].field_type;
+                let to = self.sink.connection.schema.fields[j].field_type;
+                if to == FieldType::Text && from != FieldType::Text {
+                    if let Some(text) = crate::format::to_text(c, from) {
+                        return Ok(text);
+                    }
+                }
                 if c.data_type() == f.data_type() {
                     Ok(c.clone())
                 } else {

@@ -188,6 +188,12 @@ fn json_is_canonical_text() {
             ("false", Is(s("false"))),
             ("[]", Is(s("[]"))),
             ("null", Is(Val::Null)),
+            // Keeping one of two values would silently drop the other.
+            (
+                r#"{"b": 1, "b": 2}"#,
+                Refused("has key 'b' twice in a nested object"),
+            ),
+            (r#"[{"a": {"x": 1, "x": 1}}]"#, Refused("has key 'x' twice")),
         ],
     );
 }
