@@ -89,7 +89,7 @@ mod tests {
                 Some("0.1".into()),
                 Some("-Infinity".into()),
                 Some("NaN".into()),
-                Some("1e308".into())
+                Some("1e+308".into())
             ]
         );
         let f = Arc::new(Float32Array::from(vec![0.1f32, f32::INFINITY]));
