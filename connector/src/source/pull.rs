@@ -296,14 +296,8 @@ impl StreamTask {
                 match probed {
                     Ok(()) => break,
                     Err(e) => {
-                        let code = e.status().map(|s| s.code);
-                        if !is_retryable(code) {
-                            let _ = self
-                                .send(Pulled::Failed {
-                                    code,
-                                    error: e.to_string(),
-                                })
-                                .await;
+                        if let Some(failed) = permanent_failure(&e) {
+                            let _ = self.send(failed).await;
                             return;
                         }
                         tracing::debug!(subscription = %self.subscription, "still unreachable: {e}");
@@ -358,14 +352,8 @@ impl StreamTask {
                     }
                 }
                 Some(Err(e)) => {
-                    let code = e.status().map(|s| s.code);
-                    if !is_retryable(code) {
-                        let _ = self
-                            .send(Pulled::Failed {
-                                code,
-                                error: e.to_string(),
-                            })
-                            .await;
+                    if let Some(failed) = permanent_failure(&e) {
+                        let _ = self.send(failed).await;
                         break End::Stopped;
                     }
                     break End::Retry(format!("the stream failed: {e}"));
@@ -392,6 +380,16 @@ impl StreamTask {
         }
         end
     }
+}
+
+/// The `Pulled::Failed` for `e` if its status is one reopening cannot fix (see
+/// `is_retryable`), else `None`.
+fn permanent_failure(e: &google_cloud_pubsub::Error) -> Option<Pulled> {
+    let code = e.status().map(|s| s.code);
+    (!is_retryable(code)).then(|| Pulled::Failed {
+        code,
+        error: e.to_string(),
+    })
 }
 
 /// How long a stopping stream is drained in all, and the quiet gap that ends it early.
@@ -476,14 +474,8 @@ impl Monitor {
                     }
                 }
                 Err(e) => {
-                    let code = e.status().map(|s| s.code);
-                    if !is_retryable(code) {
-                        let _ = self
-                            .send(Pulled::Failed {
-                                code,
-                                error: e.to_string(),
-                            })
-                            .await;
+                    if let Some(failed) = permanent_failure(&e) {
+                        let _ = self.send(failed).await;
                         return;
                     }
                     if down_since.is_none() {
