@@ -47,6 +47,7 @@ async fn network_cut_mid_stream_reconnects_and_delivers_everything() {
     proxy.cut();
     let started = std::time::Instant::now();
     ids.extend(publish_seq(&t.input, 3_000..6_000).await);
+    // The outage length is the reported input (a 6 s cut), not a wait for a condition.
     tokio::time::sleep(Duration::from_secs(6).saturating_sub(started.elapsed())).await;
     proxy.restore().await;
     let (code, _stdout, stderr) = finish(child, LIMIT).await;

@@ -179,7 +179,10 @@ mod tests {
                 .map(|s| s.success())
                 .unwrap_or(false)
         };
-        std::thread::sleep(Duration::from_millis(300));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert!(running(), "the program started");
         parent.wait().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -41,6 +41,8 @@ struct MemTable {
     fail_from_epoch: u64,
     /// Sink: from this epoch on, a checkpoint never completes.
     hang_from_epoch: u64,
+    /// Source: `on_start` never returns (an endpoint that never answers).
+    hang_on_start: bool,
     /// Source: the sinks whose durability an ack requires (default: its own name).
     durable_in: Vec<String>,
 }
@@ -97,6 +99,7 @@ impl Connector for MemoryConnector {
             rows: o.pull_opt_u64("rows")?.unwrap_or(0) as i64,
             fail_from_epoch: o.pull_opt_u64("fail-from-epoch")?.unwrap_or(u64::MAX),
             hang_from_epoch: o.pull_opt_u64("hang-from-epoch")?.unwrap_or(u64::MAX),
+            hang_on_start: o.pull_opt_bool("hang-on-start")?.unwrap_or(false),
             durable_in: o
                 .pull_opt_str("durable-in")?
                 .map(|v| v.split(',').map(str::to_string).collect())
@@ -127,6 +130,7 @@ impl Connector for MemoryConnector {
                 log: log(&t.name),
                 sinks,
                 rows: t.rows,
+                hang_on_start: t.hang_on_start,
             }))
         })
     }
@@ -137,12 +141,19 @@ struct MemSource {
     /// Every sink that must hold a row before it may be acked.
     sinks: Vec<Arc<Log>>,
     rows: i64,
+    hang_on_start: bool,
 }
 
 #[async_trait]
 impl SourceOperator for MemSource {
     fn name(&self) -> String {
         "memory-source".into()
+    }
+    async fn on_start(&mut self, _: &mut SourceContext) -> anyhow::Result<()> {
+        if self.hang_on_start {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
     }
     async fn run(
         &mut self,
@@ -534,4 +545,29 @@ fn nullability_types_and_duplicate_columns_are_checked_when_planned() {
         ))
         .unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_start_up_ends_the_job_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'start', 'rows' = '10', 'hang-on-start' = 'true');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'start');
+         INSERT INTO dst SELECT seq FROM src;",
+    )
+    .unwrap();
+    let stop = StopHandle::new();
+    // A stop that arrives while a source is still starting (Ctrl-C during a slow connect).
+    stop.stop();
+    let cfg = RuntimeConfig {
+        stop_when_idle: None,
+        ..config(dir.path())
+    };
+    // The default shutdown timeout is 60 s: ending well inside it shows nothing waited.
+    let err = tokio::time::timeout(Duration::from_secs(30), run_pipeline(p, cfg, stop))
+        .await
+        .expect("a stop during start-up must not wait for the source to connect")
+        .unwrap_err();
+    assert!(err.to_string().contains("stopped during start-up"), "{err}");
+    assert_eq!(err.summary.messages_acked, 0);
 }
