@@ -59,9 +59,11 @@ pub struct RunArgs {
     /// Time between checkpoints (e.g. 500ms, 10s, 5m; a bare number is seconds); at least 10ms.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     pub checkpoint_interval: Duration,
-    /// Directory of the last completed checkpoint; a restart resumes from it.
+    /// Where the last completed checkpoint is kept, and a restart resumes from: a local
+    /// directory, or an object-store URL (file://, s3://, gs://, az://) that every
+    /// process of a cluster can reach.
     #[arg(long, default_value = "./state")]
-    pub state_dir: PathBuf,
+    pub state_dir: String,
     /// Stop gracefully once no message was received for this long while every source
     /// could pull (time held by flow control, back-pressure or a reconnect does not count).
     #[arg(long, value_parser = parse_positive_duration)]
@@ -74,6 +76,19 @@ pub struct RunArgs {
     /// names (as `emulator --create` does).
     #[arg(long)]
     pub emulator: bool,
+    /// Processes in the Timely cluster (each runs --workers workers); 1 runs alone.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
+    pub processes: usize,
+    /// This process's index in the cluster, 0..processes; process 0 decides checkpoints.
+    #[arg(long, default_value_t = 0)]
+    pub process: usize,
+    /// File of one host:port per line, one per process in order (as Timely's -h); this
+    /// process listens on its own line. Required with --processes above 1.
+    #[arg(long)]
+    pub hosts: Option<PathBuf>,
+    /// How long start-up waits for every peer process before failing.
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    pub connect_timeout: Duration,
 }
 
 #[derive(Args)]

@@ -56,6 +56,7 @@ pub async fn execute(
         checkpoint_interval: args.checkpoint_interval,
         checkpoint_timeout: args.checkpoint_timeout,
         state_dir: args.state_dir.clone(),
+        cluster: None,
         stop_when_idle: args.stop_when_idle,
         job_id: args.pipeline.display().to_string(),
         ..RuntimeConfig::default()

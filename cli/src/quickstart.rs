@@ -46,10 +46,14 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         pipeline: pipeline_path.clone(),
         workers,
         checkpoint_interval: Duration::from_secs(2),
-        state_dir: state.clone(),
+        state_dir: state.display().to_string(),
         stop_when_idle: Some(Duration::from_secs(5)),
         checkpoint_timeout: Duration::from_secs(600),
         emulator: false,
+        processes: 1,
+        process: 0,
+        hosts: None,
+        connect_timeout: Duration::from_secs(30),
     };
     let stop = pipeline::stop_on_signals();
     let summary = match pipeline::execute(&sql, &args, stop, false).await {

@@ -265,7 +265,7 @@ fn config(state: &std::path::Path) -> RuntimeConfig {
     RuntimeConfig {
         workers: 2,
         checkpoint_interval: Duration::from_millis(20),
-        state_dir: state.to_path_buf(),
+        state_dir: state.display().to_string(),
         stop_when_idle: Some(Duration::from_millis(300)),
         max_inflight_rows: 100,
         ..RuntimeConfig::default()

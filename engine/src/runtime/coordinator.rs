@@ -117,7 +117,7 @@ pub async fn run_pipeline(
         error,
         summary: summary.clone(),
     };
-    let store = CheckpointStore::open(&config.state_dir).map_err(|e| fail(e, &summary))?;
+    let store = CheckpointStore::open(std::path::Path::new(&config.state_dir)).map_err(|e| fail(e, &summary))?;
     let restored = store.load().map_err(|e| fail(e, &summary))?;
     let start_epoch = restored.as_ref().map_or(1, |m| m.epoch + 1);
     if let Some(m) = &restored {
@@ -125,7 +125,7 @@ pub async fn run_pipeline(
         if m.job_id != config.job_id {
             tracing::warn!(
                 "the checkpoint in {} was written by job '{}', this is '{}': operator state is matched by operator id",
-                config.state_dir.display(),
+                config.state_dir,
                 m.job_id,
                 config.job_id
             );
@@ -637,6 +637,7 @@ impl Coordinator {
                             }
                         }
                         CoordEvent::Frontier(f) => self.frontier = Some(f),
+                        CoordEvent::EndOfInput { .. } => {}
                         CoordEvent::TaskFailed { operator_id, subtask, error } => {
                             self.ended.insert((operator_id.clone(), subtask));
                             break Err(anyhow!("{} subtask {subtask} failed: {error}", self.name(&operator_id)));

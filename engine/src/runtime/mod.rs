@@ -8,7 +8,6 @@ mod dataflow;
 mod state;
 mod tasks;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,8 +25,11 @@ pub struct RuntimeConfig {
     pub workers: usize,
     /// Time between checkpoint barriers.
     pub checkpoint_interval: Duration,
-    /// Directory holding the last completed checkpoint (`checkpoint.json`).
-    pub state_dir: PathBuf,
+    /// Where completed checkpoints are kept: a local directory path, or an object-store
+    /// URL (`file://`, `s3://`, `gs://`, `az://`) that every process of a cluster reaches.
+    pub state_dir: String,
+    /// This process's place in a Timely cluster; `None` runs one process.
+    pub cluster: Option<ClusterConfig>,
     /// Stop gracefully once no source received a message for this long.
     pub stop_when_idle: Option<Duration>,
     /// Rows emitted by sources and not yet taken by sinks, job-wide (back-pressure bound).
@@ -41,12 +43,26 @@ pub struct RuntimeConfig {
     pub job_id: String,
 }
 
+/// One process of a Timely cluster (Timely's own `-n/-p/-h`): every process runs the same
+/// pipeline with the same `workers`; process 0 decides checkpoints.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// This process's index, `0..hosts.len()`.
+    pub process: usize,
+    /// `host:port` of every process, in process order; this process listens on its own.
+    pub hosts: Vec<String>,
+    /// How long start-up waits for every peer to connect before failing, naming the
+    /// peers that did not.
+    pub connect_timeout: Duration,
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             workers: 2,
             checkpoint_interval: Duration::from_secs(10),
-            state_dir: PathBuf::from("state"),
+            state_dir: "state".to_string(),
+            cluster: None,
             stop_when_idle: None,
             max_inflight_rows: 32_768,
             shutdown_timeout: Duration::from_secs(60),
@@ -124,6 +140,11 @@ pub(crate) enum CoordEvent {
         error: String,
     },
     TaskFinished {
+        operator_id: String,
+        subtask: usize,
+    },
+    /// A bounded source subtask emitted all of its input.
+    EndOfInput {
         operator_id: String,
         subtask: usize,
     },

@@ -100,6 +100,17 @@ impl SourceContext {
             .counter(name, &self.task_info.operator_id, self.task_info.task_index)
     }
 
+    /// Tells the runtime this subtask has no more input (a bounded source reached its
+    /// end). Once every source subtask of the job said so, the job takes a final
+    /// checkpoint and stops gracefully (SPEC 2.1, "end of input"). The subtask must keep
+    /// serving control messages (`Checkpoint`, `Commit`, `Stop`) until it is stopped.
+    pub fn end_of_input(&self) {
+        let _ = self.coordinator.send(CoordEvent::EndOfInput {
+            operator_id: self.task_info.operator_id.clone(),
+            subtask: self.task_info.task_index,
+        });
+    }
+
     /// Closes epoch `barrier.epoch` for this subtask (Arroyo's default `start_checkpoint`):
     /// emits every buffered row, snapshots `self.state` for the epoch, then sends the
     /// barrier into the dataflow. After a `then_stop` barrier the subtask's output ends.
