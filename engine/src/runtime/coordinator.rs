@@ -346,6 +346,7 @@ pub async fn run_pipeline(
         next_epoch: start_epoch,
         final_epoch: None,
         ended: BTreeSet::new(),
+        end_of_input: BTreeSet::new(),
         summary: summary.clone(),
     };
     let result = coordinator.drive(coord_rx, stop).await;
@@ -457,6 +458,8 @@ struct Coordinator {
     next_epoch: u64,
     final_epoch: Option<u64>,
     ended: BTreeSet<TaskKey>,
+    /// Source subtasks that emitted all of their input (bounded sources).
+    end_of_input: BTreeSet<TaskKey>,
     summary: JobSummary,
 }
 
@@ -637,7 +640,16 @@ impl Coordinator {
                             }
                         }
                         CoordEvent::Frontier(f) => self.frontier = Some(f),
-                        CoordEvent::EndOfInput { .. } => {}
+                        CoordEvent::EndOfInput { operator_id, subtask } => {
+                            self.end_of_input.insert((operator_id, subtask));
+                            if self.final_epoch.is_none()
+                                && self.sources.iter().all(|(k, _)| self.end_of_input.contains(k))
+                            {
+                                tracing::info!("every source reached the end of its input: taking a final checkpoint");
+                                self.trigger(true);
+                                stopping = Some((self.progress(), Instant::now()));
+                            }
+                        }
                         CoordEvent::TaskFailed { operator_id, subtask, error } => {
                             self.ended.insert((operator_id.clone(), subtask));
                             break Err(anyhow!("{} subtask {subtask} failed: {error}", self.name(&operator_id)));
