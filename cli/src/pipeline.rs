@@ -5,7 +5,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use pubsub_connector_core::emulator::Emulator;
 use pubsub_connector_core::PubSubConnector;
-use pubsub_engine::runtime::{run_pipeline, JobSummary, RuntimeConfig, StopHandle};
+use pubsub_engine::runtime::{
+    read_hosts, run_pipeline, ClusterConfig, JobSummary, RuntimeConfig, StopHandle,
+};
 use pubsub_engine::sql::{parse_pipeline, plan_pipeline, PipelineSql};
 use pubsub_engine::ErasedConnector;
 
@@ -51,18 +53,61 @@ pub async fn execute(
             tracing::info!("{l}");
         }
     }
+    let cluster = cluster_config(args).map_err(|e| (e, None))?;
     let config = RuntimeConfig {
         workers: args.workers.max(1),
         checkpoint_interval: args.checkpoint_interval,
         checkpoint_timeout: args.checkpoint_timeout,
         state_dir: args.state_dir.clone(),
-        cluster: None,
+        cluster,
         stop_when_idle: args.stop_when_idle,
         job_id: args.pipeline.display().to_string(),
         ..RuntimeConfig::default()
     };
     let result = run_pipeline(plan, config, stop).await;
     result.map_err(|e| (e.error, Some(e.summary)))
+}
+
+/// The cluster flags of `run` as the runtime's `ClusterConfig`; `None` for one process.
+/// Errors name the flag: a missing or malformed --hosts file, a --process out of range, or
+/// a --hosts file whose line count is not --processes.
+fn cluster_config(args: &RunArgs) -> anyhow::Result<Option<ClusterConfig>> {
+    if args.processes <= 1 {
+        anyhow::ensure!(
+            args.process == 0,
+            "--process {} needs --processes above it (the cluster has 1 process)",
+            args.process
+        );
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        !args.emulator,
+        "--emulator starts one emulator per process: with --processes {}, start one with `pubsub-connector emulator --create {}` and set 'emulator-endpoint' in the pipeline",
+        args.processes,
+        args.pipeline.display()
+    );
+    let Some(path) = &args.hosts else {
+        anyhow::bail!("--processes {} needs --hosts FILE (one host:port per process)", args.processes);
+    };
+    let hosts = read_hosts(path)?;
+    anyhow::ensure!(
+        hosts.len() == args.processes,
+        "--hosts file {} lists {} addresses but --processes is {}",
+        path.display(),
+        hosts.len(),
+        args.processes
+    );
+    anyhow::ensure!(
+        args.process < args.processes,
+        "--process {} is out of range: use 0..{}",
+        args.process,
+        args.processes - 1
+    );
+    Ok(Some(ClusterConfig {
+        process: args.process,
+        hosts,
+        connect_timeout: args.connect_timeout,
+    }))
 }
 
 /// Installs SIGINT/SIGTERM handling for the whole command: the first signal asks for a
@@ -118,14 +163,19 @@ pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let who = if args.processes > 1 {
+        format!(" (process {} of {})", args.process, args.processes)
+    } else {
+        String::new()
+    };
     match execute(&sql, &args, stop, args.emulator).await {
         Ok(summary) => {
-            print_summary(&summary);
+            println!("pubsub-connector{who}: {summary}");
             Ok(())
         }
         Err((e, summary)) => {
             if let Some(s) = summary {
-                print_summary(&s);
+                println!("pubsub-connector{who}: {s}");
             }
             Err(e)
         }

@@ -342,8 +342,13 @@ struct CheckpointStoreProbe;
 
 impl CheckpointStoreProbe {
     fn epoch(dir: &std::path::Path) -> u64 {
-        let store = pubsub_engine::runtime::CheckpointStore::open(dir).unwrap();
-        store.load().unwrap().expect("a completed checkpoint").epoch
+        futures::executor::block_on(async {
+            // Read-only: the probe runs while no job holds the directory, or beside one.
+            let store = pubsub_engine::runtime::CheckpointStore::open(&dir.display().to_string(), false)
+                .await
+                .unwrap();
+            store.load().await.unwrap().expect("a completed checkpoint").epoch
+        })
     }
 }
 

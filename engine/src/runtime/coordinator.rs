@@ -1,25 +1,30 @@
-//! Builds a job's tasks and Timely workers, then drives checkpoints: triggers barriers,
-//! collects source snapshots, watches the sinks' frontier, writes completed checkpoints
-//! and sends `Commit`, and runs graceful stops and aborts.
+//! Starts a job (or one process of a cluster): restores the last checkpoint, connects
+//! the cluster, spawns this process's source and sink tasks and Timely workers, then
+//! hands them to the process coordinator (`process.rs`), which the leader role
+//! (`leader.rs`) drives on process 0.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use anyhow::{anyhow, Context};
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use anyhow::anyhow;
+use tokio::sync::mpsc;
 use tokio::sync::{Notify, Semaphore};
 
-use super::dataflow::{run_worker, SinkPlumbing, SourcePlumbing, WorkerPlumbing};
-use super::state::{CheckpointMetadata, CheckpointStore};
+use super::cluster::{self, Shape};
+use super::dataflow::{
+    run_worker, SinkPlumbing, SourcePlumbing, WorkerFlags, WorkerPlumbing, WorkerWaker,
+};
+use super::leader::Leader;
+use super::process::{LocalTasks, ProcessCoordinator};
+use super::state::CheckpointStore;
 use super::tasks::{run_sink, run_source};
-use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig, SinkEvent};
+use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig};
 use crate::spi::{
-    CheckpointBarrier, ConstructedOperator, ControlMessage, Metrics, OperatorContext,
-    OperatorState, PullState, SourceCollector, SourceContext, StopMode, TaskInfo, MESSAGES_ACKED,
-    MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
+    ConstructedOperator, Metrics, OperatorContext, OperatorState, PullState, SourceCollector,
+    SourceContext, TaskInfo, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 use crate::sql::PlannedPipeline;
 
@@ -27,8 +32,8 @@ use crate::sql::PlannedPipeline;
 /// a second signal, at once (nothing more committed, every held message released).
 #[derive(Clone, Default)]
 pub struct StopHandle {
-    stop: Arc<Notify>,
-    abort: Arc<Notify>,
+    pub(crate) stop: Arc<Notify>,
+    pub(crate) abort: Arc<Notify>,
 }
 
 impl StopHandle {
@@ -101,11 +106,15 @@ impl fmt::Display for JobError {
 
 impl std::error::Error for JobError {}
 
-/// Runs a planned pipeline until it is stopped (via `stop`, or `stop_when_idle`) or fails.
+/// Runs a planned pipeline until it is stopped (via `stop`, `stop_when_idle` or the end
+/// of every source's input) or fails. With `config.cluster`, this is one process of a
+/// Timely cluster: every process runs this with the same plan, process 0 leads.
 ///
 /// Restores from the last checkpoint in `config.state_dir`; new epochs continue above it.
 /// Returns the summary of a graceful stop, or the error that failed the job; in both
-/// cases nothing was acknowledged that a completed checkpoint did not cover.
+/// cases nothing was acknowledged that a completed checkpoint did not cover. Errors
+/// before the start: the state cannot be opened or read; a peer process cannot be
+/// reached within the connect timeout (naming its `host:port`).
 pub async fn run_pipeline(
     plan: PlannedPipeline,
     config: RuntimeConfig,
@@ -117,15 +126,23 @@ pub async fn run_pipeline(
         error,
         summary: summary.clone(),
     };
-    let store = CheckpointStore::open(std::path::Path::new(&config.state_dir)).map_err(|e| fail(e, &summary))?;
-    let restored = store.load().map_err(|e| fail(e, &summary))?;
+    let (process, processes) = match &config.cluster {
+        Some(c) => (c.process, c.hosts.len()),
+        None => (0, 1),
+    };
+    let leads = process == 0;
+    // Only the leader writes checkpoints; the other processes read the same state.
+    let store = CheckpointStore::open(&config.state_dir, leads)
+        .await
+        .map_err(|e| fail(e, &summary))?;
+    let restored = store.load().await.map_err(|e| fail(e, &summary))?;
     let start_epoch = restored.as_ref().map_or(1, |m| m.epoch + 1);
     if let Some(m) = &restored {
         tracing::info!(epoch = m.epoch, "restoring from checkpoint {}", m.epoch);
         if m.job_id != config.job_id {
             tracing::warn!(
                 "the checkpoint in {} was written by job '{}', this is '{}': operator state is matched by operator id",
-                config.state_dir,
+                store.describe(),
                 m.job_id,
                 config.job_id
             );
@@ -135,6 +152,29 @@ pub async fn run_pipeline(
     }
 
     let workers = config.workers.max(1);
+    let total_workers = workers * processes;
+    let first_worker = process * workers;
+
+    // Connect the cluster before any task starts: nothing is read until every process is
+    // there, and a peer that cannot be reached fails the start naming it.
+    let (builders, comms) = match config.cluster.clone() {
+        Some(c) => {
+            let shape = Shape {
+                processes,
+                workers,
+                fingerprint: fingerprint(&plan),
+            };
+            tracing::info!(process, processes, "connecting to the cluster: {}", c.hosts.join(", "));
+            tokio::task::spawn_blocking(move || cluster::connect(&c, shape))
+                .await
+                .map_err(|e| fail(anyhow!("cluster connect panicked: {e}"), &summary))?
+                .map_err(|e| fail(e, &summary))?
+        }
+        None => timely::CommunicationConfig::Process(workers)
+            .try_build()
+            .map_err(|e| fail(anyhow!("cannot start Timely workers: {e}"), &summary))?,
+    };
+
     let (coord_tx, coord_rx) = mpsc::unbounded_channel();
     let max_permits = config.max_inflight_rows.clamp(1, u32::MAX as usize / 2);
     let shared = JobShared {
@@ -142,22 +182,43 @@ pub async fn run_pipeline(
         coordinator: coord_tx.clone(),
         aborted: Arc::new(AtomicBool::new(false)),
     };
+    let flags = WorkerFlags {
+        abort: shared.aborted.clone(),
+        done: Arc::new(AtomicBool::new(false)),
+        cluster: processes > 1,
+    };
 
     let source_tables = plan.sources();
     let mut per_worker: Vec<WorkerPlumbing> =
         (0..workers).map(|_| WorkerPlumbing::default()).collect();
-    let mut sources = Vec::new();
-    let mut sinks = Vec::new();
+    let mut local = LocalTasks::default();
     let mut tasks = Vec::new();
-    let mut pull_states = Vec::new();
-    let mut task_aborts = BTreeMap::new();
     let mut describe: BTreeMap<String, String> = BTreeMap::new();
+    let mut all_sources = BTreeSet::new();
+    let mut all_sinks = BTreeSet::new();
+    for (table, _) in &source_tables {
+        let name = &table.connection.name;
+        let src_id = format!("source-{name}");
+        describe.insert(src_id.clone(), format!("source table '{name}'"));
+        all_sources.extend((0..total_workers).map(|g| (src_id.clone(), g)));
+    }
+    for q in &plan.queries {
+        let name = &q.sink.connection.name;
+        let sink_id = format!("{}-sink-{name}", q.id);
+        describe.insert(
+            sink_id.clone(),
+            format!("sink table '{name}' of {} ({})", q.id, q.text),
+        );
+        all_sinks.extend((0..total_workers).map(|g| (sink_id.clone(), g)));
+    }
     for (w, plumbing) in per_worker.iter_mut().enumerate() {
+        // Subtask indexes are global across the cluster.
+        let g = first_worker + w;
         let restored_state = |id: &str| -> OperatorState {
             restored
                 .as_ref()
                 .and_then(|m| m.operators.get(id))
-                .and_then(|s| s.get(&w))
+                .and_then(|s| s.get(&g))
                 .cloned()
                 .unwrap_or_default()
         };
@@ -165,14 +226,13 @@ pub async fn run_pipeline(
             job_id: config.job_id.clone(),
             operator_id: id.to_string(),
             operator_name: name.to_string(),
-            task_index: w,
-            parallelism: workers,
+            task_index: g,
+            parallelism: total_workers,
         };
         // One reader set per source table, however many queries read it.
         for (table, _) in &source_tables {
             let name = &table.connection.name;
             let src_id = format!("source-{name}");
-            describe.insert(src_id.clone(), format!("source table '{name}'"));
             let ConstructedOperator::Source(src_op) = table
                 .connector
                 .make_operator(&table.connection, table.operator_config())
@@ -188,7 +248,7 @@ pub async fn run_pipeline(
             let source_activator: ActivatorSlot = Arc::new(Mutex::new(None));
             let out_schema = table.connection.schema.arrow_schema();
             let pull_state = Arc::new(PullState::default());
-            pull_states.push(pull_state.clone());
+            local.pull_states.push(pull_state.clone());
             let ctx = SourceContext {
                 task_info: task(&src_id, name),
                 out_schema: out_schema.clone(),
@@ -207,14 +267,14 @@ pub async fn run_pipeline(
                 max_permits as u32,
                 pull_state,
             );
-            sources.push(((src_id.clone(), w), control_tx));
+            local.sources.push(((src_id.clone(), g), control_tx));
             let t = spawn_task(
                 run_source(src_op, ctx, collector, shared.clone()),
                 &src_id,
-                w,
+                g,
                 &shared,
             );
-            task_aborts.insert((src_id.clone(), w), t.abort_handle());
+            local.task_aborts.insert((src_id.clone(), g), t.abort_handle());
             tasks.push(t);
             plumbing.sources.push(SourcePlumbing {
                 id: src_id,
@@ -225,10 +285,6 @@ pub async fn run_pipeline(
         for q in &plan.queries {
             let name = &q.sink.connection.name;
             let sink_id = format!("{}-sink-{name}", q.id);
-            describe.insert(
-                sink_id.clone(),
-                format!("sink table '{name}' of {} ({})", q.id, q.text),
-            );
             let ConstructedOperator::Operator(sink_op) = q
                 .sink
                 .connector
@@ -253,7 +309,7 @@ pub async fn run_pipeline(
                 metrics: metrics.clone(),
                 state: restored_state(&sink_id),
             };
-            sinks.push(((sink_id.clone(), w), sink_tx.clone()));
+            local.sinks.push(((sink_id.clone(), g), sink_tx.clone()));
             let t = spawn_task(
                 run_sink(
                     sink_op,
@@ -264,10 +320,10 @@ pub async fn run_pipeline(
                     shared.clone(),
                 ),
                 &sink_id,
-                w,
+                g,
                 &shared,
             );
-            task_aborts.insert((sink_id.clone(), w), t.abort_handle());
+            local.task_aborts.insert((sink_id.clone(), g), t.abort_handle());
             tasks.push(t);
             plumbing.sinks.push(SinkPlumbing {
                 id: sink_id,
@@ -280,36 +336,71 @@ pub async fn run_pipeline(
         }
     }
 
-    let abort = shared.aborted.clone();
+    // Control plumbing: this process's first worker feeds its reports to Timely and
+    // delivers the leader's decisions here; on the leader it also feeds the decisions and
+    // receives every process's reports.
+    let (reports_tx, reports_rx) = std::sync::mpsc::channel();
+    let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
+    per_worker[0].control.reports = Some(reports_rx);
+    per_worker[0].control.to_process = Some(deliver_tx);
+    let waker = WorkerWaker::default();
+    let wake_at_end = waker.clone();
+    per_worker[0].control.waker = Some(waker.clone());
+    let mut leader_rx = None;
+    let leader = if leads {
+        let (decisions_tx, decisions_rx) = std::sync::mpsc::channel();
+        let (to_leader_tx, to_leader) = mpsc::unbounded_channel();
+        per_worker[0].control.decisions = Some(decisions_rx);
+        per_worker[0].control.to_leader = Some(to_leader_tx);
+        leader_rx = Some(to_leader);
+        Some(Leader::new(
+            config.clone(),
+            store,
+            decisions_tx,
+            processes,
+            all_sources,
+            all_sinks,
+            describe.clone(),
+            summary.restored_epoch,
+        ))
+    } else {
+        None
+    };
+
     let slots: Arc<Mutex<Vec<Option<WorkerPlumbing>>>> =
         Arc::new(Mutex::new(per_worker.into_iter().map(Some).collect()));
     let timely_thread = {
-        let abort = abort.clone();
+        let flags = flags.clone();
         let coord = coord_tx.clone();
         std::thread::Builder::new()
             .name("timely".into())
             .spawn(move || {
                 let report = coord.clone();
-                let result = timely::execute(timely::Config::process(workers), move |worker| {
-                    let index = worker.index();
-                    let queries = slots.lock().expect("plumbing lock")[index]
-                        .take()
-                        .expect("each worker takes its plumbing once");
-                    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        run_worker(worker, queries, start_epoch, coord.clone(), abort.clone())
-                    }));
-                    if let Err(panic) = run {
-                        let _ = coord.send(CoordEvent::TaskFailed {
-                            operator_id: "timely-worker".into(),
-                            subtask: index,
-                            error: format!("panicked: {}", panic_message(&*panic)),
-                        });
-                        // Timely steps a worker until its dataflows finish: drop them.
-                        for id in worker.installed_dataflows() {
-                            worker.drop_dataflow(id);
+                let result = timely::execute::execute_from(
+                    builders,
+                    comms,
+                    timely::WorkerConfig::default(),
+                    move |worker| {
+                        let index = worker.index();
+                        let plumbing = slots.lock().expect("plumbing lock")[index - first_worker]
+                            .take()
+                            .expect("each worker takes its plumbing once");
+                        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            run_worker(worker, plumbing, start_epoch, coord.clone(), flags.clone())
+                        }));
+                        if let Err(panic) = run {
+                            let _ = coord.send(CoordEvent::TaskFailed {
+                                operator_id: "timely-worker".into(),
+                                subtask: index,
+                                error: format!("panicked: {}", panic_message(&*panic)),
+                            });
+                            // Timely steps a worker until its dataflows finish: drop them.
+                            for id in worker.installed_dataflows() {
+                                worker.drop_dataflow(id);
+                            }
                         }
-                    }
-                })
+                    },
+                )
                 .and_then(|guards| {
                     guards
                         .join()
@@ -330,29 +421,27 @@ pub async fn run_pipeline(
     };
     drop(coord_tx);
 
-    let mut coordinator = Coordinator {
-        shared: shared.clone(),
-        config: config.clone(),
-        store,
-        metrics: metrics.clone(),
-        sources,
-        sinks,
-        pull_states,
+    let mut coordinator = ProcessCoordinator::new(
+        process,
+        shared.clone(),
+        config.clone(),
+        metrics.clone(),
+        local,
         describe,
-        started: BTreeSet::new(),
-        task_aborts,
-        pending: BTreeMap::new(),
-        frontier: None,
-        next_epoch: start_epoch,
-        final_epoch: None,
-        ended: BTreeSet::new(),
-        end_of_input: BTreeSet::new(),
-        summary: summary.clone(),
-    };
-    let result = coordinator.drive(coord_rx, stop).await;
+        reports_tx,
+        waker,
+        leader,
+        summary.clone(),
+    );
+    let result = coordinator
+        .drive(coord_rx, deliver_rx, leader_rx, stop)
+        .await;
     if result.is_err() {
         shared.abort();
     }
+    // Let the workers close the control inputs and finish.
+    flags.done.store(true, std::sync::atomic::Ordering::Release);
+    wake_at_end.wake();
     // Bounded: a task that does not end in time is cancelled (its handles drop and nack).
     // After a failure the abort already waited for the sources: do not wait long again.
     let wait = if result.is_err() {
@@ -399,6 +488,19 @@ pub async fn run_pipeline(
     }
 }
 
+/// Identifies a pipeline across the processes of a cluster: its tables and statements.
+fn fingerprint(plan: &PlannedPipeline) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for q in &plan.queries {
+        q.id.hash(&mut h);
+        q.text.hash(&mut h);
+        q.source.connection.name.hash(&mut h);
+        q.sink.connection.name.hash(&mut h);
+    }
+    h.finish()
+}
+
 /// Spawns a task; a panic in it is reported to the coordinator as a task failure.
 fn spawn_task(
     fut: impl std::future::Future<Output = ()> + Send + 'static,
@@ -429,375 +531,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-type TaskKey = (String, usize);
-
 /// The longest an aborted job waits for its sources to release what they hold (their own
 /// close is bounded by the source's shutdown timeout, 5 s).
-const ABORT_WAIT: Duration = Duration::from_secs(10);
-
-struct Coordinator {
-    shared: JobShared,
-    config: RuntimeConfig,
-    store: CheckpointStore,
-    metrics: Metrics,
-    sources: Vec<(TaskKey, UnboundedSender<ControlMessage>)>,
-    sinks: Vec<(TaskKey, UnboundedSender<SinkEvent>)>,
-    /// Whether each source subtask can pull (the idle clock runs only while all can).
-    pull_states: Vec<Arc<PullState>>,
-    /// Operator id -> what it is, for errors (`sink table 'b' of q1 (INSERT INTO ...)`).
-    describe: BTreeMap<String, String>,
-    /// Subtasks whose `on_start` finished.
-    started: BTreeSet<TaskKey>,
-    /// Cancels a task; used on abort for tasks still starting (they hold nothing yet).
-    task_aborts: BTreeMap<TaskKey, tokio::task::AbortHandle>,
-    /// Triggered, not yet completed epochs: when each was triggered, and the source
-    /// snapshots received so far.
-    pending: BTreeMap<u64, (Instant, BTreeMap<TaskKey, OperatorState>)>,
-    /// Last reported sinks' frontier: `None` before the first report, `Some(None)` when done.
-    frontier: Option<Option<u64>>,
-    next_epoch: u64,
-    final_epoch: Option<u64>,
-    ended: BTreeSet<TaskKey>,
-    /// Source subtasks that emitted all of their input (bounded sources).
-    end_of_input: BTreeSet<TaskKey>,
-    summary: JobSummary,
-}
-
-/// Everything that changes while a checkpoint makes progress; a graceful stop's deadline
-/// is extended whenever it changes.
-#[derive(PartialEq, Eq, Clone)]
-struct Progress {
-    frontier: Option<Option<u64>>,
-    snapshots: usize,
-    completed: u64,
-    written: u64,
-    acked: u64,
-    ended: usize,
-}
-
-impl Coordinator {
-    fn progress(&self) -> Progress {
-        Progress {
-            frontier: self.frontier,
-            snapshots: self.pending.values().map(|(_, s)| s.len()).sum(),
-            completed: self.summary.checkpoints_completed,
-            written: self.metrics.total(ROWS_WRITTEN),
-            acked: self.metrics.total(MESSAGES_ACKED),
-            ended: self.ended.len(),
-        }
-    }
-
-    fn all_started(&self) -> bool {
-        self.sources
-            .iter()
-            .map(|(k, _)| k)
-            .chain(self.sinks.iter().map(|(k, _)| k))
-            .all(|k| self.started.contains(k))
-    }
-
-    fn name(&self, operator_id: &str) -> String {
-        self.describe
-            .get(operator_id)
-            .cloned()
-            .unwrap_or_else(|| operator_id.to_string())
-    }
-
-    /// What a pending checkpoint still waits for, for timeout errors.
-    fn waiting_for(&self, epoch: u64) -> String {
-        let snaps = self.pending.get(&epoch).map_or(0, |(_, s)| s.len());
-        if snaps < self.sources.len() {
-            let missing: Vec<String> = self
-                .sources
-                .iter()
-                .map(|(k, _)| k)
-                .filter(|k| {
-                    !self
-                        .pending
-                        .get(&epoch)
-                        .is_some_and(|(_, s)| s.contains_key(*k))
-                })
-                .map(|(op, i)| format!("{} subtask {i}", self.name(op)))
-                .collect();
-            format!("barriers from {}", missing.join(", "))
-        } else {
-            let sinks: BTreeSet<String> = self
-                .sinks
-                .iter()
-                .map(|((op, _), _)| self.name(op))
-                .collect();
-            let frontier = match self.frontier.flatten() {
-                Some(f) => format!("the sinks are done with epochs before {f}"),
-                None => "no sink has reported progress yet".to_string(),
-            };
-            format!(
-                "the sinks to make it durable ({frontier}): {}",
-                sinks.into_iter().collect::<Vec<_>>().join("; ")
-            )
-        }
-    }
-
-    async fn drive(
-        &mut self,
-        mut events: UnboundedReceiver<CoordEvent>,
-        stop: StopHandle,
-    ) -> anyhow::Result<()> {
-        let interval = self
-            .config
-            .checkpoint_interval
-            .max(Duration::from_millis(10));
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let idle_every = self
-            .config
-            .stop_when_idle
-            .map_or(Duration::from_secs(3600), |d| {
-                (d / 4).clamp(Duration::from_millis(50), Duration::from_millis(500))
-            });
-        let mut idle_check = tokio::time::interval(idle_every);
-        let mut watchdog = tokio::time::interval(Duration::from_millis(250));
-        let mut last_received = (0u64, Instant::now());
-        // Set once a graceful stop began: the last time it made progress.
-        let mut stopping: Option<(Progress, Instant)> = None;
-        let total_tasks = self.sources.len() + self.sinks.len();
-
-        let outcome: anyhow::Result<()> = loop {
-            if self.final_epoch.is_some()
-                && self.pending.is_empty()
-                && self.ended.len() == total_tasks
-            {
-                break Ok(());
-            }
-            tokio::select! {
-                _ = stop.abort.notified() => {
-                    break Err(anyhow!("aborted by a second stop signal: nothing more is committed; every held message is released for redelivery"));
-                }
-                _ = ticker.tick(), if self.final_epoch.is_none() => {
-                    if self.pending.len() < 2 {
-                        self.trigger(false);
-                    } else {
-                        tracing::debug!("checkpoint skipped: {} still in progress", self.pending.len());
-                    }
-                }
-                _ = stop.stop.notified(), if self.final_epoch.is_none() => {
-                    if !self.all_started() {
-                        break Err(anyhow!(
-                            "stopped during start-up (not every source and sink had connected): nothing was acknowledged"
-                        ));
-                    }
-                    tracing::info!("stop requested: taking a final checkpoint");
-                    self.trigger(true);
-                    stopping = Some((self.progress(), Instant::now()));
-                }
-                _ = idle_check.tick(), if self.final_epoch.is_none() && self.config.stop_when_idle.is_some() => {
-                    let idle_for = self.config.stop_when_idle.unwrap_or_default();
-                    let received = self.metrics.total(MESSAGES_RECEIVED);
-                    // Only time in which every source could pull counts (issue 5): time held
-                    // by flow control, back-pressure, a reconnect or start-up does not.
-                    let all_can_pull = self.all_started()
-                        && self.pull_states.iter().all(|p| p.is_idle_capable());
-                    if received != last_received.0 || !all_can_pull {
-                        last_received = (received, Instant::now());
-                    } else if last_received.1.elapsed() >= idle_for {
-                        tracing::info!("no message received for {idle_for:?} while every source could pull: stopping");
-                        self.trigger(true);
-                        stopping = Some((self.progress(), Instant::now()));
-                    }
-                }
-                _ = watchdog.tick() => {
-                    if let Some((&epoch, (at, _))) = self.pending.first_key_value() {
-                        if at.elapsed() >= self.config.checkpoint_timeout {
-                            break Err(anyhow!(
-                                "checkpoint {epoch} did not complete within --checkpoint-timeout {:?}: still waiting for {}",
-                                self.config.checkpoint_timeout,
-                                self.waiting_for(epoch)
-                            ));
-                        }
-                    }
-                    if let Some((last, since)) = &mut stopping {
-                        let now = self.progress();
-                        if now != *last {
-                            *last = now;
-                            *since = Instant::now();
-                        } else if since.elapsed() >= self.config.shutdown_timeout {
-                            let epoch = self.final_epoch.unwrap_or_default();
-                            break Err(anyhow!(
-                                "graceful stop made no progress for {:?}: final checkpoint {epoch} is still waiting for {}",
-                                self.config.shutdown_timeout,
-                                self.waiting_for(self.pending.keys().next().copied().unwrap_or(epoch))
-                            ));
-                        }
-                    }
-                }
-                ev = events.recv() => {
-                    let Some(ev) = ev else { break Err(anyhow!("every task and worker ended unexpectedly")) };
-                    match ev {
-                        CoordEvent::TaskStarted { operator_id, subtask } => {
-                            self.started.insert((operator_id, subtask));
-                        }
-                        CoordEvent::SourceSnapshot { operator_id, subtask, epoch, state } => {
-                            if let Some((_, p)) = self.pending.get_mut(&epoch) {
-                                p.insert((operator_id, subtask), state);
-                            }
-                        }
-                        CoordEvent::Frontier(f) => self.frontier = Some(f),
-                        CoordEvent::EndOfInput { operator_id, subtask } => {
-                            self.end_of_input.insert((operator_id, subtask));
-                            if self.final_epoch.is_none()
-                                && self.sources.iter().all(|(k, _)| self.end_of_input.contains(k))
-                            {
-                                tracing::info!("every source reached the end of its input: taking a final checkpoint");
-                                self.trigger(true);
-                                stopping = Some((self.progress(), Instant::now()));
-                            }
-                        }
-                        CoordEvent::TaskFailed { operator_id, subtask, error } => {
-                            self.ended.insert((operator_id.clone(), subtask));
-                            break Err(anyhow!("{} subtask {subtask} failed: {error}", self.name(&operator_id)));
-                        }
-                        CoordEvent::TaskFinished { operator_id, subtask } => {
-                            if self.final_epoch.is_none() || !self.pending.is_empty() {
-                                tracing::warn!(%operator_id, subtask, "task finished before the job stopped");
-                            }
-                            self.ended.insert((operator_id, subtask));
-                        }
-                    }
-                    if let Err(e) = self.complete_ready() {
-                        break Err(e);
-                    }
-                }
-            }
-        };
-        if let Err(e) = &outcome {
-            tracing::error!("job failed: {e:#}");
-            self.abort(&mut events, total_tasks).await;
-        }
-        outcome
-    }
-
-    /// Sends barrier `next_epoch` to every source.
-    fn trigger(&mut self, then_stop: bool) {
-        let epoch = self.next_epoch;
-        self.next_epoch += 1;
-        let barrier = CheckpointBarrier {
-            epoch,
-            min_epoch: self.summary.last_completed_epoch.map_or(1, |e| e + 1),
-            timestamp: SystemTime::now(),
-            then_stop,
-        };
-        tracing::debug!(epoch, then_stop, "checkpoint triggered");
-        self.pending
-            .insert(epoch, (Instant::now(), BTreeMap::new()));
-        if then_stop {
-            self.final_epoch = Some(epoch);
-        }
-        for (_, tx) in &self.sources {
-            let _ = tx.send(ControlMessage::Checkpoint(barrier));
-        }
-    }
-
-    /// Completes, in order, every pending epoch that the sinks' frontier has passed and
-    /// every source has snapshotted: write metadata, then commit.
-    fn complete_ready(&mut self) -> anyhow::Result<()> {
-        while let Some((&epoch, (_, snaps))) = self.pending.first_key_value() {
-            let passed = match self.frontier {
-                Some(None) => true,
-                Some(Some(f)) => f > epoch,
-                None => false,
-            };
-            if !passed || snaps.len() < self.sources.len() {
-                return Ok(());
-            }
-            let snaps = self
-                .pending
-                .remove(&epoch)
-                .map(|(_, s)| s)
-                .unwrap_or_default();
-            let mut operators: BTreeMap<String, BTreeMap<usize, OperatorState>> = BTreeMap::new();
-            for ((op, subtask), state) in snaps {
-                operators.entry(op).or_default().insert(subtask, state);
-            }
-            let meta = CheckpointMetadata {
-                version: 1,
-                job_id: self.config.job_id.clone(),
-                epoch,
-                completed_at_ms: SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64),
-                operators,
-            };
-            self.store
-                .write(&meta)
-                .with_context(|| format!("checkpoint {epoch} could not be written"))?;
-            self.summary.checkpoints_completed += 1;
-            self.summary.last_completed_epoch = Some(epoch);
-            for (_, tx) in &self.sources {
-                let _ = tx.send(ControlMessage::Commit { epoch });
-            }
-            for (_, tx) in &self.sinks {
-                let _ = tx.send(SinkEvent::Commit(epoch));
-            }
-            tracing::info!(
-                epoch,
-                read = self.metrics.total(MESSAGES_RECEIVED),
-                written = self.metrics.total(ROWS_WRITTEN),
-                acked = self.metrics.total(MESSAGES_ACKED),
-                "checkpoint {epoch} completed"
-            );
-            if self.final_epoch == Some(epoch) {
-                for (_, tx) in &self.sources {
-                    let _ = tx.send(ControlMessage::Stop {
-                        mode: StopMode::Graceful,
-                    });
-                }
-                for (_, tx) in &self.sinks {
-                    let _ = tx.send(SinkEvent::Close);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Stops every task at once (sources release what they hold) and waits, bounded, for
-    /// them to end.
-    async fn abort(&mut self, events: &mut UnboundedReceiver<CoordEvent>, total_tasks: usize) {
-        self.shared.abort();
-        for (_, tx) in &self.sources {
-            let _ = tx.send(ControlMessage::Stop {
-                mode: StopMode::Immediate,
-            });
-        }
-        for (_, tx) in &self.sinks {
-            let _ = tx.send(SinkEvent::Close);
-        }
-        // Nothing more will be committed, so a sink has nothing left to finish: cancel it
-        // at once (it may be stuck on an unresponsive endpoint). So is a task still in
-        // `on_start`: it reads no control message and holds nothing. Started sources are
-        // left to release (nack) what they hold; their close is bounded.
-        let sinks: BTreeSet<TaskKey> = self.sinks.iter().map(|(k, _)| k.clone()).collect();
-        for (key, handle) in &self.task_aborts {
-            let cancel = sinks.contains(key) || !self.started.contains(key);
-            if cancel && !self.ended.contains(key) {
-                handle.abort();
-                self.ended.insert(key.clone());
-            }
-        }
-        let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout.min(ABORT_WAIT);
-        while self.ended.len() < total_tasks {
-            match tokio::time::timeout_at(deadline, events.recv()).await {
-                Ok(Some(CoordEvent::TaskFailed {
-                    operator_id,
-                    subtask,
-                    ..
-                }))
-                | Ok(Some(CoordEvent::TaskFinished {
-                    operator_id,
-                    subtask,
-                })) => {
-                    self.ended.insert((operator_id, subtask));
-                }
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => break,
-            }
-        }
-    }
-}
+pub(crate) const ABORT_WAIT: Duration = Duration::from_secs(10);

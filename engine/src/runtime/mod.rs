@@ -3,8 +3,12 @@
 //! completes, and a probe behind the sinks tells the coordinator when a checkpoint is
 //! complete; only then is its metadata written and `Commit` sent to every source.
 
+mod cluster;
+mod control;
 mod coordinator;
 mod dataflow;
+mod leader;
+mod process;
 mod state;
 mod tasks;
 
@@ -13,6 +17,7 @@ use std::time::Duration;
 
 use arrow::array::RecordBatch;
 
+pub use cluster::read_hosts;
 pub use coordinator::{JobError, JobSummary, StopHandle};
 pub use state::{CheckpointMetadata, CheckpointStore};
 

@@ -30,7 +30,7 @@ pub struct CheckpointStore {
     dir: PathBuf,
     /// Holds an exclusive advisory lock on `lock` in the directory until dropped: two jobs
     /// on one state directory would overwrite each other's checkpoints.
-    _lock: std::sync::Arc<fs::File>,
+    _lock: Option<std::sync::Arc<fs::File>>,
 }
 
 const FILE: &str = "checkpoint.json";
@@ -39,7 +39,21 @@ const LOCK: &str = "lock";
 impl CheckpointStore {
     /// Creates the directory if needed and locks it. Errors name the directory; a
     /// directory locked by another process is refused naming that process's pid.
-    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+    pub async fn open(location: &str, writer: bool) -> anyhow::Result<Self> {
+        if writer {
+            return Self::open_dir(Path::new(location));
+        }
+        Ok(CheckpointStore {
+            dir: Path::new(location).to_path_buf(),
+            _lock: None,
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn open_dir(dir: &Path) -> anyhow::Result<Self> {
         fs::create_dir_all(dir)
             .with_context(|| format!("cannot create state directory {}", dir.display()))?;
         let path = dir.join(LOCK);
@@ -69,7 +83,7 @@ impl CheckpointStore {
         write!(file, "{}", std::process::id())?;
         Ok(CheckpointStore {
             dir: dir.to_path_buf(),
-            _lock: std::sync::Arc::new(file),
+            _lock: Some(std::sync::Arc::new(file)),
         })
     }
 
@@ -79,7 +93,7 @@ impl CheckpointStore {
 
     /// The last completed checkpoint, if any. A corrupt file is an error (never ignored:
     /// starting over would re-run seeks and lose the epoch sequence).
-    pub fn load(&self) -> anyhow::Result<Option<CheckpointMetadata>> {
+    pub async fn load(&self) -> anyhow::Result<Option<CheckpointMetadata>> {
         let path = self.path();
         match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
@@ -91,7 +105,7 @@ impl CheckpointStore {
     }
 
     /// Writes `meta` durably: temp file, fsync, rename over the old one, fsync the directory.
-    pub fn write(&self, meta: &CheckpointMetadata) -> anyhow::Result<()> {
+    pub async fn write(&self, meta: &CheckpointMetadata) -> anyhow::Result<()> {
         let tmp = self.dir.join(format!("{FILE}.tmp"));
         let bytes = serde_json::to_vec_pretty(meta)?;
         {
@@ -117,8 +131,8 @@ mod tests {
     #[test]
     fn write_then_load() {
         let dir = tempfile::tempdir().unwrap();
-        let store = CheckpointStore::open(dir.path()).unwrap();
-        assert!(store.load().unwrap().is_none());
+        let store = CheckpointStore::open_dir(dir.path()).unwrap();
+        assert!(futures::executor::block_on(store.load()).unwrap().is_none());
         let mut ops = BTreeMap::new();
         let mut st = OperatorState::default();
         st.values.insert("k".into(), serde_json::json!(1));
@@ -130,22 +144,22 @@ mod tests {
             completed_at_ms: 1,
             operators: ops,
         };
-        store.write(&meta).unwrap();
-        assert_eq!(store.load().unwrap().unwrap(), meta);
+        futures::executor::block_on(store.write(&meta)).unwrap();
+        assert_eq!(futures::executor::block_on(store.load()).unwrap().unwrap(), meta);
         fs::write(store.path(), b"{").unwrap();
-        assert!(store.load().unwrap_err().to_string().contains("corrupt"));
+        assert!(futures::executor::block_on(store.load()).unwrap_err().to_string().contains("corrupt"));
     }
 
     #[test]
     fn a_second_open_of_a_locked_directory_is_refused_until_the_first_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let first = CheckpointStore::open(dir.path()).unwrap();
-        let e = CheckpointStore::open(dir.path()).unwrap_err().to_string();
+        let first = CheckpointStore::open_dir(dir.path()).unwrap();
+        let e = CheckpointStore::open_dir(dir.path()).unwrap_err().to_string();
         assert!(
             e.contains("in use by another") && e.contains(&std::process::id().to_string()),
             "{e}"
         );
         drop(first);
-        CheckpointStore::open(dir.path()).unwrap();
+        CheckpointStore::open_dir(dir.path()).unwrap();
     }
 }

@@ -1,0 +1,412 @@
+//! One process's coordinator: forwards its tasks' events to the leader as reports,
+//! applies the leader's decisions (barriers, commits, stop, abort) to its tasks, and on
+//! process 0 also runs the leader role. A failure anywhere stops this process at once
+//! without acknowledging anything more.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use super::control::{barrier, Control, Report};
+use super::coordinator::{JobSummary, StopHandle, ABORT_WAIT};
+use super::dataflow::WorkerWaker;
+use super::leader::{Leader, TaskKey};
+use super::{CoordEvent, JobShared, RuntimeConfig, SinkEvent};
+use crate::spi::{ControlMessage, Metrics, PullState, StopMode, MESSAGES_RECEIVED};
+
+/// This process's tasks and their control channels.
+#[derive(Default)]
+pub(crate) struct LocalTasks {
+    pub sources: Vec<(TaskKey, UnboundedSender<ControlMessage>)>,
+    pub sinks: Vec<(TaskKey, UnboundedSender<SinkEvent>)>,
+    /// Whether each source subtask can pull (the idle clock runs only while all can).
+    pub pull_states: Vec<Arc<PullState>>,
+    /// Cancels a task; used on abort for sinks and tasks still starting.
+    pub task_aborts: BTreeMap<TaskKey, tokio::task::AbortHandle>,
+}
+
+pub(crate) struct ProcessCoordinator {
+    process: usize,
+    shared: JobShared,
+    config: RuntimeConfig,
+    metrics: Metrics,
+    tasks: LocalTasks,
+    describe: BTreeMap<String, String>,
+    reports: Sender<Report>,
+    waker: WorkerWaker,
+    leader: Option<Leader>,
+    started: BTreeSet<TaskKey>,
+    ended: BTreeSet<TaskKey>,
+    /// The leader's `Stop` arrived: the final checkpoint committed.
+    stop_received: bool,
+    stop_requested: bool,
+    pub summary: JobSummary,
+}
+
+impl ProcessCoordinator {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        process: usize,
+        shared: JobShared,
+        config: RuntimeConfig,
+        metrics: Metrics,
+        tasks: LocalTasks,
+        describe: BTreeMap<String, String>,
+        reports: Sender<Report>,
+        waker: WorkerWaker,
+        leader: Option<Leader>,
+        summary: JobSummary,
+    ) -> Self {
+        ProcessCoordinator {
+            process,
+            shared,
+            config,
+            metrics,
+            tasks,
+            describe,
+            reports,
+            waker,
+            leader,
+            started: BTreeSet::new(),
+            ended: BTreeSet::new(),
+            stop_received: false,
+            stop_requested: false,
+            summary,
+        }
+    }
+
+    fn report(&self, r: Report) {
+        let _ = self.reports.send(r);
+        self.waker.wake();
+    }
+
+    /// Broadcasts a leader decision (leader only) and wakes the worker that feeds it.
+    fn decide(&self, c: Control) {
+        if let Some(l) = &self.leader {
+            l.decide(c);
+            self.waker.wake();
+        }
+    }
+
+    fn name(&self, operator_id: &str) -> String {
+        self.describe
+            .get(operator_id)
+            .cloned()
+            .unwrap_or_else(|| operator_id.to_string())
+    }
+
+    fn local_total(&self) -> usize {
+        self.tasks.sources.len() + self.tasks.sinks.len()
+    }
+
+    fn done(&self) -> bool {
+        self.stop_received
+            && self.ended.len() == self.local_total()
+            && self.leader.as_ref().is_none_or(|l| l.finished())
+    }
+
+    fn status(&self) -> Report {
+        let started = self
+            .tasks
+            .sources
+            .iter()
+            .all(|(k, _)| self.started.contains(k));
+        Report::Status {
+            process: self.process,
+            received: self.metrics.total(MESSAGES_RECEIVED),
+            idle_capable: started && self.tasks.pull_states.iter().all(|p| p.is_idle_capable()),
+        }
+    }
+
+    /// Runs until this process is done (the leader's `Stop` arrived and every local task
+    /// ended; on the leader, every task of the cluster ended) or the job fails.
+    pub async fn drive(
+        &mut self,
+        mut events: UnboundedReceiver<CoordEvent>,
+        mut decisions: UnboundedReceiver<Control>,
+        mut leader_reports: Option<UnboundedReceiver<Report>>,
+        stop: StopHandle,
+    ) -> anyhow::Result<()> {
+        let interval = self
+            .config
+            .checkpoint_interval
+            .max(Duration::from_millis(10));
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let status_every = self
+            .config
+            .stop_when_idle
+            .map_or(Duration::from_millis(500), |d| {
+                (d / 4).clamp(Duration::from_millis(50), Duration::from_millis(500))
+            });
+        let mut status_tick = tokio::time::interval(status_every);
+        let mut watchdog = tokio::time::interval(Duration::from_millis(250));
+        let leads = self.leader.is_some();
+
+        let outcome: anyhow::Result<()> = loop {
+            if self.done() {
+                break Ok(());
+            }
+            let step: anyhow::Result<()> = tokio::select! {
+                _ = stop.abort.notified() => {
+                    Err(anyhow!("aborted by a second stop signal: nothing more is committed; every held message is released for redelivery"))
+                }
+                _ = stop.stop.notified(), if !self.stop_requested => {
+                    self.stop_requested = true;
+                    self.report(Report::StopRequested { process: self.process });
+                    Ok(())
+                }
+                _ = ticker.tick(), if leads => {
+                    if let Some(l) = self.leader.as_mut() {
+                        l.tick();
+                    }
+                    Ok(())
+                }
+                _ = status_tick.tick() => {
+                    self.report(self.status());
+                    match self.leader.as_mut() {
+                        Some(l) => l.idle_check(),
+                        None => Ok(()),
+                    }
+                }
+                _ = watchdog.tick(), if leads => {
+                    match self.leader.as_mut() {
+                        Some(l) => l.watchdog(),
+                        None => Ok(()),
+                    }
+                }
+                ev = events.recv() => match ev {
+                    Some(ev) => self.on_event(ev),
+                    None => Err(anyhow!("every task and worker ended unexpectedly")),
+                },
+                c = decisions.recv() => match c {
+                    Some(c) => self.on_decision(c),
+                    None => Err(anyhow!("the Timely workers stopped delivering the leader's decisions")),
+                },
+                r = recv_opt(&mut leader_reports) => match (r, self.leader.as_mut()) {
+                    (Some(r), Some(l)) => l.on_report(r),
+                    _ => Err(anyhow!("the Timely workers stopped delivering reports")),
+                },
+            };
+            if let Err(e) = step {
+                break Err(e);
+            }
+            // The leader may have decided something: wake the worker that broadcasts it.
+            self.waker.wake();
+            if let Some(l) = self.leader.as_mut() {
+                match l.complete_ready().await {
+                    Ok(epochs) => {
+                        if !epochs.is_empty() {
+                            self.waker.wake();
+                        }
+                        for epoch in epochs {
+                            tracing::info!(
+                                epoch,
+                                read = self.metrics.total(MESSAGES_RECEIVED),
+                                "checkpoint {epoch} completed"
+                            );
+                        }
+                    }
+                    Err(e) => break Err(e),
+                }
+            }
+        };
+        if let Err(e) = &outcome {
+            tracing::error!("job failed: {e:#}");
+            // Tell everyone: the leader decides an abort; another process reports its
+            // failure to the leader, which then decides it.
+            match self.leader.as_ref() {
+                Some(_) => self.decide(Control::Abort {
+                    reason: format!("{e:#}"),
+                }),
+                None => self.report(Report::Failed {
+                    process: self.process,
+                    error: format!("{e:#}"),
+                }),
+            }
+            self.abort(&mut events).await;
+        }
+        outcome
+    }
+
+    fn on_event(&mut self, ev: CoordEvent) -> anyhow::Result<()> {
+        match ev {
+            CoordEvent::TaskStarted {
+                operator_id,
+                subtask,
+            } => {
+                self.started.insert((operator_id.clone(), subtask));
+                self.report(Report::Started {
+                    operator_id,
+                    subtask,
+                });
+            }
+            CoordEvent::SourceSnapshot {
+                operator_id,
+                subtask,
+                epoch,
+                state,
+            } => {
+                let state = serde_json::to_string(&state)?;
+                self.report(Report::Snapshot {
+                    operator_id,
+                    subtask,
+                    epoch,
+                    state,
+                });
+            }
+            CoordEvent::Frontier(f) => {
+                if let Some(l) = self.leader.as_mut() {
+                    l.on_frontier(f);
+                }
+            }
+            CoordEvent::TaskFailed {
+                operator_id,
+                subtask,
+                error,
+            } => {
+                self.ended.insert((operator_id.clone(), subtask));
+                if error.contains("timely communication error") {
+                    return Err(anyhow!(
+                        "lost the connection to another process of the cluster (it failed or was killed): {error}; nothing more is acknowledged"
+                    ));
+                }
+                return Err(anyhow!(
+                    "{} subtask {subtask} failed: {error}",
+                    self.name(&operator_id)
+                ));
+            }
+            CoordEvent::TaskFinished {
+                operator_id,
+                subtask,
+            } => {
+                self.ended.insert((operator_id.clone(), subtask));
+                self.report(Report::Finished {
+                    operator_id,
+                    subtask,
+                });
+            }
+            CoordEvent::EndOfInput {
+                operator_id,
+                subtask,
+            } => self.report(Report::EndOfInput {
+                operator_id,
+                subtask,
+            }),
+        }
+        Ok(())
+    }
+
+    fn on_decision(&mut self, c: Control) -> anyhow::Result<()> {
+        match c {
+            Control::Hello { restored_epoch } => {
+                if restored_epoch != self.summary.restored_epoch {
+                    return Err(anyhow!(
+                        "process {} restored checkpoint {:?} but process 0 restored {:?}: every process of a cluster must use the same --state-dir",
+                        self.process,
+                        self.summary.restored_epoch,
+                        restored_epoch
+                    ));
+                }
+            }
+            Control::Checkpoint {
+                epoch,
+                min_epoch,
+                timestamp_ms,
+                then_stop,
+            } => {
+                let b = barrier(epoch, min_epoch, timestamp_ms, then_stop);
+                for (_, tx) in &self.tasks.sources {
+                    let _ = tx.send(ControlMessage::Checkpoint(b));
+                }
+            }
+            Control::Commit { epoch } => {
+                self.summary.checkpoints_completed += 1;
+                self.summary.last_completed_epoch = Some(epoch);
+                for (_, tx) in &self.tasks.sources {
+                    let _ = tx.send(ControlMessage::Commit { epoch });
+                }
+                for (_, tx) in &self.tasks.sinks {
+                    let _ = tx.send(SinkEvent::Commit(epoch));
+                }
+                if self.leader.is_none() {
+                    tracing::info!(epoch, "checkpoint {epoch} committed");
+                }
+            }
+            Control::Stop => {
+                self.stop_received = true;
+                for (_, tx) in &self.tasks.sources {
+                    let _ = tx.send(ControlMessage::Stop {
+                        mode: StopMode::Graceful,
+                    });
+                }
+                for (_, tx) in &self.tasks.sinks {
+                    let _ = tx.send(SinkEvent::Close);
+                }
+            }
+            Control::Abort { reason } => {
+                if self.leader.is_none() {
+                    return Err(anyhow!("the cluster is stopping: {reason}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every local task at once (sources release what they hold) and waits,
+    /// bounded, for them to end.
+    async fn abort(&mut self, events: &mut UnboundedReceiver<CoordEvent>) {
+        self.shared.abort();
+        self.waker.wake();
+        for (_, tx) in &self.tasks.sources {
+            let _ = tx.send(ControlMessage::Stop {
+                mode: StopMode::Immediate,
+            });
+        }
+        for (_, tx) in &self.tasks.sinks {
+            let _ = tx.send(SinkEvent::Close);
+        }
+        // Nothing more will be committed, so a sink has nothing left to finish: cancel it
+        // at once (it may be stuck on an unresponsive endpoint). So is a task still in
+        // `on_start`: it reads no control message and holds nothing. Started sources are
+        // left to release (nack) what they hold; their close is bounded.
+        let sinks: BTreeSet<TaskKey> = self.tasks.sinks.iter().map(|(k, _)| k.clone()).collect();
+        for (key, handle) in &self.tasks.task_aborts {
+            let cancel = sinks.contains(key) || !self.started.contains(key);
+            if cancel && !self.ended.contains(key) {
+                handle.abort();
+                self.ended.insert(key.clone());
+            }
+        }
+        let total = self.local_total();
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout.min(ABORT_WAIT);
+        while self.ended.len() < total {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Ok(Some(CoordEvent::TaskFailed {
+                    operator_id,
+                    subtask,
+                    ..
+                }))
+                | Ok(Some(CoordEvent::TaskFinished {
+                    operator_id,
+                    subtask,
+                })) => {
+                    self.ended.insert((operator_id, subtask));
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+}
+
+async fn recv_opt<T>(rx: &mut Option<UnboundedReceiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}

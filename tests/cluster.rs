@@ -1,0 +1,115 @@
+//! A pipeline on a Timely cluster of real processes on loopback ports (issue 6): the
+//! checkpoint is agreed across processes, a dead process takes the cluster down without
+//! any further acknowledgement, and the supervisor restarts it from the last checkpoint.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::*;
+use tokio::process::{Child, Command};
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// Free loopback ports, one per process, written as a `--hosts` file in `dir`.
+fn hosts_file(dir: &Path, processes: usize) -> (PathBuf, Vec<String>) {
+    let hosts: Vec<String> = (0..processes)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+        })
+        .collect();
+    let path = dir.join("hosts");
+    std::fs::write(&path, hosts.join("\n") + "\n").unwrap();
+    (path, hosts)
+}
+
+fn spawn_process(w: &Workdir, hosts: &Path, processes: usize, process: usize, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .arg("run")
+        .arg(w.pipeline())
+        .arg("--state-dir")
+        .arg(w.state())
+        .args(["--processes", &processes.to_string()])
+        .args(["--process", &process.to_string()])
+        .arg("--hosts")
+        .arg(hosts)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn pubsub-connector")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_of_two_workers_agree_on_checkpoints_and_lose_nothing() {
+    let t = topics("cluster", 10).await;
+    let ids = publish_seq(&t.input, 0..20_000).await;
+    let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ", 'scan.parallel-pull-count' = '1'"));
+    let (hosts, _) = hosts_file(w.dir.path(), 2);
+    let args = [
+        "--workers",
+        "2",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "3s",
+    ];
+    let p0 = spawn_process(&w, &hosts, 2, 0, &args);
+    let p1 = spawn_process(&w, &hosts, 2, 1, &args);
+    let ((c0, out0, err0), (c1, out1, err1)) =
+        tokio::join!(finish(p0, LIMIT), finish(p1, LIMIT));
+    assert_eq!(c0, 0, "process 0 stderr: {err0}");
+    assert_eq!(c1, 0, "process 1 stderr: {err1}");
+    // Both processes took part: each read, wrote and acknowledged, and each saw every
+    // checkpoint commit (the leader decides; both count the same commits).
+    for (name, out) in [("process 0", &out0), ("process 1", &out1)] {
+        assert!(summary_count(out, "messages read:") > 0, "{name} read nothing: {out}");
+        assert!(summary_count(out, "checkpoints completed:") >= 1, "{name}: {out}");
+    }
+    assert_eq!(
+        summary_count(&out0, "checkpoints completed:"),
+        summary_count(&out1, "checkpoints completed:"),
+        "every commit reaches every process: {out0} / {out1}"
+    );
+    let acked = summary_count(&out0, "messages acknowledged:") + summary_count(&out1, "messages acknowledged:");
+    let read = summary_count(&out0, "messages read:") + summary_count(&out1, "messages read:");
+    assert!(acked >= 20_000, "acknowledged {acked} of 20000: {out0} / {out1}");
+    assert_eq!(acked, read, "every message read was acknowledged once: {out0} / {out1}");
+    let got = sink_ids(&t.output_sub, Some(ids.len()), Duration::from_secs(10)).await;
+    assert_eq!(missing(&ids, &got), 0, "every message reaches the sink");
+    let left = redelivered(&t.input_sub, Duration::from_secs(12)).await;
+    assert!(left.is_empty(), "{} messages were redelivered after a clean run", left.len());
+    assert!(w.checkpoint_epoch().is_some(), "process 0 wrote the checkpoint");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_cannot_reach_its_peer_fails_naming_host_and_port() {
+    let w = Workdir::new(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
+         INSERT INTO dst SELECT seq FROM src;",
+    );
+    let (hosts, addrs) = hosts_file(w.dir.path(), 2);
+    // Process 1 dials process 0, which never starts.
+    let p1 = spawn_process(&w, &hosts, 2, 1, &["--connect-timeout", "2s"]);
+    let (code, _out, err) = finish(p1, LIMIT).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&format!("cannot reach process 0 at {}", addrs[0])),
+        "{err}"
+    );
+    // Process 0 waits for process 1, which never comes.
+    let p0 = spawn_process(&w, &hosts, 2, 0, &["--connect-timeout", "2s"]);
+    let (code, _out, err) = finish(p0, LIMIT).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&format!("for process 1 ({}) to connect", addrs[1])),
+        "{err}"
+    );
+}
