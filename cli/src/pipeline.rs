@@ -13,7 +13,11 @@ use crate::RunArgs;
 
 /// Every connector this binary knows.
 pub fn connectors() -> Vec<Arc<dyn ErasedConnector>> {
-    vec![Arc::new(PubSubConnector)]
+    vec![
+        Arc::new(PubSubConnector),
+        Arc::new(pubsub_nexmark::NexmarkConnector),
+        Arc::new(pubsub_nexmark::BlackholeConnector),
+    ]
 }
 
 /// Reads and parses a pipeline file; errors name the file.
