@@ -74,7 +74,11 @@ mod tests {
         p.consumed(n);
         assert_eq!(p.allowance(t0 + Duration::from_millis(50), 10_000), 0);
         assert_eq!(p.next_due(), Some(t0 + Duration::from_millis(51)));
-        assert_eq!(p.allowance(t0 + Duration::from_millis(60), 4), 4, "capped by max");
+        assert_eq!(
+            p.allowance(t0 + Duration::from_millis(60), 4),
+            4,
+            "capped by max"
+        );
     }
 
     #[test]
@@ -86,10 +90,7 @@ mod tests {
         p.consumed(n);
         // After the burst it is back at the rate, not owing the other 4.9 s.
         assert_eq!(p.allowance(t0 + Duration::from_secs(5), u64::MAX), 0);
-        assert_eq!(
-            p.allowance(t0 + Duration::from_millis(5010), u64::MAX),
-            10
-        );
+        assert_eq!(p.allowance(t0 + Duration::from_millis(5010), u64::MAX), 10);
     }
 
     #[test]

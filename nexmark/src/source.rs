@@ -85,7 +85,10 @@ pub fn start_index(
     for (k, st) in restored {
         entries.insert(
             *k,
-            (get(*k, st, STATE_NEXT_INDEX)?, get(*k, st, STATE_PARALLELISM)?),
+            (
+                get(*k, st, STATE_NEXT_INDEX)?,
+                get(*k, st, STATE_PARALLELISM)?,
+            ),
         );
     }
     let same = entries.len() as u64 == p
@@ -127,7 +130,11 @@ impl SourceOperator for NexmarkSource {
                 .get(STATE_NEXT_INDEX)
                 .and_then(Value::as_u64);
             if stored == Some(start) {
-                tracing::info!(subtask = task, "nexmark {} source resumes at event {start}", kind.name());
+                tracing::info!(
+                    subtask = task,
+                    "nexmark {} source resumes at event {start}",
+                    kind.name()
+                );
             } else {
                 tracing::info!(
                     subtask = task,
@@ -156,7 +163,11 @@ impl SourceOperator for NexmarkSource {
             let exhausted = count.is_some_and(|c| events.next_index() >= c);
             if exhausted && !ended {
                 collector.flush_buffer().await?;
-                tracing::info!(subtask = task, "nexmark {} source emitted its share of 'event-count'", kind.name());
+                tracing::info!(
+                    subtask = task,
+                    "nexmark {} source emitted its share of 'event-count'",
+                    kind.name()
+                );
                 ctx.end_of_input();
                 ended = true;
             }
@@ -192,7 +203,9 @@ impl SourceOperator for NexmarkSource {
             }
             while let Ok(ctrl) = ctx.control_rx.try_recv() {
                 save(ctx, events.next_index());
-                if let Next::Finish(f) = on_control(Some(ctrl), ctx, collector, &mut stopping).await? {
+                if let Next::Finish(f) =
+                    on_control(Some(ctrl), ctx, collector, &mut stopping).await?
+                {
                     return Ok(f);
                 }
             }

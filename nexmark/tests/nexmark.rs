@@ -55,7 +55,11 @@ fn config(state: &std::path::Path, workers: usize) -> RuntimeConfig {
 async fn run(sql: &str, state: &std::path::Path, workers: usize) -> JobSummary {
     tokio::time::timeout(
         LIMIT,
-        run_pipeline(plan(sql).unwrap(), config(state, workers), StopHandle::new()),
+        run_pipeline(
+            plan(sql).unwrap(),
+            config(state, workers),
+            StopHandle::new(),
+        ),
     )
     .await
     .expect("a bounded job ends by itself")
@@ -139,7 +143,9 @@ async fn an_aborted_job_regenerates_what_its_last_checkpoint_did_not_cover() {
     assert_eq!(stored[1] % 2, 1);
     let count = 10_000u64;
     let again = run(
-        &bids_sql(&format!(", 'events-per-second' = '0', 'event-count' = '{count}'")),
+        &bids_sql(&format!(
+            ", 'events-per-second' = '0', 'event-count' = '{count}'"
+        )),
         dir.path(),
         2,
     )
@@ -173,7 +179,9 @@ fn rejected_options_name_key_and_value() {
     );
     let e = plan_error(&bids_sql(", 'event-typ' = 'bid'"));
     assert!(
-        e.contains("unknown options provided in WITH clause: 'event-typ' (did you mean 'event-type'?)"),
+        e.contains(
+            "unknown options provided in WITH clause: 'event-typ' (did you mean 'event-type'?)"
+        ),
         "{e}"
     );
 }
@@ -191,7 +199,10 @@ fn columns_are_checked_against_the_event_type() {
          CREATE TABLE o (date_time TIMESTAMP) WITH ('connector' = 'blackhole');
          INSERT INTO o SELECT * FROM b;",
     );
-    assert!(e.contains("date_time") && e.contains("json.timestamp-format"), "{e}");
+    assert!(
+        e.contains("date_time") && e.contains("json.timestamp-format"),
+        "{e}"
+    );
     plan(
         "CREATE TABLE b (date_time BIGINT, channel TEXT) WITH ('connector' = 'nexmark');
          CREATE TABLE o (date_time BIGINT, channel TEXT) WITH ('connector' = 'blackhole');
@@ -247,6 +258,9 @@ async fn auctions_and_persons_run_with_the_rate_limit() {
 
 #[test]
 fn the_example_pipeline_plans() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/nexmark-blackhole.sql");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/nexmark-blackhole.sql"
+    );
     plan(&std::fs::read_to_string(path).unwrap()).unwrap();
 }
