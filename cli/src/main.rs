@@ -186,7 +186,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<pipeline::BadPipeline>().is_some() {
+                ExitCode::from(pipeline::EXIT_BAD_PIPELINE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
