@@ -160,9 +160,9 @@ pub fn human(d: Duration) -> String {
         return format!("{}s", d.as_secs_f64());
     }
     let s = d.as_secs();
-    if s % 3600 == 0 {
+    if s.is_multiple_of(3600) {
         format!("{}h", s / 3600)
-    } else if s % 60 == 0 {
+    } else if s.is_multiple_of(60) {
         format!("{}m", s / 60)
     } else {
         format!("{s}s")

@@ -213,7 +213,7 @@ impl SourceOperator for NexmarkSource {
                 continue;
             }
             let mut n = 0;
-            while n < allowance && !count.is_some_and(|c| events.next_index() >= c) {
+            while n < allowance && count.is_none_or(|c| events.next_index() < c) {
                 let index = events.next_index();
                 let payload = events.next_json();
                 collector.deserialize_slice(&payload, &[]).map_err(|e| {
