@@ -2,6 +2,7 @@
 //! Timely runtime (SPEC 9).
 
 mod bench;
+mod cluster;
 mod pipeline;
 mod quickstart;
 mod resources;
@@ -28,6 +29,9 @@ struct Cli {
 enum Command {
     /// Run a pipeline file of CREATE TABLE and INSERT INTO ... SELECT statements.
     Run(RunArgs),
+    /// Run a pipeline as a cluster of --processes `run` processes on this machine,
+    /// restarting them all from the last completed checkpoint when one fails.
+    Cluster(cluster::ClusterArgs),
     /// Start an emulator, publish 100,000 NEXMark bids, run examples/quickstart.sql, check every bid arrived.
     Quickstart(QuickstartArgs),
     /// Compare pipeline throughput with a raw client loop on the emulator.
@@ -176,6 +180,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Run(args) => pipeline::run_command(args).await,
+            Command::Cluster(args) => cluster::run(args).await,
             Command::Quickstart(q) => quickstart::run(q.bids, q.pipeline, q.workers).await,
             Command::Bench(b) => bench::run(b).await,
             Command::Emulator(e) => emulator_command(e).await,
@@ -186,7 +191,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<pipeline::BadPipeline>().is_some() {
+                ExitCode::from(pipeline::EXIT_BAD_PIPELINE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -15,8 +15,29 @@ use crate::RunArgs;
 
 /// Every connector this binary knows.
 pub fn connectors() -> Vec<Arc<dyn ErasedConnector>> {
-    vec![Arc::new(PubSubConnector)]
+    vec![
+        Arc::new(PubSubConnector),
+        Arc::new(pubsub_nexmark::NexmarkConnector),
+        Arc::new(pubsub_nexmark::BlackholeConnector),
+    ]
 }
+
+/// `run`'s exit code when the pipeline file cannot be read, parsed or planned: a restart
+/// cannot fix it, so `cluster` gives up at once instead of restarting.
+pub const EXIT_BAD_PIPELINE: u8 = 2;
+
+/// An error no restart can fix (the pipeline file cannot be read, parsed or planned);
+/// the command exits with [`EXIT_BAD_PIPELINE`]. Displays as the error it wraps.
+#[derive(Debug)]
+pub struct BadPipeline(pub anyhow::Error);
+
+impl std::fmt::Display for BadPipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for BadPipeline {}
 
 /// Reads and parses a pipeline file; errors name the file.
 pub fn load(path: &std::path::Path) -> anyhow::Result<PipelineSql> {
@@ -151,7 +172,9 @@ pub fn print_summary(summary: &JobSummary) {
 
 pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let stop = stop_on_signals();
-    let mut sql = load(&args.pipeline)?;
+    let mut sql = load(&args.pipeline).map_err(BadPipeline)?;
+    // Planned here too (cheap, no I/O) so that an invalid pipeline exits with 2.
+    plan_pipeline(&sql, &connectors()).map_err(|e| BadPipeline(e.into()))?;
     let _emulator = if args.emulator {
         let emu = tokio::select! {
             emu = tokio::task::spawn_blocking(Emulator::start) => emu??,

@@ -64,6 +64,21 @@ pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
 mod tests {
     use super::*;
 
+    /// `--emulator` and `emulator --create` leave tables of other connectors alone: no
+    /// endpoint option (which `nexmark` would refuse as unknown), nothing to create.
+    #[tokio::test]
+    async fn tables_of_other_connectors_are_skipped() {
+        let mut sql = pubsub_engine::sql::parse_pipeline(
+            "CREATE TABLE b (price BIGINT) WITH ('connector' = 'nexmark');
+             CREATE TABLE d (price BIGINT) WITH ('connector' = 'blackhole');
+             INSERT INTO d SELECT price FROM b;",
+        )
+        .unwrap();
+        crate::pipeline::use_emulator(&mut sql, "127.0.0.1:1");
+        let plan = pubsub_engine::sql::plan_pipeline(&sql, &crate::pipeline::connectors()).unwrap();
+        assert!(create_all(&plan).await.unwrap().is_empty());
+    }
+
     #[test]
     fn subscription_topics() {
         assert_eq!(topic_for_subscription("bids-sub"), "bids");

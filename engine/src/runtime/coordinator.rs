@@ -255,6 +255,11 @@ pub async fn run_pipeline(
                 control_rx,
                 metrics: metrics.clone(),
                 state: restored_state(&src_id),
+                restored_subtasks: restored
+                    .as_ref()
+                    .and_then(|m| m.operators.get(&src_id))
+                    .cloned()
+                    .unwrap_or_default(),
                 checkpoint_interval: config.checkpoint_interval,
                 coordinator: coord_tx.clone(),
                 pull_state: pull_state.clone(),

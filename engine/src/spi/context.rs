@@ -76,6 +76,12 @@ pub struct SourceContext {
     pub metrics: Metrics,
     /// Restored state; whatever is here at a barrier is snapshotted with that checkpoint.
     pub state: OperatorState,
+    /// Every subtask's restored state of this operator, keyed by the subtask index in the
+    /// run that wrote the checkpoint (which may have had another parallelism), as in
+    /// Arroyo's global keyed table where each subtask sees every entry on restore. Empty
+    /// on a fresh start. Lets a source whose parallelism changed find where the others
+    /// stopped (e.g. the smallest position), since `state` alone is only its own entry.
+    pub restored_subtasks: BTreeMap<usize, OperatorState>,
     /// The job's time between checkpoints: a source holding work until commit sizes its
     /// leases against it.
     pub checkpoint_interval: std::time::Duration,

@@ -1,0 +1,206 @@
+//! `pubsub-connector cluster`, the one-machine supervisor, run as the real binary: it
+//! restarts a failing cluster within its budget and then gives up naming the budget and
+//! the last failure, gives up at once on a pipeline no restart can fix (exit 2), finishes
+//! with its children, forwards SIGTERM for a graceful stop, and leaves no orphan when it
+//! is killed. No emulator: failing pipelines point at a closed port, working ones use the
+//! `nexmark` and `blackhole` connectors.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{closed_port, finish, signal, wait_until, Workdir};
+use tokio::process::{Child, Command};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn spawn(bin_args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .args(bin_args)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn pubsub-connector")
+}
+
+/// `cluster PIPELINE --state-dir STATE` with `args`.
+fn spawn_cluster(w: &Workdir, args: &[&str]) -> Child {
+    let pipeline = w.pipeline().display().to_string();
+    let state = w.state().display().to_string();
+    let mut all = vec!["cluster", pipeline.as_str(), "--state-dir", state.as_str()];
+    all.extend_from_slice(args);
+    spawn(&all)
+}
+
+/// A pipeline whose source cannot reach its endpoint: every `run` fails within a second.
+fn unreachable_sql() -> String {
+    format!(
+        "CREATE TABLE s (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p',
+             'subscription' = 'sub', 'emulator-endpoint' = '127.0.0.1:{}');
+         CREATE TABLE d (a BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO d SELECT a FROM s;",
+        closed_port()
+    )
+}
+
+/// NEXMark bids into a blackhole; `options` go into the source's WITH.
+fn nexmark_sql(options: &str) -> String {
+    format!(
+        "CREATE TABLE b (auction BIGINT, price BIGINT, date_time BIGINT)
+             WITH ('connector' = 'nexmark' {options});
+         CREATE TABLE d (auction BIGINT, price BIGINT, date_time BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO d SELECT * FROM b;"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_exits_2_when_the_pipeline_cannot_be_read_parsed_or_planned() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state").display().to_string();
+    let missing = dir.path().join("missing.sql").display().to_string();
+    let (code, _, stderr) = finish(spawn(&["run", &missing, "--state-dir", &state]), LIMIT).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cannot read pipeline file"), "{stderr}");
+    for sql in [
+        "CREATE TABLE oops (".to_string(),
+        nexmark_sql(", 'event-type' = 'bids'"),
+    ] {
+        let w = Workdir::new(&sql);
+        let (code, _, stderr) = finish(w.spawn(&[]), LIMIT).await;
+        assert_eq!(code, 2, "{sql}: {stderr}");
+    }
+    // A failure at run time may go away on a restart: exit 1.
+    let w = Workdir::new(&unreachable_sql());
+    let (code, _, stderr) = finish(w.spawn(&[]), LIMIT).await;
+    assert_eq!(code, 1, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_cluster_is_restarted_then_given_up_naming_the_budget() {
+    let w = Workdir::new(&unreachable_sql());
+    let child = spawn_cluster(
+        &w,
+        &[
+            "--processes",
+            "2",
+            "--max-restarts",
+            "2",
+            "--restart-window",
+            "10m",
+        ],
+    );
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("restarting all 2 processes from the last completed checkpoint")
+            .count(),
+        2,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "giving up: 2 restarts within 10m already (--max-restarts 2, --restart-window 10m); the last failure: process "
+        ) && stderr.contains("(exit code 1)"),
+        "{stderr}"
+    );
+    // Every child's lines arrive, prefixed with its index.
+    assert!(
+        stderr.contains("[p0] ") && stderr.contains("[p1] "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cannot reach Pub/Sub"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_no_restart_can_fix_is_not_restarted() {
+    let w = Workdir::new(&nexmark_sql(", 'events-per-second' = 'fast'"));
+    let (code, _stdout, stderr) = finish(spawn_cluster(&w, &["--processes", "2"]), LIMIT).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("a restart cannot fix this"), "{stderr}");
+    assert!(
+        stderr.contains("[p0] error: table 'b': option 'events-per-second' is invalid"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("restarting all"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_pipeline_finishes_and_the_cluster_exits_0() {
+    let w = Workdir::new(&nexmark_sql(
+        ", 'events-per-second' = '0', 'event-count' = '2000'",
+    ));
+    let (code, stdout, stderr) = finish(
+        spawn_cluster(&w, &["--processes", "1", "--checkpoint-interval", "200ms"]),
+        LIMIT,
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("[p0] pubsub-connector: messages read: 2000, rows written: 2000"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pubsub-connector cluster: 1 processes finished, restarts: 0"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_is_forwarded_for_a_graceful_stop_without_restart() {
+    let w = Workdir::new(&nexmark_sql(", 'events-per-second' = '1000'"));
+    let child = spawn_cluster(&w, &["--processes", "1", "--checkpoint-interval", "200ms"]);
+    wait_until("a first checkpoint", LIMIT, || {
+        w.checkpoint_epoch().is_some()
+    })
+    .await;
+    signal(&child, "TERM");
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("forwarding SIGTERM to processes [0]"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("[p0] pubsub-connector: messages read: "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pubsub-connector cluster: 1 processes stopped, restarts: 0"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("restarting all"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_supervisor_leaves_no_orphan() {
+    let w = Workdir::new(&nexmark_sql(", 'events-per-second' = '1000'"));
+    let child = spawn_cluster(&w, &["--processes", "1", "--checkpoint-interval", "200ms"]);
+    wait_until("a first checkpoint", LIMIT, || {
+        w.checkpoint_epoch().is_some()
+    })
+    .await;
+    // The running process holds the state directory's lock and wrote its pid there.
+    let pid = std::fs::read_to_string(w.state().join("lock")).unwrap();
+    let stat = std::path::PathBuf::from(format!("/proc/{}/stat", pid.trim()));
+    // Alive unless gone or a zombie (an init that does not reap leaves one behind).
+    let alive = || {
+        std::fs::read_to_string(&stat).is_ok_and(|s| {
+            s.rsplit(") ")
+                .next()
+                .is_some_and(|rest| !rest.starts_with('Z'))
+        })
+    };
+    assert!(alive(), "process {pid} runs");
+    signal(&child, "KILL");
+    let _ = finish(child, LIMIT).await;
+    wait_until(
+        "the child to die with its supervisor",
+        Duration::from_secs(10),
+        || !alive(),
+    )
+    .await;
+}
