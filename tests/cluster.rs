@@ -113,3 +113,126 @@ async fn a_process_that_cannot_reach_its_peer_fails_naming_host_and_port() {
         "{err}"
     );
 }
+
+/// Lines of a child's stderr as they arrive, for tests that act on what it logs.
+fn collect_lines(stream: tokio::process::ChildStderr) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use tokio::io::AsyncBufReadExt;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::new(stream).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            let plain: String = strip_ansi(&line);
+            sink.lock().unwrap().push(plain);
+        }
+    });
+    lines
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The number right after `label` in `line`.
+fn number_after(line: &str, label: &str) -> Option<u64> {
+    let rest = line.split(label).nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint() {
+    let t = topics("cluster-kill", 10).await;
+    let ids = publish_seq(&t.input, 0..6_000).await;
+    let w = Workdir::new(&pipeline_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.ack.max-duration-per-extension' = '10s', 'scan.flow-control.max-outstanding-element-count' = '300'",
+    ));
+    let mut sup = Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .arg("cluster")
+        .arg(w.pipeline())
+        .arg("--state-dir")
+        .arg(w.state())
+        .args(["--processes", "2", "--workers", "1", "--checkpoint-interval", "1s"])
+        // Longer than the 10 s lease extension after which the killed process's messages
+        // come back.
+        .args(["--stop-when-idle", "15s"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let lines = collect_lines(sup.stderr.take().unwrap());
+    let pid_of_1 = || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.starts_with("[p1]") && l.contains("process 1 of 2 (pid"))
+            .and_then(|l| number_after(l, "(pid "))
+    };
+    wait_until("process 1 to start and two checkpoints to complete", LIMIT, || {
+        pid_of_1().is_some() && w.checkpoint_epoch().unwrap_or(0) >= 2
+    })
+    .await;
+    let pid = pid_of_1().unwrap();
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let killed_at = std::time::Instant::now();
+    let out = tokio::time::timeout(LIMIT, sup.wait_with_output())
+        .await
+        .expect("the supervisor ends")
+        .unwrap();
+    let stderr = lines.lock().unwrap().join("\n");
+    assert!(out.status.success(), "supervisor failed: {stderr}");
+    assert!(
+        killed_at.elapsed() < LIMIT,
+        "the cluster must notice and restart: {stderr}"
+    );
+
+    // The first generation ends when process 0 notices the dead peer; the restart
+    // restores the last checkpoint completed before the kill, so nothing was committed
+    // (hence acknowledged) after it.
+    let all = lines.lock().unwrap().clone();
+    let restart = all
+        .iter()
+        .position(|l| l.contains("restoring from checkpoint"))
+        .unwrap_or_else(|| panic!("no restart from a checkpoint: {stderr}"));
+    let restored = number_after(&all[restart], "restoring from checkpoint ").unwrap();
+    let last_before: u64 = all[..restart]
+        .iter()
+        .filter(|l| l.starts_with("[p0]"))
+        .filter_map(|l| number_after(l, "checkpoint ").filter(|_| l.contains(" completed")))
+        .max()
+        .expect("checkpoints completed before the kill");
+    assert_eq!(
+        restored, last_before,
+        "the restart restores exactly the last checkpoint process 0 completed: {stderr}"
+    );
+    assert!(
+        all[..restart]
+            .iter()
+            .any(|l| l.starts_with("[p0]") && l.contains("lost the connection to another process")),
+        "process 0 noticed the dead peer: {stderr}"
+    );
+    let got = sink_ids(&t.output_sub, None, Duration::from_secs(10)).await;
+    assert_eq!(missing(&ids, &got), 0, "no message may be lost across the crash");
+}

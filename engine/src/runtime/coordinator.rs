@@ -164,7 +164,11 @@ pub async fn run_pipeline(
                 workers,
                 fingerprint: fingerprint(&plan),
             };
-            tracing::info!(process, processes, "connecting to the cluster: {}", c.hosts.join(", "));
+            tracing::info!(
+                "process {process} of {processes} (pid {}): connecting to the cluster: {}",
+                std::process::id(),
+                c.hosts.join(", ")
+            );
             tokio::task::spawn_blocking(move || cluster::connect(&c, shape))
                 .await
                 .map_err(|e| fail(anyhow!("cluster connect panicked: {e}"), &summary))?

@@ -270,7 +270,9 @@ impl ProcessCoordinator {
                 error,
             } => {
                 self.ended.insert((operator_id.clone(), subtask));
-                if error.contains("timely communication error") {
+                // Timely's network threads panic when a peer's socket closes; the
+                // workers then find their queues poisoned.
+                if error.contains("timely communication error") || error.contains("MergeQueue poisoned") {
                     return Err(anyhow!(
                         "lost the connection to another process of the cluster (it failed or was killed): {error}; nothing more is acknowledged"
                     ));
