@@ -12,6 +12,10 @@ use crate::source::PubSubSource;
 
 /// Source metadata keys (`col TYPE METADATA FROM 'key'`), SPEC 5.1. `attributes` is the
 /// attribute map as canonical JSON text (keys sorted), declared TEXT or JSON.
+/// The metadata key of a message's ordering key: readable in a source table (NULL when
+/// the message has none), writable in a sink table (NULL or empty: no key).
+pub const ORDERING_KEY: &str = "ordering-key";
+
 pub const METADATA_DEFS: &[MetadataDef] = &[
     MetadataDef {
         name: "message-id",
@@ -24,6 +28,10 @@ pub const METADATA_DEFS: &[MetadataDef] = &[
     MetadataDef {
         name: "attributes",
         field_types: &[FieldType::Text, FieldType::Json],
+    },
+    MetadataDef {
+        name: "ordering-key",
+        field_types: &[FieldType::Text],
     },
 ];
 
@@ -76,10 +84,20 @@ impl pubsub_engine::Connector for PubSubConnector {
         let profile = profile_from_options(options)?;
         let table = table_from_options(options)?;
         if matches!(table, PubSubTable::Sink(_)) {
-            if let Some(f) = schema.fields.iter().find(|f| f.metadata_key.is_some()) {
+            // Only the ordering key is writable (issue 6; attributes follow in issue 8).
+            let mut keys = schema.fields.iter().filter(|f| f.metadata_key.is_some());
+            if let Some(f) = keys.clone().find(|f| f.metadata_key.as_deref() != Some(ORDERING_KEY)) {
                 anyhow::bail!(
-                    "column '{}': METADATA FROM is only readable in a source table",
-                    f.name
+                    "column '{}': METADATA FROM '{}' is only readable in a source table; a sink table can write only 'ordering-key'",
+                    f.name,
+                    f.metadata_key.as_deref().unwrap_or_default()
+                );
+            }
+            if let (Some(a), Some(b)) = (keys.next(), keys.next()) {
+                anyhow::bail!(
+                    "columns '{}' and '{}' are both METADATA FROM 'ordering-key': a message has one ordering key",
+                    a.name,
+                    b.name
                 );
             }
         }
@@ -97,6 +115,24 @@ impl pubsub_engine::Connector for PubSubConnector {
             );
         }
         pubsub_engine::Connector::from_config(self, name, profile, table, schema)
+    }
+
+    /// Rows with the same ordering key are published by one sink subtask, so that one
+    /// publisher keeps their order (Pub/Sub orders messages per key and per publisher).
+    fn sink_key(
+        &self,
+        _profile: &PubSubProfile,
+        table: &PubSubTable,
+        schema: &ConnectionSchema,
+    ) -> Option<String> {
+        match table {
+            PubSubTable::Sink(_) => schema
+                .fields
+                .iter()
+                .find(|f| f.metadata_key.as_deref() == Some(ORDERING_KEY))
+                .map(|f| f.name.clone()),
+            PubSubTable::Source(_) => None,
+        }
     }
 
     /// A subscription hands each message to one reader: two source tables on one

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
+use arrow::array::{Array, RecordBatch};
 use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
 use google_cloud_pubsub::client::Publisher;
@@ -24,6 +24,8 @@ pub struct PubSubSink {
     config: SinkConfig,
     topic: String,
     serializer: Serializer,
+    /// Index of the `METADATA FROM 'ordering-key'` column in the rows, if declared.
+    ordering_key: Option<usize>,
     publisher: Option<Publisher>,
     in_flight: FuturesUnordered<PublishFuture>,
     /// The first publish failure since the last checkpoint; sticky until it fails one.
@@ -39,6 +41,11 @@ impl PubSubSink {
             config,
             topic,
             serializer: Serializer::new(&op.schema),
+            ordering_key: op
+                .schema
+                .fields
+                .iter()
+                .position(|f| f.metadata_key.as_deref() == Some(crate::connector::ORDERING_KEY)),
             publisher: None,
             in_flight: FuturesUnordered::new(),
             failure: None,
@@ -115,7 +122,18 @@ impl ArrowOperator for PubSubSink {
             );
         }
         let payloads = self.serializer.serialize(&batch)?;
-        for payload in payloads {
+        let keys = match self.ordering_key {
+            Some(i) => Some(
+                batch
+                    .column(i)
+                    .as_any()
+                    .downcast_ref::<arrow::array::StringArray>()
+                    .ok_or_else(|| anyhow::anyhow!("the ordering-key column is not TEXT"))?
+                    .clone(),
+            ),
+            None => None,
+        };
+        for (row, payload) in payloads.into_iter().enumerate() {
             // Back-pressure: at the in-flight cap, send the partial batch at once (instead
             // of after the batching delay), then wait until half the window is free. Waiting
             // for a single free slot would flush a batch of one message per publish.
@@ -132,8 +150,12 @@ impl ArrowOperator for PubSubSink {
                 .publisher
                 .as_ref()
                 .expect("publisher is built in on_start");
-            self.in_flight
-                .push(publisher.publish(Message::new().set_data(payload)));
+            let mut message = Message::new().set_data(payload);
+            // NULL or empty: no ordering key.
+            if let Some(k) = keys.as_ref().filter(|k| k.is_valid(row) && !k.value(row).is_empty()) {
+                message = message.set_ordering_key(k.value(row));
+            }
+            self.in_flight.push(publisher.publish(message));
         }
         Ok(())
     }

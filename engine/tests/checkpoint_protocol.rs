@@ -21,6 +21,8 @@ struct Log {
     durable: Mutex<HashSet<i64>>,
     acked: Mutex<Vec<i64>>,
     violations: Mutex<Vec<String>>,
+    /// Sink: key column value -> the sink subtasks that wrote it.
+    writers: Mutex<HashMap<String, HashSet<usize>>>,
 }
 
 fn log(name: &str) -> Arc<Log> {
@@ -45,6 +47,8 @@ struct MemTable {
     hang_on_start: bool,
     /// Source: the sinks whose durability an ack requires (default: its own name).
     durable_in: Vec<String>,
+    /// Sink: the column whose equal values one subtask must write.
+    route_by: Option<String>,
 }
 
 struct MemoryConnector;
@@ -78,7 +82,11 @@ impl Connector for MemoryConnector {
             "fail-from-epoch",
             "hang-from-epoch",
             "durable-in",
+            "route-by",
         ]
+    }
+    fn sink_key(&self, _: &(), t: &MemTable, _: &ConnectionSchema) -> Option<String> {
+        t.route_by.clone().filter(|_| t.sink)
     }
     fn table_type(&self, _: &(), t: &MemTable) -> ConnectionType {
         if t.sink {
@@ -104,6 +112,7 @@ impl Connector for MemoryConnector {
                 .pull_opt_str("durable-in")?
                 .map(|v| v.split(',').map(str::to_string).collect())
                 .unwrap_or_default(),
+            route_by: o.pull_opt_str("route-by")?,
         };
         self.from_config(name, (), table, schema)
     }
@@ -195,7 +204,13 @@ impl SourceOperator for MemSource {
                     let n = (end - next).min(10);
                     let seqs: Vec<i64> = (next..next + n).collect();
                     next += n;
-                    let batch = RecordBatch::try_new(ctx.out_schema.clone(), vec![Arc::new(Int64Array::from(seqs.clone()))])?;
+                    let mut columns: Vec<arrow::array::ArrayRef> = vec![Arc::new(Int64Array::from(seqs.clone()))];
+                    // A second column: a key shared by every 7th row.
+                    if ctx.out_schema.fields().len() > 1 {
+                        let keys: Vec<String> = seqs.iter().map(|s| format!("k{}", s % 7)).collect();
+                        columns.push(Arc::new(arrow::array::StringArray::from(keys)));
+                    }
+                    let batch = RecordBatch::try_new(ctx.out_schema.clone(), columns)?;
                     collector.collect(batch).await?;
                     staged.extend(seqs);
                     received.add(n as u64);
@@ -220,8 +235,17 @@ impl ArrowOperator for MemSink {
     async fn process_batch(
         &mut self,
         batch: RecordBatch,
-        _: &mut OperatorContext,
+        ctx: &mut OperatorContext,
     ) -> anyhow::Result<()> {
+        if let Some(keys) = batch
+            .column_by_name("k")
+            .and_then(|c| c.as_any().downcast_ref::<arrow::array::StringArray>())
+        {
+            let mut w = self.log.writers.lock().unwrap();
+            for k in keys.iter().flatten() {
+                w.entry(k.to_string()).or_default().insert(ctx.task_info.task_index);
+            }
+        }
         let col = batch
             .column(0)
             .as_any()
@@ -575,4 +599,33 @@ async fn a_stop_during_start_up_ends_the_job_at_once() {
         .unwrap_err();
     assert!(err.to_string().contains("stopped during start-up"), "{err}");
     assert_eq!(err.summary.messages_acked, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_with_one_key_are_written_by_one_sink_subtask() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(
+        "CREATE TABLE src (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'route', 'rows' = '700');
+         CREATE TABLE dst (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'route', 'route-by' = 'k');
+         INSERT INTO dst SELECT seq, k FROM src;",
+    )
+    .unwrap();
+    assert_eq!(p.queries[0].route_by, Some(1));
+    let cfg = RuntimeConfig {
+        workers: 4,
+        ..config(dir.path())
+    };
+    let summary = run_pipeline(p, cfg, StopHandle::new()).await.unwrap();
+    let l = log("route");
+    assert!(l.violations.lock().unwrap().is_empty(), "{:?}", l.violations.lock().unwrap());
+    assert_eq!(summary.messages_acked, 4 * 700);
+    assert_eq!(l.durable.lock().unwrap().len(), 4 * 700, "every row is durable");
+    let writers = l.writers.lock().unwrap();
+    assert_eq!(writers.len(), 7, "{writers:?}");
+    for (k, subtasks) in writers.iter() {
+        assert_eq!(subtasks.len(), 1, "key {k} was written by subtasks {subtasks:?}");
+    }
+    // Every source subtask read every key: the keys moved between workers.
+    let used: HashSet<usize> = writers.values().flatten().copied().collect();
+    assert!(used.len() > 1, "all keys landed on one subtask: {writers:?}");
 }

@@ -133,6 +133,8 @@ impl PubSubSource {
                     let sorted: std::collections::BTreeMap<_, _> = m.attributes.iter().collect();
                     FieldValue::String(serde_json::to_string(&sorted).unwrap_or_default())
                 }
+                crate::connector::ORDERING_KEY if m.ordering_key.is_empty() => FieldValue::Null,
+                crate::connector::ORDERING_KEY => FieldValue::String(m.ordering_key.clone()),
                 _ => FieldValue::Null,
             })
             .collect()

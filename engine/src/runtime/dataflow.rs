@@ -18,6 +18,7 @@ use timely::dataflow::ProbeHandle;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::control::{Control, Report};
+use super::route::{split_by_key, Routed};
 use super::{ActivatorSlot, CoordEvent, Rows, SinkEvent, SourceEvent};
 use crate::spi::CheckpointBarrier;
 use crate::sql::PlannedQuery;
@@ -198,46 +199,40 @@ pub(crate) fn run_worker(
         }
 
         for sink in plumbing.sinks {
-            let SinkPlumbing {
-                id,
-                query,
-                source_index,
-                sink_tx,
-                sink_done_rx,
-                sink_activator,
-            } = sink;
-            let worker_ref = scope.worker();
+            let peers = scope.peers() as u64;
+            let op_id = sink.id.clone();
+            let query = sink.query.clone();
             let coord = coordinator.clone();
-            let op_id = id.clone();
-            streams[source_index]
+            // Project in the reading worker, and pick the sink subtask of each row.
+            let routed = streams[sink.source_index]
                 .clone()
-                .unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(
+                .unary::<CapacityContainerBuilder<Vec<Routed>>, _, _, _>(
                     Pipeline,
-                    &id,
-                    move |_cap, info| {
-                        *sink_activator.lock().expect("activator lock") =
-                            Some(worker_ref.sync_activator_for(info.address.to_vec()));
-                        let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
-                        let mut requested: BTreeSet<u64> = BTreeSet::new();
+                    &format!("{}-route", sink.id),
+                    move |_cap, _info| {
                         let mut failed = false;
-                        move |(input, frontier), _output| {
+                        move |input, output| {
                             input.for_each(|cap, data| {
-                                let Some(&t) = cap.least() else { return };
-                                if !held.contains_key(&t) {
-                                    if let Some(c) = cap.retain_least(0) {
-                                        held.insert(t, c);
-                                    }
-                                }
+                                let mut session = output.session(&cap);
                                 for rows in data.drain(..) {
                                     if failed {
                                         continue;
                                     }
-                                    match query.project(&rows.batch) {
-                                        Ok(batch) => {
-                                            let _ = sink_tx.send(SinkEvent::Batch(Rows {
-                                                batch,
-                                                permits: rows.permits,
-                                            }));
+                                    let parts = query.project(&rows.batch).and_then(|batch| match query.route_by {
+                                        Some(col) => split_by_key(&batch, col, peers, index as u64),
+                                        None => Ok(vec![(index as u64, batch)]),
+                                    });
+                                    match parts {
+                                        Ok(parts) => {
+                                            for (target, batch) in parts {
+                                                session.give(Routed {
+                                                    target,
+                                                    rows: Rows {
+                                                        batch,
+                                                        permits: rows.permits.clone(),
+                                                    },
+                                                });
+                                            }
                                         }
                                         Err(e) => {
                                             failed = true;
@@ -250,26 +245,19 @@ pub(crate) fn run_worker(
                                     }
                                 }
                             });
-                            // Every row of epoch e has arrived once the frontier passed e.
-                            for &e in held.keys() {
-                                if !frontier.less_equal(&e) && requested.insert(e) {
-                                    let barrier = CheckpointBarrier {
-                                        epoch: e,
-                                        min_epoch: e,
-                                        timestamp: SystemTime::now(),
-                                        then_stop: false,
-                                    };
-                                    let _ = sink_tx.send(SinkEvent::Checkpoint(barrier));
-                                }
-                            }
-                            while let Ok(done) = sink_done_rx.try_recv() {
-                                held.retain(|e, _| *e > done);
-                                requested.retain(|e| *e > done);
-                            }
                         }
                     },
-                )
-                .probe_with(&probe);
+                );
+            if sink.query.route_by.is_some() {
+                sink_operator(
+                    routed,
+                    timely::dataflow::channels::pact::Exchange::new(|r: &Routed| r.target),
+                    sink,
+                    &probe,
+                );
+            } else {
+                sink_operator(routed, Pipeline, sink, &probe);
+            }
         }
     });
 
@@ -328,4 +316,62 @@ pub(crate) fn run_worker(
         }
         worker.step_or_park(Some(Duration::from_millis(10)));
     }
+}
+
+/// The sink operator of one query on one worker: forwards rows to its sink task, holds
+/// a capability for every epoch it got rows in, asks the task to checkpoint an epoch once
+/// the input frontier passed it, and releases the epoch only after the task made it
+/// durable. `pact` is `Pipeline` (rows stay on their worker) or an exchange by key.
+fn sink_operator<'scope, P>(
+    rows: timely::dataflow::StreamVec<'scope, u64, Routed>,
+    pact: P,
+    sink: SinkPlumbing,
+    probe: &ProbeHandle<u64>,
+) where
+    P: timely::dataflow::channels::pact::ParallelizationContract<u64, Vec<Routed>>,
+{
+    let SinkPlumbing {
+        id,
+        sink_tx,
+        sink_done_rx,
+        sink_activator,
+        ..
+    } = sink;
+    let worker_ref = rows.scope().worker();
+    rows.unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(pact, &id, move |_cap, info| {
+        *sink_activator.lock().expect("activator lock") =
+            Some(worker_ref.sync_activator_for(info.address.to_vec()));
+        let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
+        let mut requested: BTreeSet<u64> = BTreeSet::new();
+        move |(input, frontier), _output| {
+            input.for_each(|cap, data| {
+                let Some(&t) = cap.least() else { return };
+                if !held.contains_key(&t) {
+                    if let Some(c) = cap.retain_least(0) {
+                        held.insert(t, c);
+                    }
+                }
+                for r in data.drain(..) {
+                    let _ = sink_tx.send(SinkEvent::Batch(r.rows));
+                }
+            });
+            // Every row of epoch e has arrived once the frontier passed e.
+            for &e in held.keys() {
+                if !frontier.less_equal(&e) && requested.insert(e) {
+                    let barrier = CheckpointBarrier {
+                        epoch: e,
+                        min_epoch: e,
+                        timestamp: SystemTime::now(),
+                        then_stop: false,
+                    };
+                    let _ = sink_tx.send(SinkEvent::Checkpoint(barrier));
+                }
+            }
+            while let Ok(done) = sink_done_rx.try_recv() {
+                held.retain(|e, _| *e > done);
+                requested.retain(|e| *e > done);
+            }
+        }
+    })
+    .probe_with(probe);
 }

@@ -9,6 +9,7 @@ mod coordinator;
 mod dataflow;
 mod leader;
 mod process;
+mod route;
 mod state;
 mod tasks;
 
@@ -97,6 +98,15 @@ pub struct Permits {
 impl Permits {
     pub(crate) fn new(pool: Arc<tokio::sync::Semaphore>, count: u32) -> Arc<Self> {
         Arc::new(Permits { pool, count })
+    }
+
+    /// Holds nothing: rows that arrived from another process (theirs were given back
+    /// there when the rows were serialized).
+    pub(crate) fn none() -> Self {
+        Permits {
+            pool: Arc::new(tokio::sync::Semaphore::new(0)),
+            count: 0,
+        }
     }
 }
 

@@ -95,6 +95,20 @@ pub trait Connector: Send + Sync + 'static {
     ) -> Option<String> {
         None
     }
+
+    /// The sink column whose equal values must all be written by one subtask (e.g. a
+    /// Pub/Sub ordering key: one publisher per key keeps its order), by column name. The
+    /// runtime then routes rows by that column's value across workers and processes
+    /// (Timely's exchange); rows with a NULL or empty value stay on their worker. `None`
+    /// (the default): rows stay on the worker that read them.
+    fn sink_key(
+        &self,
+        _profile: &Self::ProfileT,
+        _table: &Self::TableT,
+        _schema: &ConnectionSchema,
+    ) -> Option<String> {
+        None
+    }
 }
 
 /// A connector behind JSON configs, so the planner can hold any connector.
@@ -116,6 +130,8 @@ pub trait ErasedConnector: Send + Sync {
     ) -> anyhow::Result<ConstructedOperator>;
     /// See [`Connector::exclusive_resource`].
     fn exclusive_resource(&self, connection: &Connection) -> Option<String>;
+    /// See [`Connector::sink_key`].
+    fn sink_key(&self, connection: &Connection) -> Option<String>;
 }
 
 impl<C: Connector> ErasedConnector for C {
@@ -182,5 +198,11 @@ impl<C: Connector> ErasedConnector for C {
         let profile = serde_json::from_value(connection.config["profile"].clone()).ok()?;
         let table = serde_json::from_value(connection.config["table"].clone()).ok()?;
         Connector::exclusive_resource(self, &profile, &table)
+    }
+
+    fn sink_key(&self, connection: &Connection) -> Option<String> {
+        let profile = serde_json::from_value(connection.config["profile"].clone()).ok()?;
+        let table = serde_json::from_value(connection.config["table"].clone()).ok()?;
+        Connector::sink_key(self, &profile, &table, &connection.schema)
     }
 }

@@ -45,6 +45,10 @@ pub struct PlannedQuery {
     /// the INSERT's column list leaves it out (a nullable column, filled with NULL).
     pub projection: Vec<Option<usize>>,
     pub sink_schema: SchemaRef,
+    /// Index in `sink_schema` of the column rows are routed by (the sink connector's
+    /// [`sink_key`](crate::Connector::sink_key)), so that one value is written by one
+    /// subtask; `None`: rows stay on their worker.
+    pub route_by: Option<usize>,
 }
 
 impl PlannedQuery {
@@ -156,6 +160,10 @@ pub fn plan_pipeline(
         }
         let projection = plan_projection(ins, &source.connection.schema, &sink.connection.schema)?;
         let sink_schema = sink.connection.schema.arrow_schema();
+        let route_by = sink
+            .connector
+            .sink_key(&sink.connection)
+            .and_then(|name| sink_schema.index_of(&name).ok());
         queries.push(PlannedQuery {
             id: format!("q{i}"),
             text: ins.to_string(),
@@ -163,6 +171,7 @@ pub fn plan_pipeline(
             sink,
             projection,
             sink_schema,
+            route_by,
         });
     }
     if queries.is_empty() {
