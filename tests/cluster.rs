@@ -47,10 +47,23 @@ fn spawn_process(w: &Workdir, hosts: &Path, processes: usize, process: usize, ex
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_of_two_workers_agree_on_checkpoints_and_lose_nothing() {
+async fn two_processes_of_two_workers_agree_on_checkpoints_route_by_key_and_lose_nothing() {
     let t = topics("cluster", 10).await;
     let ids = publish_seq(&t.input, 0..20_000).await;
-    let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ", 'scan.parallel-pull-count' = '1'"));
+    // The sink's ordering key is the message id: rows are routed by it across all four
+    // workers of both processes (Arrow IPC between the processes).
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+            'emulator-endpoint' = '{e}', 'scan.parallel-pull-count' = '1');
+         CREATE TABLE dst (seq BIGINT, mid TEXT, k TEXT METADATA FROM 'ordering-key') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}', 'emulator-endpoint' = '{e}');
+         INSERT INTO dst SELECT seq, mid, mid FROM src;",
+        sub = t.input_sub,
+        out = t.output,
+        e = endpoint()
+    );
+    let w = Workdir::new(&sql);
     let (hosts, _) = hosts_file(w.dir.path(), 2);
     let args = [
         "--workers",
