@@ -117,8 +117,8 @@ pub async fn run_pipeline(
         error,
         summary: summary.clone(),
     };
-    let store = CheckpointStore::open(std::path::Path::new(&config.state_dir)).map_err(|e| fail(e, &summary))?;
-    let restored = store.load().map_err(|e| fail(e, &summary))?;
+    let store = CheckpointStore::open(&config.state_dir, true).await.map_err(|e| fail(e, &summary))?;
+    let restored = store.load().await.map_err(|e| fail(e, &summary))?;
     let start_epoch = restored.as_ref().map_or(1, |m| m.epoch + 1);
     if let Some(m) = &restored {
         tracing::info!(epoch = m.epoch, "restoring from checkpoint {}", m.epoch);
@@ -649,7 +649,7 @@ impl Coordinator {
                             self.ended.insert((operator_id, subtask));
                         }
                     }
-                    if let Err(e) = self.complete_ready() {
+                    if let Err(e) = self.complete_ready().await {
                         break Err(e);
                     }
                 }
@@ -685,7 +685,7 @@ impl Coordinator {
 
     /// Completes, in order, every pending epoch that the sinks' frontier has passed and
     /// every source has snapshotted: write metadata, then commit.
-    fn complete_ready(&mut self) -> anyhow::Result<()> {
+    async fn complete_ready(&mut self) -> anyhow::Result<()> {
         while let Some((&epoch, (_, snaps))) = self.pending.first_key_value() {
             let passed = match self.frontier {
                 Some(None) => true,
@@ -715,6 +715,7 @@ impl Coordinator {
             };
             self.store
                 .write(&meta)
+                .await
                 .with_context(|| format!("checkpoint {epoch} could not be written"))?;
             self.summary.checkpoints_completed += 1;
             self.summary.last_completed_epoch = Some(epoch);
