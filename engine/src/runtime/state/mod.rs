@@ -97,7 +97,9 @@ impl CheckpointStore {
     /// `writer == false` opens read-only: [`write`](Self::write) is refused (processes of a
     /// cluster other than process 0 only restore).
     ///
-    /// Errors name the option and the location (credentials removed), e.g.
+    /// A directory that cannot be created, or is locked by another process, is an error
+    /// naming the directory. A URL that cannot be used is an error naming the option and the
+    /// location (credentials removed), e.g.
     /// `--state-dir 'ftp://x': unsupported URL scheme 'ftp' (use a directory, file://, s3://, gs:// or az://)`;
     /// also for a malformed URL, a `memory://` or plain `http(s)://` URL, and a builder that
     /// refuses its settings (e.g. `az://` without `AZURE_STORAGE_ACCOUNT_NAME`).
