@@ -320,7 +320,7 @@ async fn every_row_is_acked_once_and_only_after_the_sink_made_it_durable() {
     assert_eq!(summary.messages_acked, 6000);
 
     // A restart from the same state continues above the stored epoch.
-    let stored = CheckpointStoreProbe::epoch(dir.path());
+    let stored = CheckpointStoreProbe::epoch(dir.path()).await;
     assert_eq!(Some(stored), summary.last_completed_epoch);
     let again = run_pipeline(
         pipeline("ok-restart", 10, None),
@@ -330,7 +330,7 @@ async fn every_row_is_acked_once_and_only_after_the_sink_made_it_durable() {
     .await
     .unwrap();
     assert_eq!(again.restored_epoch, Some(stored));
-    assert!(CheckpointStoreProbe::epoch(dir.path()) > stored);
+    assert!(CheckpointStoreProbe::epoch(dir.path()).await > stored);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,14 +365,11 @@ async fn a_failed_sink_checkpoint_fails_the_job_and_commits_nothing_of_its_epoch
 struct CheckpointStoreProbe;
 
 impl CheckpointStoreProbe {
-    fn epoch(dir: &std::path::Path) -> u64 {
-        futures::executor::block_on(async {
-            // Read-only: the probe runs while no job holds the directory, or beside one.
-            let store = pubsub_engine::runtime::CheckpointStore::open(&dir.display().to_string(), false)
-                .await
-                .unwrap();
-            store.load().await.unwrap().expect("a completed checkpoint").epoch
-        })
+    async fn epoch(dir: &std::path::Path) -> u64 {
+        let store = pubsub_engine::runtime::CheckpointStore::open(&dir.display().to_string(), false)
+            .await
+            .unwrap();
+        store.load().await.unwrap().expect("a completed checkpoint").epoch
     }
 }
 
