@@ -257,3 +257,31 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
     let got = sink_ids(&t.output_sub, None, Duration::from_secs(10)).await;
     assert_eq!(missing(&ids, &got), 0, "no message may be lost across the crash");
 }
+
+/// Bids -> blackhole with `event-count` events (no emulator needed).
+fn nexmark_sql(event_count: u64) -> String {
+    format!(
+        "CREATE TABLE b (auction BIGINT, price BIGINT) WITH ('connector' = 'nexmark', 'events-per-second' = '0', 'event-count' = '{event_count}');
+         CREATE TABLE d (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO d SELECT auction, price FROM b;"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_whose_pipelines_differ_only_in_options_are_refused_before_any_row() {
+    let w0 = Workdir::new(&nexmark_sql(100_000));
+    let w1 = Workdir::new(&nexmark_sql(200_000));
+    let (hosts, _) = hosts_file(w0.dir.path(), 2);
+    let args = ["--connect-timeout", "20s"];
+    let p0 = spawn_process(&w0, &hosts, 2, 0, &args);
+    let p1 = spawn_process(&w1, &hosts, 2, 1, &args);
+    let ((c0, out0, err0), (c1, out1, err1)) = tokio::join!(finish(p0, LIMIT), finish(p1, LIMIT));
+    assert_ne!(c0, 0, "{out0}");
+    assert_ne!(c1, 0, "{out1}");
+    assert!(err0.contains("different pipeline") && err0.contains("WITH options"), "{err0}");
+    assert!(err1.contains("refused this process"), "{err1}");
+    // Refused at connect: neither process started reading.
+    for out in [&out0, &out1] {
+        assert!(out.contains("messages read: 0, rows written: 0,"), "{out}");
+    }
+}

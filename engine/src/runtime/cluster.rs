@@ -57,6 +57,20 @@ pub(crate) fn connect(
     for (peer, addr) in cfg.hosts.iter().enumerate().take(me) {
         let mut stream = dial(peer, addr, deadline, cfg.connect_timeout)?;
         stream.write_all(&hello(me, shape))?;
+        // Wait for the peer's own greeting: a peer that refuses us (another shape) closes
+        // the connection, and nothing may start before every peer agreed.
+        stream.set_read_timeout(Some(cfg.connect_timeout.max(Duration::from_secs(5))))?;
+        let from = stream.peer_addr()?;
+        let answer = read_hello(&mut stream, me, shape, from);
+        match answer {
+            Ok(p) if p == peer => {}
+            Ok(p) => bail!("{addr} answered as process {p}, not process {peer}: check the --hosts file"),
+            Err(e) if e.downcast_ref::<Mismatch>().is_some() => return Err(e),
+            Err(_) => bail!(
+                "process {peer} at {addr} refused this process: it runs another pipeline or other --processes/--workers (its log names the difference)"
+            ),
+        }
+        stream.set_read_timeout(None)?;
         sockets[peer] = Some(stream);
     }
     while let Some(missing) = (me + 1..n).find(|&p| sockets[p].is_none()) {
@@ -66,6 +80,7 @@ pub(crate) fn connect(
                 stream.set_read_timeout(Some(Duration::from_secs(5)))?;
                 match read_hello(&mut stream, me, shape, from) {
                     Ok(peer) if peer > me && peer < n && sockets[peer].is_none() => {
+                        stream.write_all(&hello(me, shape))?;
                         stream.set_read_timeout(None)?;
                         stream.set_nodelay(true)?;
                         sockets[peer] = Some(stream);
@@ -169,7 +184,7 @@ fn read_hello(stream: &mut TcpStream, me: usize, shape: Shape, from: SocketAddr)
         } else if theirs.workers != shape.workers {
             format!("--workers {} (this process: {})", theirs.workers, shape.workers)
         } else {
-            "a different pipeline file".to_string()
+            "a different pipeline (its statements, tables, columns or WITH options differ)".to_string()
         };
         return Err(Mismatch(format!(
             "process {peer} (from {from}) runs with {what}: every process of a cluster must run the same pipeline with the same --processes and --workers (this is process {me})"
@@ -196,6 +211,18 @@ pub fn read_hosts(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
         anyhow::ensure!(
             ok,
             "--hosts file {} line {}: '{line}' is not host:port",
+            path.display(),
+            i + 1
+        );
+        anyhow::ensure!(
+            !line.ends_with(":0"),
+            "--hosts file {} line {}: '{line}' has port 0; every process needs a fixed port",
+            path.display(),
+            i + 1
+        );
+        anyhow::ensure!(
+            !hosts.iter().any(|h| h == line),
+            "--hosts file {} line {}: '{line}' is listed twice; every process needs its own host:port",
             path.display(),
             i + 1
         );

@@ -497,15 +497,20 @@ pub async fn run_pipeline(
     }
 }
 
-/// Identifies a pipeline across the processes of a cluster: its tables and statements.
+/// Identifies a pipeline across the processes of a cluster: its statements and every
+/// table's connector, options (as validated config) and columns.
 fn fingerprint(plan: &PlannedPipeline) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for q in &plan.queries {
         q.id.hash(&mut h);
         q.text.hash(&mut h);
-        q.source.connection.name.hash(&mut h);
-        q.sink.connection.name.hash(&mut h);
+        for t in [&q.source, &q.sink] {
+            t.connection.name.hash(&mut h);
+            t.connection.connector.hash(&mut h);
+            t.connection.config.to_string().hash(&mut h);
+            format!("{:?}", t.connection.schema).hash(&mut h);
+        }
     }
     h.finish()
 }

@@ -60,6 +60,9 @@ pub(crate) struct Leader {
     stopping: Option<(Progress, Instant)>,
     /// Total received when it last changed, and when.
     last_received: (u64, Instant),
+    /// Every source reached the end of its input before every task had started: stop
+    /// as soon as they have (a bounded source can finish before a slow sink connects).
+    stop_once_started: Option<String>,
 }
 
 impl Leader {
@@ -95,6 +98,7 @@ impl Leader {
             statuses: BTreeMap::new(),
             stopping: None,
             last_received: (0, Instant::now()),
+            stop_once_started: None,
         }
     }
 
@@ -194,6 +198,11 @@ impl Leader {
                 subtask,
             } => {
                 self.started.insert((operator_id, subtask));
+                if self.all_started() {
+                    if let Some(why) = self.stop_once_started.take() {
+                        self.request_stop(&why)?;
+                    }
+                }
             }
             Report::Snapshot {
                 operator_id,
@@ -225,7 +234,12 @@ impl Leader {
                 if self.final_epoch.is_none()
                     && self.sources.iter().all(|k| self.end_of_input.contains(k))
                 {
-                    self.request_stop("every source reached the end of its input")?;
+                    let why = "every source reached the end of its input".to_string();
+                    if self.all_started() {
+                        self.request_stop(&why)?;
+                    } else {
+                        self.stop_once_started = Some(why);
+                    }
                 }
             }
             Report::Failed { process, error } => {

@@ -185,11 +185,14 @@ impl ProcessCoordinator {
                 },
                 c = decisions.recv() => match c {
                     Some(c) => self.on_decision(c),
-                    None => Err(anyhow!("the Timely workers stopped delivering the leader's decisions")),
+                    None => Err(self.why_closed(&mut events, "the leader's decisions").await),
                 },
-                r = recv_opt(&mut leader_reports) => match (r, self.leader.as_mut()) {
-                    (Some(r), Some(l)) => l.on_report(r),
-                    _ => Err(anyhow!("the Timely workers stopped delivering reports")),
+                r = recv_opt(&mut leader_reports) => match r {
+                    Some(r) => match self.leader.as_mut() {
+                        Some(l) => l.on_report(r),
+                        None => Ok(()),
+                    },
+                    None => Err(self.why_closed(&mut events, "reports").await),
                 },
             };
             if let Err(e) = step {
@@ -231,6 +234,18 @@ impl ProcessCoordinator {
             self.abort(&mut events).await;
         }
         outcome
+    }
+
+    /// A control channel closed because a Timely worker ended (usually a panic on a dead
+    /// peer's socket): report that failure, which arrives on `events` right after.
+    async fn why_closed(&mut self, events: &mut UnboundedReceiver<CoordEvent>, what: &str) -> anyhow::Error {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, events.recv()).await {
+            if let Err(e) = self.on_event(ev) {
+                return e;
+            }
+        }
+        anyhow!("the Timely workers stopped delivering {what}")
     }
 
     fn on_event(&mut self, ev: CoordEvent) -> anyhow::Result<()> {
@@ -307,11 +322,12 @@ impl ProcessCoordinator {
         match c {
             Control::Hello { restored_epoch } => {
                 if restored_epoch != self.summary.restored_epoch {
+                    let says = |e: Option<u64>| e.map_or("no checkpoint".to_string(), |e| format!("checkpoint {e}"));
                     return Err(anyhow!(
-                        "process {} restored checkpoint {:?} but process 0 restored {:?}: every process of a cluster must use the same --state-dir",
+                        "process {} restored {} but process 0 restored {}: every process of a cluster must use the same --state-dir",
                         self.process,
-                        self.summary.restored_epoch,
-                        restored_epoch
+                        says(self.summary.restored_epoch),
+                        says(restored_epoch)
                     ));
                 }
             }
