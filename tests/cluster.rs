@@ -26,7 +26,13 @@ fn hosts_file(dir: &Path, processes: usize) -> (PathBuf, Vec<String>) {
     (path, hosts)
 }
 
-fn spawn_process(w: &Workdir, hosts: &Path, processes: usize, process: usize, extra: &[&str]) -> Child {
+fn spawn_process(
+    w: &Workdir,
+    hosts: &Path,
+    processes: usize,
+    process: usize,
+    extra: &[&str],
+) -> Child {
     Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
         .arg("run")
         .arg(w.pipeline())
@@ -75,30 +81,49 @@ async fn two_processes_of_two_workers_agree_on_checkpoints_route_by_key_and_lose
     ];
     let p0 = spawn_process(&w, &hosts, 2, 0, &args);
     let p1 = spawn_process(&w, &hosts, 2, 1, &args);
-    let ((c0, out0, err0), (c1, out1, err1)) =
-        tokio::join!(finish(p0, LIMIT), finish(p1, LIMIT));
+    let ((c0, out0, err0), (c1, out1, err1)) = tokio::join!(finish(p0, LIMIT), finish(p1, LIMIT));
     assert_eq!(c0, 0, "process 0 stderr: {err0}");
     assert_eq!(c1, 0, "process 1 stderr: {err1}");
     // Both processes took part: each read, wrote and acknowledged, and each saw every
     // checkpoint commit (the leader decides; both count the same commits).
     for (name, out) in [("process 0", &out0), ("process 1", &out1)] {
-        assert!(summary_count(out, "messages read:") > 0, "{name} read nothing: {out}");
-        assert!(summary_count(out, "checkpoints completed:") >= 1, "{name}: {out}");
+        assert!(
+            summary_count(out, "messages read:") > 0,
+            "{name} read nothing: {out}"
+        );
+        assert!(
+            summary_count(out, "checkpoints completed:") >= 1,
+            "{name}: {out}"
+        );
     }
     assert_eq!(
         summary_count(&out0, "checkpoints completed:"),
         summary_count(&out1, "checkpoints completed:"),
         "every commit reaches every process: {out0} / {out1}"
     );
-    let acked = summary_count(&out0, "messages acknowledged:") + summary_count(&out1, "messages acknowledged:");
+    let acked = summary_count(&out0, "messages acknowledged:")
+        + summary_count(&out1, "messages acknowledged:");
     let read = summary_count(&out0, "messages read:") + summary_count(&out1, "messages read:");
-    assert!(acked >= 20_000, "acknowledged {acked} of 20000: {out0} / {out1}");
-    assert_eq!(acked, read, "every message read was acknowledged once: {out0} / {out1}");
+    assert!(
+        acked >= 20_000,
+        "acknowledged {acked} of 20000: {out0} / {out1}"
+    );
+    assert_eq!(
+        acked, read,
+        "every message read was acknowledged once: {out0} / {out1}"
+    );
     let got = sink_ids(&t.output_sub, Some(ids.len()), Duration::from_secs(10)).await;
     assert_eq!(missing(&ids, &got), 0, "every message reaches the sink");
     let left = redelivered(&t.input_sub, Duration::from_secs(12)).await;
-    assert!(left.is_empty(), "{} messages were redelivered after a clean run", left.len());
-    assert!(w.checkpoint_epoch().is_some(), "process 0 wrote the checkpoint");
+    assert!(
+        left.is_empty(),
+        "{} messages were redelivered after a clean run",
+        left.len()
+    );
+    assert!(
+        w.checkpoint_epoch().is_some(),
+        "process 0 wrote the checkpoint"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,7 +153,9 @@ async fn a_process_that_cannot_reach_its_peer_fails_naming_host_and_port() {
 }
 
 /// Lines of a child's stderr as they arrive, for tests that act on what it logs.
-fn collect_lines(stream: tokio::process::ChildStderr) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+fn collect_lines(
+    stream: tokio::process::ChildStderr,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
     use tokio::io::AsyncBufReadExt;
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = lines.clone();
@@ -162,7 +189,10 @@ fn strip_ansi(s: &str) -> String {
 /// The number right after `label` in `line`.
 fn number_after(line: &str, label: &str) -> Option<u64> {
     let rest = line.split(label).nth(1)?;
-    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,7 +217,14 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
         .arg(w.pipeline())
         .arg("--state-dir")
         .arg(&state_url)
-        .args(["--processes", "2", "--workers", "1", "--checkpoint-interval", "1s"])
+        .args([
+            "--processes",
+            "2",
+            "--workers",
+            "1",
+            "--checkpoint-interval",
+            "1s",
+        ])
         // Longer than the 10 s lease extension after which the killed process's messages
         // come back.
         .args(["--stop-when-idle", "15s"])
@@ -207,9 +244,11 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
             .find(|l| l.starts_with("[p1]") && l.contains("process 1 of 2 (pid"))
             .and_then(|l| number_after(l, "(pid "))
     };
-    wait_until("process 1 to start and two checkpoints to complete", LIMIT, || {
-        pid_of_1().is_some() && latest_epoch().unwrap_or(0) >= 2
-    })
+    wait_until(
+        "process 1 to start and two checkpoints to complete",
+        LIMIT,
+        || pid_of_1().is_some() && latest_epoch().unwrap_or(0) >= 2,
+    )
     .await;
     let pid = pid_of_1().unwrap();
     assert!(std::process::Command::new("kill")
@@ -255,7 +294,11 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
         "process 0 noticed the dead peer: {stderr}"
     );
     let got = sink_ids(&t.output_sub, None, Duration::from_secs(10)).await;
-    assert_eq!(missing(&ids, &got), 0, "no message may be lost across the crash");
+    assert_eq!(
+        missing(&ids, &got),
+        0,
+        "no message may be lost across the crash"
+    );
 }
 
 /// Bids -> blackhole with `event-count` events (no emulator needed).
@@ -278,7 +321,10 @@ async fn processes_whose_pipelines_differ_only_in_options_are_refused_before_any
     let ((c0, out0, err0), (c1, out1, err1)) = tokio::join!(finish(p0, LIMIT), finish(p1, LIMIT));
     assert_ne!(c0, 0, "{out0}");
     assert_ne!(c1, 0, "{out1}");
-    assert!(err0.contains("different pipeline") && err0.contains("WITH options"), "{err0}");
+    assert!(
+        err0.contains("different pipeline") && err0.contains("WITH options"),
+        "{err0}"
+    );
     assert!(err1.contains("refused this process"), "{err1}");
     // Refused at connect: neither process started reading.
     for out in [&out0, &out1] {

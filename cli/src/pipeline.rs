@@ -108,7 +108,10 @@ fn cluster_config(args: &RunArgs) -> anyhow::Result<Option<ClusterConfig>> {
         args.pipeline.display()
     );
     let Some(path) = &args.hosts else {
-        anyhow::bail!("--processes {} needs --hosts FILE (one host:port per process)", args.processes);
+        anyhow::bail!(
+            "--processes {} needs --hosts FILE (one host:port per process)",
+            args.processes
+        );
     };
     let hosts = read_hosts(path)?;
     anyhow::ensure!(

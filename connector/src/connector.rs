@@ -86,7 +86,10 @@ impl pubsub_engine::Connector for PubSubConnector {
         if matches!(table, PubSubTable::Sink(_)) {
             // Only the ordering key is writable (issue 6; attributes follow in issue 8).
             let mut keys = schema.fields.iter().filter(|f| f.metadata_key.is_some());
-            if let Some(f) = keys.clone().find(|f| f.metadata_key.as_deref() != Some(ORDERING_KEY)) {
+            if let Some(f) = keys
+                .clone()
+                .find(|f| f.metadata_key.as_deref() != Some(ORDERING_KEY))
+            {
                 anyhow::bail!(
                     "column '{}': METADATA FROM '{}' is only readable in a source table; a sink table can write only 'ordering-key'",
                     f.name,

@@ -152,7 +152,10 @@ impl ArrowOperator for PubSubSink {
                 .expect("publisher is built in on_start");
             let mut message = Message::new().set_data(payload);
             // NULL or empty: no ordering key.
-            if let Some(k) = keys.as_ref().filter(|k| k.is_valid(row) && !k.value(row).is_empty()) {
+            if let Some(k) = keys
+                .as_ref()
+                .filter(|k| k.is_valid(row) && !k.value(row).is_empty())
+            {
                 message = message.set_ordering_key(k.value(row));
             }
             self.in_flight.push(publisher.publish(message));

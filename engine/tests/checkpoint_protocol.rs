@@ -243,7 +243,9 @@ impl ArrowOperator for MemSink {
         {
             let mut w = self.log.writers.lock().unwrap();
             for k in keys.iter().flatten() {
-                w.entry(k.to_string()).or_default().insert(ctx.task_info.task_index);
+                w.entry(k.to_string())
+                    .or_default()
+                    .insert(ctx.task_info.task_index);
             }
         }
         let col = batch
@@ -366,10 +368,16 @@ struct CheckpointStoreProbe;
 
 impl CheckpointStoreProbe {
     async fn epoch(dir: &std::path::Path) -> u64 {
-        let store = pubsub_engine::runtime::CheckpointStore::open(&dir.display().to_string(), false)
+        let store =
+            pubsub_engine::runtime::CheckpointStore::open(&dir.display().to_string(), false)
+                .await
+                .unwrap();
+        store
+            .load()
             .await
-            .unwrap();
-        store.load().await.unwrap().expect("a completed checkpoint").epoch
+            .unwrap()
+            .expect("a completed checkpoint")
+            .epoch
     }
 }
 
@@ -614,15 +622,30 @@ async fn rows_with_one_key_are_written_by_one_sink_subtask() {
     };
     let summary = run_pipeline(p, cfg, StopHandle::new()).await.unwrap();
     let l = log("route");
-    assert!(l.violations.lock().unwrap().is_empty(), "{:?}", l.violations.lock().unwrap());
+    assert!(
+        l.violations.lock().unwrap().is_empty(),
+        "{:?}",
+        l.violations.lock().unwrap()
+    );
     assert_eq!(summary.messages_acked, 4 * 700);
-    assert_eq!(l.durable.lock().unwrap().len(), 4 * 700, "every row is durable");
+    assert_eq!(
+        l.durable.lock().unwrap().len(),
+        4 * 700,
+        "every row is durable"
+    );
     let writers = l.writers.lock().unwrap();
     assert_eq!(writers.len(), 7, "{writers:?}");
     for (k, subtasks) in writers.iter() {
-        assert_eq!(subtasks.len(), 1, "key {k} was written by subtasks {subtasks:?}");
+        assert_eq!(
+            subtasks.len(),
+            1,
+            "key {k} was written by subtasks {subtasks:?}"
+        );
     }
     // Every source subtask read every key: the keys moved between workers.
     let used: HashSet<usize> = writers.values().flatten().copied().collect();
-    assert!(used.len() > 1, "all keys landed on one subtask: {writers:?}");
+    assert!(
+        used.len() > 1,
+        "all keys landed on one subtask: {writers:?}"
+    );
 }

@@ -42,13 +42,20 @@ pub(crate) fn connect(
 ) -> anyhow::Result<(Vec<AllocatorBuilder>, Box<dyn std::any::Any + Send>)> {
     let me = cfg.process;
     let n = cfg.hosts.len();
-    anyhow::ensure!(n == shape.processes, "--hosts lists {n} addresses but --processes is {}", shape.processes);
-    anyhow::ensure!(me < n, "--process {me} is out of range: the cluster has {n} processes (0..{})", n - 1);
+    anyhow::ensure!(
+        n == shape.processes,
+        "--hosts lists {n} addresses but --processes is {}",
+        shape.processes
+    );
+    anyhow::ensure!(
+        me < n,
+        "--process {me} is out of range: the cluster has {n} processes (0..{})",
+        n - 1
+    );
     let deadline = Instant::now() + cfg.connect_timeout;
     let own = &cfg.hosts[me];
-    let listener = TcpListener::bind(own.as_str()).with_context(|| {
-        format!("process {me} cannot listen on {own} (its line in --hosts)")
-    })?;
+    let listener = TcpListener::bind(own.as_str())
+        .with_context(|| format!("process {me} cannot listen on {own} (its line in --hosts)"))?;
     listener.set_nonblocking(true)?;
 
     let mut sockets: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
@@ -85,9 +92,13 @@ pub(crate) fn connect(
                         stream.set_nodelay(true)?;
                         sockets[peer] = Some(stream);
                     }
-                    Ok(peer) => tracing::warn!(%from, peer, "ignoring an unexpected or repeated connection"),
+                    Ok(peer) => {
+                        tracing::warn!(%from, peer, "ignoring an unexpected or repeated connection")
+                    }
                     Err(e) if e.downcast_ref::<Mismatch>().is_some() => return Err(e),
-                    Err(e) => tracing::warn!(%from, "ignoring a connection that did not greet: {e:#}"),
+                    Err(e) => {
+                        tracing::warn!(%from, "ignoring a connection that did not greet: {e:#}")
+                    }
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -100,7 +111,9 @@ pub(crate) fn connect(
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => return Err(e).with_context(|| format!("process {me} cannot accept on {own}")),
+            Err(e) => {
+                return Err(e).with_context(|| format!("process {me} cannot accept on {own}"))
+            }
         }
     }
     let hooks = Hooks::default();
@@ -167,7 +180,12 @@ impl std::fmt::Display for Mismatch {
 
 impl std::error::Error for Mismatch {}
 
-fn read_hello(stream: &mut TcpStream, me: usize, shape: Shape, from: SocketAddr) -> anyhow::Result<usize> {
+fn read_hello(
+    stream: &mut TcpStream,
+    me: usize,
+    shape: Shape,
+    from: SocketAddr,
+) -> anyhow::Result<usize> {
     let mut buf = [0u8; HELLO_LEN];
     stream.read_exact(&mut buf)?;
     let word = |i: usize| u64::from_be_bytes(buf[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
@@ -180,11 +198,18 @@ fn read_hello(stream: &mut TcpStream, me: usize, shape: Shape, from: SocketAddr)
     };
     if theirs != shape {
         let what = if theirs.processes != shape.processes {
-            format!("--processes {} (this process: {})", theirs.processes, shape.processes)
+            format!(
+                "--processes {} (this process: {})",
+                theirs.processes, shape.processes
+            )
         } else if theirs.workers != shape.workers {
-            format!("--workers {} (this process: {})", theirs.workers, shape.workers)
+            format!(
+                "--workers {} (this process: {})",
+                theirs.workers, shape.workers
+            )
         } else {
-            "a different pipeline (its statements, tables, columns or WITH options differ)".to_string()
+            "a different pipeline (its statements, tables, columns or WITH options differ)"
+                .to_string()
         };
         return Err(Mismatch(format!(
             "process {peer} (from {from}) runs with {what}: every process of a cluster must run the same pipeline with the same --processes and --workers (this is process {me})"

@@ -46,7 +46,12 @@ impl Control {
 }
 
 /// Rebuilds the barrier a `Control::Checkpoint` carries.
-pub(crate) fn barrier(epoch: u64, min_epoch: u64, timestamp_ms: u64, then_stop: bool) -> CheckpointBarrier {
+pub(crate) fn barrier(
+    epoch: u64,
+    min_epoch: u64,
+    timestamp_ms: u64,
+    then_stop: bool,
+) -> CheckpointBarrier {
     CheckpointBarrier {
         epoch,
         min_epoch,
@@ -58,7 +63,10 @@ pub(crate) fn barrier(epoch: u64, min_epoch: u64, timestamp_ms: u64, then_stop: 
 /// From a process to the leader. Subtask indexes are global (`process * workers + i`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) enum Report {
-    Started { operator_id: String, subtask: usize },
+    Started {
+        operator_id: String,
+        subtask: usize,
+    },
     /// A source subtask closed `epoch`; `state` is its operator state as JSON text
     /// (Timely's bincode cannot carry `serde_json::Value`).
     Snapshot {
@@ -67,12 +75,23 @@ pub(crate) enum Report {
         epoch: u64,
         state: String,
     },
-    Finished { operator_id: String, subtask: usize },
-    EndOfInput { operator_id: String, subtask: usize },
+    Finished {
+        operator_id: String,
+        subtask: usize,
+    },
+    EndOfInput {
+        operator_id: String,
+        subtask: usize,
+    },
     /// Something failed in `process`; the job must stop everywhere.
-    Failed { process: usize, error: String },
+    Failed {
+        process: usize,
+        error: String,
+    },
     /// `process` got SIGINT/SIGTERM (or was asked to stop).
-    StopRequested { process: usize },
+    StopRequested {
+        process: usize,
+    },
     /// For `--stop-when-idle`: messages received so far in `process`, and whether every
     /// source subtask there has started and can pull.
     Status {

@@ -283,7 +283,9 @@ pub async fn run_pipeline(
                 g,
                 &shared,
             );
-            local.task_aborts.insert((src_id.clone(), g), t.abort_handle());
+            local
+                .task_aborts
+                .insert((src_id.clone(), g), t.abort_handle());
             tasks.push(t);
             plumbing.sources.push(SourcePlumbing {
                 id: src_id,
@@ -332,7 +334,9 @@ pub async fn run_pipeline(
                 g,
                 &shared,
             );
-            local.task_aborts.insert((sink_id.clone(), g), t.abort_handle());
+            local
+                .task_aborts
+                .insert((sink_id.clone(), g), t.abort_handle());
             tasks.push(t);
             plumbing.sinks.push(SinkPlumbing {
                 id: sink_id,

@@ -141,9 +141,10 @@ pub(crate) fn run_worker(
                 });
             });
         let (report_in, reports_stream) = scope.new_input::<Report>();
-        reports_stream
-            .exchange(|_: &Report| 0u64)
-            .sink(Pipeline, "control-reports", move |(input, _)| {
+        reports_stream.exchange(|_: &Report| 0u64).sink(
+            Pipeline,
+            "control-reports",
+            move |(input, _)| {
                 input.for_each(|_, data| {
                     for r in data.drain(..) {
                         if let Some(tx) = &to_leader {
@@ -151,7 +152,8 @@ pub(crate) fn run_worker(
                         }
                     }
                 });
-            });
+            },
+        );
         (Some(decision_in), Some(report_in))
     });
     // Inputs this worker never feeds are closed at once.
@@ -218,9 +220,13 @@ pub(crate) fn run_worker(
                                     if failed {
                                         continue;
                                     }
-                                    let parts = query.project(&rows.batch).and_then(|batch| match query.route_by {
-                                        Some(col) => split_by_key(&batch, col, peers, index as u64),
-                                        None => Ok(vec![(index as u64, batch)]),
+                                    let parts = query.project(&rows.batch).and_then(|batch| {
+                                        match query.route_by {
+                                            Some(col) => {
+                                                split_by_key(&batch, col, peers, index as u64)
+                                            }
+                                            None => Ok(vec![(index as u64, batch)]),
+                                        }
                                     });
                                     match parts {
                                         Ok(parts) => {
@@ -338,40 +344,44 @@ fn sink_operator<'scope, P>(
         ..
     } = sink;
     let worker_ref = rows.scope().worker();
-    rows.unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(pact, &id, move |_cap, info| {
-        *sink_activator.lock().expect("activator lock") =
-            Some(worker_ref.sync_activator_for(info.address.to_vec()));
-        let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
-        let mut requested: BTreeSet<u64> = BTreeSet::new();
-        move |(input, frontier), _output| {
-            input.for_each(|cap, data| {
-                let Some(&t) = cap.least() else { return };
-                if !held.contains_key(&t) {
-                    if let Some(c) = cap.retain_least(0) {
-                        held.insert(t, c);
+    rows.unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(
+        pact,
+        &id,
+        move |_cap, info| {
+            *sink_activator.lock().expect("activator lock") =
+                Some(worker_ref.sync_activator_for(info.address.to_vec()));
+            let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
+            let mut requested: BTreeSet<u64> = BTreeSet::new();
+            move |(input, frontier), _output| {
+                input.for_each(|cap, data| {
+                    let Some(&t) = cap.least() else { return };
+                    if !held.contains_key(&t) {
+                        if let Some(c) = cap.retain_least(0) {
+                            held.insert(t, c);
+                        }
+                    }
+                    for r in data.drain(..) {
+                        let _ = sink_tx.send(SinkEvent::Batch(r.rows));
+                    }
+                });
+                // Every row of epoch e has arrived once the frontier passed e.
+                for &e in held.keys() {
+                    if !frontier.less_equal(&e) && requested.insert(e) {
+                        let barrier = CheckpointBarrier {
+                            epoch: e,
+                            min_epoch: e,
+                            timestamp: SystemTime::now(),
+                            then_stop: false,
+                        };
+                        let _ = sink_tx.send(SinkEvent::Checkpoint(barrier));
                     }
                 }
-                for r in data.drain(..) {
-                    let _ = sink_tx.send(SinkEvent::Batch(r.rows));
-                }
-            });
-            // Every row of epoch e has arrived once the frontier passed e.
-            for &e in held.keys() {
-                if !frontier.less_equal(&e) && requested.insert(e) {
-                    let barrier = CheckpointBarrier {
-                        epoch: e,
-                        min_epoch: e,
-                        timestamp: SystemTime::now(),
-                        then_stop: false,
-                    };
-                    let _ = sink_tx.send(SinkEvent::Checkpoint(barrier));
+                while let Ok(done) = sink_done_rx.try_recv() {
+                    held.retain(|e, _| *e > done);
+                    requested.retain(|e| *e > done);
                 }
             }
-            while let Ok(done) = sink_done_rx.try_recv() {
-                held.retain(|e, _| *e > done);
-                requested.retain(|e| *e > done);
-            }
-        }
-    })
+        },
+    )
     .probe_with(probe);
 }

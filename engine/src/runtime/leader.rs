@@ -146,7 +146,10 @@ impl Leader {
         if self.pending.len() < 2 {
             self.trigger(false);
         } else {
-            tracing::debug!("checkpoint skipped: {} still in progress", self.pending.len());
+            tracing::debug!(
+                "checkpoint skipped: {} still in progress",
+                self.pending.len()
+            );
         }
     }
 
@@ -179,7 +182,8 @@ impl Leader {
             then_stop,
         };
         tracing::debug!(epoch, then_stop, "checkpoint triggered");
-        self.pending.insert(epoch, (Instant::now(), BTreeMap::new()));
+        self.pending
+            .insert(epoch, (Instant::now(), BTreeMap::new()));
         if then_stop {
             self.final_epoch = Some(epoch);
         }
@@ -323,8 +327,14 @@ impl Leader {
                     "graceful stop made no progress for {:?}: {}",
                     self.config.shutdown_timeout,
                     match waiting {
-                        Some(e) => format!("final checkpoint {epoch} is still waiting for {}", self.waiting_for(e)),
-                        None => format!("final checkpoint {epoch} committed, still waiting for {} to end", self.unended()),
+                        Some(e) => format!(
+                            "final checkpoint {epoch} is still waiting for {}",
+                            self.waiting_for(e)
+                        ),
+                        None => format!(
+                            "final checkpoint {epoch} committed, still waiting for {} to end",
+                            self.unended()
+                        ),
                     }
                 ));
             }

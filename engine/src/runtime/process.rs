@@ -238,7 +238,11 @@ impl ProcessCoordinator {
 
     /// A control channel closed because a Timely worker ended (usually a panic on a dead
     /// peer's socket): report that failure, which arrives on `events` right after.
-    async fn why_closed(&mut self, events: &mut UnboundedReceiver<CoordEvent>, what: &str) -> anyhow::Error {
+    async fn why_closed(
+        &mut self,
+        events: &mut UnboundedReceiver<CoordEvent>,
+        what: &str,
+    ) -> anyhow::Error {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
         while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, events.recv()).await {
             if let Err(e) = self.on_event(ev) {
@@ -287,7 +291,9 @@ impl ProcessCoordinator {
                 self.ended.insert((operator_id.clone(), subtask));
                 // Timely's network threads panic when a peer's socket closes; the
                 // workers then find their queues poisoned.
-                if error.contains("timely communication error") || error.contains("MergeQueue poisoned") {
+                if error.contains("timely communication error")
+                    || error.contains("MergeQueue poisoned")
+                {
                     return Err(anyhow!(
                         "lost the connection to another process of the cluster (it failed or was killed): {error}; nothing more is acknowledged"
                     ));
@@ -322,7 +328,9 @@ impl ProcessCoordinator {
         match c {
             Control::Hello { restored_epoch } => {
                 if restored_epoch != self.summary.restored_epoch {
-                    let says = |e: Option<u64>| e.map_or("no checkpoint".to_string(), |e| format!("checkpoint {e}"));
+                    let says = |e: Option<u64>| {
+                        e.map_or("no checkpoint".to_string(), |e| format!("checkpoint {e}"))
+                    };
                     return Err(anyhow!(
                         "process {} restored {} but process 0 restored {}: every process of a cluster must use the same --state-dir",
                         self.process,

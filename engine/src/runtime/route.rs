@@ -81,7 +81,8 @@ impl Serialize for Routed {
         let batch = &self.rows.batch;
         let mut ipc = Vec::new();
         {
-            let mut w = StreamWriter::try_new(&mut ipc, &batch.schema()).map_err(S::Error::custom)?;
+            let mut w =
+                StreamWriter::try_new(&mut ipc, &batch.schema()).map_err(S::Error::custom)?;
             w.write(batch).map_err(S::Error::custom)?;
             w.finish().map_err(S::Error::custom)?;
         }
@@ -97,8 +98,8 @@ impl<'de> Deserialize<'de> for Routed {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         let wire = Wire::deserialize(deserializer)?;
-        let mut reader =
-            StreamReader::try_new(std::io::Cursor::new(wire.ipc), None).map_err(D::Error::custom)?;
+        let mut reader = StreamReader::try_new(std::io::Cursor::new(wire.ipc), None)
+            .map_err(D::Error::custom)?;
         let batch = reader
             .next()
             .ok_or_else(|| D::Error::custom("an empty Arrow IPC stream"))?
@@ -194,7 +195,13 @@ mod tests {
                 assert!(prev.is_none_or(|p| p == *t), "key {} split", ks.value(r));
             }
         }
-        assert!(target_of.values().collect::<std::collections::HashSet<_>>().len() > 1);
+        assert!(
+            target_of
+                .values()
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                > 1
+        );
     }
 
     #[test]
