@@ -23,7 +23,7 @@ fn emulator(
             format!("http://{endpoint}"),
             google_cloud_auth::credentials::anonymous::Builder::new().build(),
         )),
-        Authentication::ApplicationDefault => None,
+        Authentication::ApplicationDefault | Authentication::ServiceAccountKeyFile { .. } => None,
     }
 }
 

@@ -35,7 +35,9 @@ pub fn bounded<R: RequestOptionsBuilder>(r: R) -> R {
 pub fn endpoint(profile: &PubSubProfile) -> String {
     match &profile.authentication {
         Authentication::Emulator { endpoint } => format!("emulator endpoint {endpoint}"),
-        Authentication::ApplicationDefault => "https://pubsub.googleapis.com".to_string(),
+        Authentication::ApplicationDefault | Authentication::ServiceAccountKeyFile { .. } => {
+            "https://pubsub.googleapis.com".to_string()
+        }
     }
 }
 
@@ -143,6 +145,9 @@ pub fn client_build_error(profile: &PubSubProfile, e: impl std::fmt::Display) ->
         Authentication::Emulator { endpoint } => {
             anyhow::anyhow!("cannot create a Pub/Sub client for emulator endpoint {endpoint}: {e}")
         }
+        Authentication::ServiceAccountKeyFile { .. } => anyhow::anyhow!(
+            "cannot create a Pub/Sub client from option 'service-account-key-file'"
+        ),
     }
 }
 

@@ -11,6 +11,18 @@ pub enum Authentication {
     /// Application default credentials (environment, gcloud, metadata server).
     #[schemars(title = "Application default credentials")]
     ApplicationDefault,
+    /// A service account key file (JSON), read where the connector runs. Its path and
+    /// contents never appear in an error, log line or reply (SPEC 5.3, 10).
+    #[schemars(title = "Service account key file")]
+    ServiceAccountKeyFile {
+        /// Path of the key file on the machine that runs the job.
+        #[schemars(
+            title = "Key file path",
+            example = "/etc/pubsub/key.json",
+            extend("writeOnly" = true, "x-sensitive" = true)
+        )]
+        path: String,
+    },
     /// A local Pub/Sub emulator over plaintext, without credentials.
     #[schemars(title = "Emulator")]
     Emulator {
