@@ -38,15 +38,21 @@ pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
         };
         match table {
             PubSubTable::Source(s) => {
-                let topic = topic_for_subscription(&s.subscription);
-                admin::create_topic(&profile, topic).await?;
-                admin::create_subscription(&profile, &s.subscription, topic, 60).await?;
-                lines.push(format!(
-                    "table '{}': subscription projects/{p}/subscriptions/{} on topic projects/{p}/topics/{topic} (publish there to feed it)",
-                    t.connection.name,
-                    s.subscription,
-                    p = profile.project
-                ));
+                for sub in &s.subscriptions {
+                    // A subscription with create options is created by the job itself.
+                    if sub.create.is_some() {
+                        continue;
+                    }
+                    let topic = topic_for_subscription(&sub.id);
+                    admin::create_topic(&profile, topic).await?;
+                    admin::create_subscription(&profile, &sub.id, topic, 60).await?;
+                    lines.push(format!(
+                        "table '{}': subscription projects/{p}/subscriptions/{} on topic projects/{p}/topics/{topic} (publish there to feed it)",
+                        t.connection.name,
+                        sub.id,
+                        p = profile.project
+                    ));
+                }
             }
             PubSubTable::Sink(s) => {
                 admin::create_topic(&profile, &s.topic).await?;

@@ -1,37 +1,67 @@
 //! `Connector` implementation: SQL options -> typed configs -> operators.
 
+use pubsub_engine::OptionError;
 use pubsub_engine::{
     Connection, ConnectionSchema, ConnectionType, ConnectorMetadata, ConnectorOptions,
     ConstructedOperator, FieldType, Format, MetadataDef, OperatorConfig,
 };
 use pubsub_schema::{PubSubProfile, PubSubTable};
-use pubsub_table_options::{profile_from_options, table_from_options, KNOWN_OPTIONS};
+use pubsub_table_options::{profile_from_options, sql_key, table_from_options, KNOWN_OPTIONS};
 
+use crate::build_error::BuildError;
 use crate::sink::PubSubSink;
-use crate::source::PubSubSource;
+use crate::source::{PubSubSource, SourceReader};
 
-/// Source metadata keys (`col TYPE METADATA FROM 'key'`), SPEC 5.1. `attributes` is the
-/// attribute map as canonical JSON text (keys sorted), declared TEXT or JSON.
+/// A builder's rejection, renamed to the SQL key the user wrote (SPEC 8).
+pub fn sql_error(e: BuildError) -> OptionError {
+    OptionError::Invalid {
+        key: sql_key(e.option).to_string(),
+        value: e.value.clone(),
+        reason: e.reason_with(|o| sql_key(o).to_string()),
+    }
+}
+
+/// Metadata key: the message id (TEXT).
+pub const MESSAGE_ID: &str = "message-id";
+/// Metadata key: the publish time (TIMESTAMP).
+pub const PUBLISH_TIME: &str = "publish-time";
+/// Metadata key: the attribute map as canonical JSON text, keys sorted (TEXT or JSON).
+pub const ATTRIBUTES: &str = "attributes";
 /// The metadata key of a message's ordering key: readable in a source table (NULL when
 /// the message has none), writable in a sink table (NULL or empty: no key).
 pub const ORDERING_KEY: &str = "ordering-key";
+/// Metadata key: the full name of the subscription the message was read from (TEXT).
+pub const SUBSCRIPTION: &str = "subscription";
+/// Metadata key: Pub/Sub's delivery attempt count (BIGINT); NULL when the subscription has
+/// no dead-letter policy (Pub/Sub counts only then).
+pub const DELIVERY_ATTEMPT: &str = "delivery-attempt";
 
+/// Source metadata keys (`col TYPE METADATA FROM 'key'`), SPEC 5.1. Unknown keys and
+/// wrong types are rejected at plan time, naming the column and the key.
 pub const METADATA_DEFS: &[MetadataDef] = &[
     MetadataDef {
-        name: "message-id",
+        name: MESSAGE_ID,
         field_types: &[FieldType::Text],
     },
     MetadataDef {
-        name: "publish-time",
+        name: PUBLISH_TIME,
         field_types: &[FieldType::Timestamp],
     },
     MetadataDef {
-        name: "attributes",
+        name: ATTRIBUTES,
         field_types: &[FieldType::Text, FieldType::Json],
     },
     MetadataDef {
-        name: "ordering-key",
+        name: ORDERING_KEY,
         field_types: &[FieldType::Text],
+    },
+    MetadataDef {
+        name: SUBSCRIPTION,
+        field_types: &[FieldType::Text],
+    },
+    MetadataDef {
+        name: DELIVERY_ATTEMPT,
+        field_types: &[FieldType::Bigint],
     },
 ];
 
@@ -82,7 +112,12 @@ impl pubsub_engine::Connector for PubSubConnector {
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection> {
         let profile = profile_from_options(options)?;
-        let table = table_from_options(options)?;
+        let mut table = table_from_options(options)?;
+        if let PubSubTable::Source(config) = table {
+            // Every rule lives in the builder; its rejection names the SQL key.
+            let source = PubSubSource::from_config(profile.clone(), config).map_err(sql_error)?;
+            table = PubSubTable::Source(source.into_parts().1);
+        }
         if matches!(table, PubSubTable::Sink(_)) {
             // Only the ordering key is writable (issue 6; attributes follow in issue 8).
             let mut keys = schema.fields.iter().filter(|f| f.metadata_key.is_some());
@@ -145,7 +180,7 @@ impl pubsub_engine::Connector for PubSubConnector {
         match table {
             PubSubTable::Source(s) => Some(format!(
                 "subscription {}",
-                crate::client::subscription_path(&profile.project, &s.subscription)
+                crate::client::subscription_path(&profile.project, &s.subscriptions[0].id)
             )),
             PubSubTable::Sink(_) => None,
         }
@@ -159,11 +194,74 @@ impl pubsub_engine::Connector for PubSubConnector {
     ) -> anyhow::Result<ConstructedOperator> {
         Ok(match table {
             PubSubTable::Source(s) => {
-                ConstructedOperator::Source(Box::new(PubSubSource::new(profile, s, config)))
+                ConstructedOperator::Source(Box::new(SourceReader::new(profile, s, config)?))
             }
             PubSubTable::Sink(s) => {
                 ConstructedOperator::Operator(Box::new(PubSubSink::new(profile, s, config)))
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pubsub_engine::ConnectorOptions;
+
+    fn source_error(pairs: &[(&str, &str)]) -> String {
+        let mut o =
+            ConnectorOptions::new(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let profile = profile_from_options(&mut o).unwrap();
+        let PubSubTable::Source(config) = table_from_options(&mut o).unwrap() else {
+            panic!("source expected")
+        };
+        sql_error(PubSubSource::from_config(profile, config).unwrap_err()).to_string()
+    }
+
+    #[test]
+    fn builder_rejections_name_the_sql_key_and_value() {
+        let base = [("project", "p"), ("subscription", "s")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            source_error(&v)
+        };
+        assert_eq!(
+            with(&[("scan.parallel-pull-count", "0")]),
+            "option 'scan.parallel-pull-count' is invalid: must be positive, was '0'"
+        );
+        assert_eq!(
+            with(&[("scan.parallel-pull-count", "2"), ("scan.ordering-mode", "per-key")]),
+            "option 'scan.parallel-pull-count' is invalid: must be 1 with 'scan.ordering-mode' 'per-key': several streams of one subscription deliver a key's messages out of order, was '2'"
+        );
+        assert_eq!(
+            with(&[
+                ("scan.ack.min-duration-per-extension", "30s"),
+                ("scan.ack.max-duration-per-extension", "20s")
+            ]),
+            "option 'scan.ack.min-duration-per-extension' is invalid: must be less than 'scan.ack.max-duration-per-extension' (20s), was '30s'"
+        );
+        assert!(
+            with(&[("scan.shutdown-timeout", "0s")]).starts_with("option 'scan.shutdown-timeout'")
+        );
+        assert!(with(&[
+            ("scan.auto-create.topics", "s:t"),
+            ("scan.auto-create.dead-letter.topic", "d"),
+            ("scan.auto-create.dead-letter.max-delivery-attempts", "3")
+        ])
+        .starts_with("option 'scan.auto-create.dead-letter.max-delivery-attempts' is invalid: must be between 5 and 100 (Pub/Sub's range), was '3'"));
+        assert!(with(&[
+            ("scan.auto-create.topics", "s:t"),
+            ("scan.auto-create.ack-deadline", "5s")
+        ])
+        .starts_with("option 'scan.auto-create.ack-deadline'"));
+        assert!(with(&[
+            ("scan.startup.mode", "timestamp"),
+            ("scan.startup.timestamp-millis", "-1")
+        ])
+        .starts_with("option 'scan.startup.timestamp-millis'"));
+        assert!(source_error(&[("project", "p"), ("subscription", "a/b")])
+            .starts_with("option 'subscription' is invalid"));
+        assert!(source_error(&[("project", "p"), ("subscription", "a;a")]).contains("listed twice"));
     }
 }

@@ -145,9 +145,9 @@ pub fn client_build_error(profile: &PubSubProfile, e: impl std::fmt::Display) ->
         Authentication::Emulator { endpoint } => {
             anyhow::anyhow!("cannot create a Pub/Sub client for emulator endpoint {endpoint}: {e}")
         }
-        Authentication::ServiceAccountKeyFile { .. } => anyhow::anyhow!(
-            "cannot create a Pub/Sub client from option 'service-account-key-file'"
-        ),
+        Authentication::ServiceAccountKeyFile { .. } => {
+            anyhow::anyhow!("cannot create a Pub/Sub client from option 'service-account-key-file'")
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! rows and awaits every publish at each checkpoint (SPEC 6).
 
 pub mod admin;
+pub mod build_error;
 pub mod client;
 mod connector;
 pub mod diagnose;
@@ -11,4 +12,4 @@ pub mod emulator_proxy;
 pub mod sink;
 pub mod source;
 
-pub use connector::{PubSubConnector, METADATA_DEFS};
+pub use connector::{sql_error, PubSubConnector, METADATA_DEFS};

@@ -32,6 +32,25 @@ pub enum Authentication {
     },
 }
 
+impl Default for Authentication {
+    fn default() -> Self {
+        Authentication::ApplicationDefault
+    }
+}
+
+/// Checks an emulator endpoint: `host:port`, port 1..65535, a host without `/` or spaces
+/// (SPEC 5.3). The error is the reason, for the caller to name its option.
+pub fn check_endpoint(v: &str) -> Result<(), &'static str> {
+    let (host, port) = v.rsplit_once(':').ok_or("must be host:port")?;
+    if host.is_empty() || host.contains('/') || host.chars().any(char::is_whitespace) {
+        return Err("must be host:port with a host name or address");
+    }
+    match port.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) => Ok(()),
+        _ => Err("port must be 1..65535"),
+    }
+}
+
 /// A Pub/Sub connection profile: project and authentication.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "Pub/Sub connection profile")]
@@ -43,41 +62,258 @@ pub struct PubSubProfile {
     pub authentication: Authentication,
 }
 
-/// Source options (SPEC 5.3). Durations are milliseconds, sizes bytes.
+/// Source table config (SPEC 5). Durations are milliseconds, sizes bytes. Every field
+/// maps 1:1 onto a setter of the connector's `PubSubSource` / `PubSubSubscriberOptions` /
+/// `SubscriptionCreateOptions` builders, whose `build()` holds the rules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(title = "Pub/Sub source")]
 pub struct SourceConfig {
-    /// Subscription id (not the full resource name) to read.
-    #[schemars(title = "Subscription", example = "bids-sub", extend("format" = "autocomplete"))]
-    pub subscription: String,
-    /// Messages held unacknowledged per subtask (everything received since the last
-    /// completed checkpoint); reading pauses at the limit. Size it >= peak msg/s x
-    /// checkpoint interval. Unset (the default): sized at start from the checkpoint
-    /// interval and the parallel pull count so the source does not throttle
-    /// (10,000 msg/s per stream x 2.5 checkpoint intervals, at least 1000; 250,000 per
-    /// stream at a 10 s interval). A held message costs ~540 bytes of memory besides its
-    /// payload (measured); the bytes limit stays the memory bound.
-    #[schemars(title = "Max outstanding messages", range(min = 1))]
-    pub max_outstanding_messages: Option<u64>,
-    /// Payload bytes held unacknowledged per subtask; reading pauses at the limit.
-    #[schemars(title = "Max outstanding bytes", range(min = 1))]
-    pub max_outstanding_bytes: u64,
-    /// StreamingPull streams per subtask.
-    #[schemars(title = "Parallel pull count", range(min = 1))]
-    pub parallel_pull_count: u32,
-    /// How long the client keeps extending the lease of a held message (ms). Must exceed
-    /// the checkpoint interval.
-    #[schemars(title = "Max ack extension period (ms)")]
-    pub max_ack_extension_period_ms: u64,
-    /// Length of each lease extension, and the stream's ack deadline (ms, 10 s..600 s);
-    /// unset: the client's default (60 s). Also bounds how soon messages held by a crashed
-    /// process are redelivered.
-    #[schemars(title = "Max duration per ack extension (ms)")]
-    pub max_duration_per_ack_extension_ms: Option<u64>,
+    /// Subscriptions to read, each optionally with the options to create it when missing.
+    /// At least one; ids must be distinct.
+    #[schemars(title = "Subscriptions", length(min = 1))]
+    pub subscriptions: Vec<SubscriptionConfig>,
+    /// Where a job's first start begins reading. Default: continue from the subscription.
+    #[serde(default)]
+    #[schemars(title = "Start position")]
+    pub start_position: StartPosition,
+    /// `none` (default) or `per-key`: keep each ordering key's order through the pipeline.
+    #[serde(default)]
+    #[schemars(title = "Ordering mode")]
+    pub ordering_mode: OrderingMode,
     /// What to do with a message that cannot be decoded (SPEC 5.3). Default `fail`.
     #[serde(default)]
     #[schemars(title = "Deserialization failure policy")]
     pub deserialization_failure_policy: DeserializationFailurePolicy,
+    /// Flow control, leases, buffers and timeouts of the subscribers (SPEC 5.3).
+    #[serde(default)]
+    #[schemars(title = "Subscriber options")]
+    pub subscriber: SubscriberOptionsConfig,
+}
+
+impl SourceConfig {
+    /// A config reading `subscription` (an id) with every default of SPEC 5.3.
+    pub fn new(subscription: impl Into<String>) -> Self {
+        SourceConfig {
+            subscriptions: vec![SubscriptionConfig {
+                id: subscription.into(),
+                create: None,
+            }],
+            start_position: StartPosition::default(),
+            ordering_mode: OrderingMode::default(),
+            deserialization_failure_policy: DeserializationFailurePolicy::default(),
+            subscriber: SubscriberOptionsConfig::default(),
+        }
+    }
+}
+
+/// One subscription of a source table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionConfig {
+    /// Subscription id (not the full resource name).
+    #[schemars(title = "Subscription", example = "bids-sub", extend("format" = "autocomplete", "x-autocomplete" = "subscriptions"))]
+    pub id: String,
+    /// Create the subscription with these options when it does not exist (never updated).
+    /// Unset: a missing subscription fails the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(title = "Create when missing")]
+    pub create: Option<SubscriptionCreateConfig>,
+}
+
+/// How to create a missing subscription (SPEC 5.5). Applied at creation only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionCreateConfig {
+    /// Topic id in the profile's project, or a full `projects/P/topics/T` name.
+    #[schemars(title = "Topic", example = &"bids", extend("format" = "autocomplete", "x-autocomplete" = "topics"))]
+    pub topic: String,
+    /// Initial ack deadline (ms, a whole number of seconds, 10 s..600 s). Unset: Pub/Sub's
+    /// default (10 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(title = "Ack deadline (ms)")]
+    pub ack_deadline_ms: Option<u64>,
+    /// Deliver messages of one ordering key in order. Default false; fixed at creation.
+    #[serde(default)]
+    #[schemars(title = "Message ordering")]
+    pub message_ordering: bool,
+    /// How long unacknowledged messages are kept (ms, 10 min..31 days). Unset: 7 days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(title = "Message retention (ms)")]
+    pub message_retention_ms: Option<u64>,
+    /// Keep acknowledged messages for the retention period, so a backwards seek replays
+    /// them. Default false.
+    #[serde(default)]
+    #[schemars(title = "Retain acked messages")]
+    pub retain_acked_messages: bool,
+    /// When an inactive subscription is deleted. Unset: Pub/Sub's default (31 days).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(title = "Expiration")]
+    pub expiration: Option<Expiration>,
+    /// Forward a message to a dead-letter topic after this many deliveries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(title = "Dead-letter policy")]
+    pub dead_letter: Option<DeadLetterConfig>,
+    /// Pub/Sub filter expression; fixed at creation. (The emulator does not apply filters.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(title = "Filter", example = "attributes.kind = \"bid\"")]
+    pub filter: Option<String>,
+}
+
+/// A subscription's expiration policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Expiration {
+    /// Deleted after this long without activity (ms, at least 1 day, whole seconds).
+    #[schemars(title = "After a time without activity")]
+    Ttl {
+        #[schemars(title = "TTL (ms)")]
+        ttl_ms: u64,
+    },
+    /// Never deleted for inactivity.
+    #[schemars(title = "Never")]
+    Never,
+}
+
+/// A subscription's dead-letter policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterConfig {
+    /// Topic id in the profile's project, or a full `projects/P/topics/T` name. It must exist.
+    #[schemars(title = "Dead-letter topic", example = "bids-dead", extend("format" = "autocomplete", "x-autocomplete" = "topics"))]
+    pub topic: String,
+    /// Deliveries before a message is forwarded (5..100).
+    #[schemars(title = "Max delivery attempts", range(min = 5, max = 100))]
+    pub max_delivery_attempts: u32,
+}
+
+/// Where a job's first start begins reading (SPEC 5.4). Anything but
+/// `continue-from-subscription` seeks the subscription, which moves it for every consumer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum StartPosition {
+    /// Wherever the subscription already is; no seek.
+    #[default]
+    #[schemars(title = "Continue from the subscription")]
+    ContinueFromSubscription,
+    /// The oldest message the subscription retains.
+    #[schemars(title = "Earliest retained")]
+    EarliestRetained,
+    /// Only messages published after the job's first start (one instant for all).
+    #[schemars(title = "Latest")]
+    Latest,
+    /// Messages published at or after this instant.
+    #[schemars(title = "From a timestamp")]
+    Timestamp {
+        /// Unix epoch milliseconds.
+        #[schemars(title = "Timestamp (epoch ms)", example = 1764460800000i64)]
+        millis: i64,
+    },
+}
+
+/// Whether the source keeps each ordering key's order (SPEC 5.3, 5.6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrderingMode {
+    /// No order is kept across messages.
+    #[default]
+    #[schemars(title = "None")]
+    None,
+    /// Rows of one ordering key keep their publish order through the pipeline; needs
+    /// subscriptions with message ordering and one stream per split.
+    #[schemars(title = "Per key")]
+    PerKey,
+}
+
+/// Subscriber options (SPEC 5.3; the reference connector's `PubSubSubscriberOptions`).
+/// Limits are per source subtask. Durations are milliseconds, sizes bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SubscriberOptionsConfig {
+    /// Messages held unacknowledged per subtask (everything received since the last
+    /// completed checkpoint); reading pauses at the limit. Size it >= peak msg/s x
+    /// checkpoint interval. Unset (the default): sized at start from the checkpoint
+    /// interval and the parallel pull count so the source does not throttle (10,000
+    /// msg/s per stream x 2.5 checkpoint intervals, at least 1000). A held message costs
+    /// ~540 bytes of memory besides its payload (measured).
+    #[schemars(title = "Max outstanding messages", range(min = 1))]
+    pub max_outstanding_messages: Option<u64>,
+    /// Payload bytes held unacknowledged per subtask; reading pauses at the limit.
+    /// Default 100 MB.
+    #[schemars(title = "Max outstanding bytes", range(min = 1))]
+    pub max_outstanding_bytes: u64,
+    /// Hard cap on messages held per subtask: a delivery that would cross it is nacked
+    /// before it is tracked, and reading pauses. Unset: no cap beyond flow control.
+    #[schemars(title = "Subscriber buffer max messages", range(min = 1))]
+    pub subscriber_buffer_max_messages: Option<u64>,
+    /// Hard cap on payload bytes held per subtask, as above. Unset: none.
+    #[schemars(title = "Subscriber buffer max bytes", range(min = 1))]
+    pub subscriber_buffer_max_bytes: Option<u64>,
+    /// A split holding more messages than this while its rows cannot be emitted is
+    /// parked: its messages are nacked and its streams replaced. Unset: 2 x the effective
+    /// max outstanding messages.
+    #[schemars(title = "Paused split buffer max messages", range(min = 1))]
+    pub paused_split_buffer_max_messages: Option<u64>,
+    /// As above, in payload bytes. Unset: 2 x max outstanding bytes.
+    #[schemars(title = "Paused split buffer max bytes", range(min = 1))]
+    pub paused_split_buffer_max_bytes: Option<u64>,
+    /// StreamingPull streams per split. Default 1; must be 1 with ordering `per-key`.
+    #[schemars(title = "Parallel pull count", range(min = 1))]
+    pub parallel_pull_count: u32,
+    /// How long the client keeps extending a held message's lease (ms). Default 1 h;
+    /// 0 disables extension; must exceed the checkpoint interval.
+    #[schemars(title = "Max ack extension period (ms)")]
+    pub max_ack_extension_period_ms: u64,
+    /// Shortest lease extension (ms, 10 s..600 s; the client's range). Unset: 10 s.
+    #[schemars(title = "Min duration per ack extension (ms)")]
+    pub min_duration_per_ack_extension_ms: Option<u64>,
+    /// Length of each lease extension and the stream's ack deadline (ms, 10 s..600 s).
+    /// Unset: the client's default (60 s). Also bounds how soon messages held by a crashed
+    /// process are redelivered.
+    #[schemars(title = "Max duration per ack extension (ms)")]
+    pub max_duration_per_ack_extension_ms: Option<u64>,
+    /// Wait this long (ms) at each commit for the server to confirm the acks (exactly-once
+    /// subscriptions); the job fails when they are not confirmed in time. Unset: acks are
+    /// fire and forget.
+    #[schemars(title = "Await ack confirmation (ms)", range(min = 1))]
+    pub await_ack_confirmation_ms: Option<u64>,
+    /// Bounds the whole close of a subtask, all its streams together (ms). Default 5 s.
+    #[schemars(title = "Shutdown timeout (ms)", range(min = 1))]
+    pub shutdown_timeout_ms: u64,
+    /// Messages taken from a split's streams in one go before the others are served.
+    /// Default 1000.
+    #[schemars(title = "Max records per fetch", range(min = 1))]
+    pub max_records_per_fetch: u32,
+    /// A subtask holding unacknowledged messages with no completed checkpoint after this
+    /// long (ms) fails the job (checkpointing off or too slow). Default 10 min; 0 disables.
+    #[schemars(title = "First checkpoint timeout (ms)")]
+    pub first_checkpoint_timeout_ms: u64,
+    /// Messages per second per subtask at most. Unset: no limit.
+    #[schemars(title = "Rate limit (messages/s)", range(min = 1))]
+    pub rate_limit_messages_per_second: Option<u64>,
+}
+
+impl Default for SubscriberOptionsConfig {
+    /// The defaults of SPEC 5.3.
+    fn default() -> Self {
+        SubscriberOptionsConfig {
+            max_outstanding_messages: None,
+            max_outstanding_bytes: 100_000_000,
+            subscriber_buffer_max_messages: None,
+            subscriber_buffer_max_bytes: None,
+            paused_split_buffer_max_messages: None,
+            paused_split_buffer_max_bytes: None,
+            parallel_pull_count: 1,
+            max_ack_extension_period_ms: 3_600_000,
+            min_duration_per_ack_extension_ms: None,
+            max_duration_per_ack_extension_ms: None,
+            await_ack_confirmation_ms: None,
+            shutdown_timeout_ms: 5_000,
+            max_records_per_fetch: 1000,
+            first_checkpoint_timeout_ms: 600_000,
+            rate_limit_messages_per_second: None,
+        }
+    }
 }
 
 /// What the source does with a message its format cannot decode (SPEC 5.3,
@@ -108,21 +344,6 @@ impl DeserializationFailurePolicy {
             DeserializationFailurePolicy::Fail => "fail",
             DeserializationFailurePolicy::Drop => "drop",
             DeserializationFailurePolicy::Nack => "nack",
-        }
-    }
-}
-
-impl SourceConfig {
-    /// A config with the SPEC 5.3 defaults.
-    pub fn new(subscription: impl Into<String>) -> Self {
-        SourceConfig {
-            subscription: subscription.into(),
-            max_outstanding_messages: None,
-            max_outstanding_bytes: 100_000_000,
-            parallel_pull_count: 1,
-            max_ack_extension_period_ms: 3_600_000,
-            max_duration_per_ack_extension_ms: None,
-            deserialization_failure_policy: DeserializationFailurePolicy::Fail,
         }
     }
 }

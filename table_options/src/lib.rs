@@ -1,29 +1,94 @@
 //! SQL `WITH` options -> validated Pub/Sub profile and table config (SPEC 5.3, 8).
 //! Every error names the option key and the rejected value.
 
-use std::time::Duration;
-
 use pubsub_engine::{ConnectorOptions, OptionError};
 use pubsub_schema::{
-    Authentication, DeserializationFailurePolicy, PubSubProfile, PubSubTable, SinkConfig,
-    SourceConfig,
+    Authentication, DeadLetterConfig, DeserializationFailurePolicy, Expiration, OrderingMode,
+    PubSubProfile, PubSubTable, SinkConfig, SourceConfig, StartPosition, SubscriptionConfig,
+    SubscriptionCreateConfig,
 };
 
 pub const PROJECT: &str = "project";
 pub const EMULATOR_ENDPOINT: &str = "emulator-endpoint";
+/// Source: one subscription id or several separated by `;` (SPEC 5.1).
 pub const SUBSCRIPTION: &str = "subscription";
 pub const TOPIC: &str = "topic";
-pub const MAX_OUTSTANDING_MESSAGES: &str = "scan.flow-control.max-outstanding-element-count";
-pub const MAX_OUTSTANDING_BYTES: &str = "scan.flow-control.max-outstanding-request-bytes";
-pub const PARALLEL_PULL_COUNT: &str = "scan.parallel-pull-count";
-pub const MAX_ACK_EXTENSION_PERIOD: &str = "scan.ack.max-extension-period";
-pub const MAX_DURATION_PER_ACK_EXTENSION: &str = "scan.ack.max-duration-per-extension";
+pub const STARTUP_MODE: &str = "scan.startup.mode";
+pub const STARTUP_TIMESTAMP_MILLIS: &str = "scan.startup.timestamp-millis";
+pub const ORDERING_MODE: &str = "scan.ordering-mode";
 /// `fail` (default) | `drop` | `nack` (SPEC 5.3).
 pub const DESERIALIZATION_FAILURE_POLICY: &str = "scan.deserialization-failure-policy";
+pub const MAX_OUTSTANDING_MESSAGES: &str = "scan.flow-control.max-outstanding-element-count";
+pub const MAX_OUTSTANDING_BYTES: &str = "scan.flow-control.max-outstanding-request-bytes";
+pub const SUBSCRIBER_BUFFER_MAX_MESSAGES: &str = "scan.subscriber-buffer.max-messages";
+pub const SUBSCRIBER_BUFFER_MAX_BYTES: &str = "scan.subscriber-buffer.max-bytes";
+pub const PAUSED_SPLIT_BUFFER_MAX_MESSAGES: &str = "scan.paused-split-buffer.max-messages";
+pub const PAUSED_SPLIT_BUFFER_MAX_BYTES: &str = "scan.paused-split-buffer.max-bytes";
+pub const PARALLEL_PULL_COUNT: &str = "scan.parallel-pull-count";
+pub const MAX_ACK_EXTENSION_PERIOD: &str = "scan.ack.max-extension-period";
+pub const MIN_DURATION_PER_ACK_EXTENSION: &str = "scan.ack.min-duration-per-extension";
+pub const MAX_DURATION_PER_ACK_EXTENSION: &str = "scan.ack.max-duration-per-extension";
+pub const AWAIT_ACK_CONFIRMATION: &str = "scan.ack.await-confirmation";
+pub const SHUTDOWN_TIMEOUT: &str = "scan.shutdown-timeout";
+pub const MAX_RECORDS_PER_FETCH: &str = "scan.max-records-per-fetch";
+pub const FIRST_CHECKPOINT_TIMEOUT: &str = "scan.first-checkpoint-timeout";
+pub const RATE_LIMIT: &str = "scan.rate-limit.messages-per-second";
+/// `sub:topic,...`: the subscriptions to create when missing, each with its topic.
+pub const AUTO_CREATE_TOPICS: &str = "scan.auto-create.topics";
+pub const AUTO_CREATE_ACK_DEADLINE: &str = "scan.auto-create.ack-deadline";
+pub const AUTO_CREATE_MESSAGE_ORDERING: &str = "scan.auto-create.message-ordering.enabled";
+pub const AUTO_CREATE_MESSAGE_RETENTION: &str = "scan.auto-create.message-retention";
+pub const AUTO_CREATE_RETAIN_ACKED: &str = "scan.auto-create.retain-acked-messages";
+pub const AUTO_CREATE_EXPIRATION_TTL: &str = "scan.auto-create.expiration-ttl";
+pub const AUTO_CREATE_NEVER_EXPIRE: &str = "scan.auto-create.never-expire";
+pub const AUTO_CREATE_DEAD_LETTER_TOPIC: &str = "scan.auto-create.dead-letter.topic";
+pub const AUTO_CREATE_DEAD_LETTER_ATTEMPTS: &str =
+    "scan.auto-create.dead-letter.max-delivery-attempts";
+pub const AUTO_CREATE_FILTER: &str = "scan.auto-create.filter";
 pub const BATCH_COUNT: &str = "sink.batching.element-count-threshold";
 pub const BATCH_BYTES: &str = "sink.batching.request-byte-threshold";
 pub const BATCH_DELAY: &str = "sink.batching.delay-threshold";
 pub const MAX_IN_FLIGHT_MESSAGES: &str = "sink.in-flight.max-messages";
+
+/// Source keys (SPEC 8), in README order.
+pub const SOURCE_OPTIONS: &[&str] = &[
+    STARTUP_MODE,
+    STARTUP_TIMESTAMP_MILLIS,
+    ORDERING_MODE,
+    DESERIALIZATION_FAILURE_POLICY,
+    MAX_OUTSTANDING_MESSAGES,
+    MAX_OUTSTANDING_BYTES,
+    SUBSCRIBER_BUFFER_MAX_MESSAGES,
+    SUBSCRIBER_BUFFER_MAX_BYTES,
+    PAUSED_SPLIT_BUFFER_MAX_MESSAGES,
+    PAUSED_SPLIT_BUFFER_MAX_BYTES,
+    PARALLEL_PULL_COUNT,
+    MAX_ACK_EXTENSION_PERIOD,
+    MIN_DURATION_PER_ACK_EXTENSION,
+    MAX_DURATION_PER_ACK_EXTENSION,
+    AWAIT_ACK_CONFIRMATION,
+    SHUTDOWN_TIMEOUT,
+    MAX_RECORDS_PER_FETCH,
+    FIRST_CHECKPOINT_TIMEOUT,
+    RATE_LIMIT,
+    AUTO_CREATE_TOPICS,
+    AUTO_CREATE_ACK_DEADLINE,
+    AUTO_CREATE_MESSAGE_ORDERING,
+    AUTO_CREATE_MESSAGE_RETENTION,
+    AUTO_CREATE_RETAIN_ACKED,
+    AUTO_CREATE_EXPIRATION_TTL,
+    AUTO_CREATE_NEVER_EXPIRE,
+    AUTO_CREATE_DEAD_LETTER_TOPIC,
+    AUTO_CREATE_DEAD_LETTER_ATTEMPTS,
+    AUTO_CREATE_FILTER,
+];
+
+const SINK_ONLY: &[&str] = &[
+    BATCH_COUNT,
+    BATCH_BYTES,
+    BATCH_DELAY,
+    MAX_IN_FLIGHT_MESSAGES,
+];
 
 /// Every key this layer understands.
 pub const KNOWN_OPTIONS: &[&str] = &[
@@ -31,32 +96,80 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     EMULATOR_ENDPOINT,
     SUBSCRIPTION,
     TOPIC,
+    STARTUP_MODE,
+    STARTUP_TIMESTAMP_MILLIS,
+    ORDERING_MODE,
+    DESERIALIZATION_FAILURE_POLICY,
     MAX_OUTSTANDING_MESSAGES,
     MAX_OUTSTANDING_BYTES,
+    SUBSCRIBER_BUFFER_MAX_MESSAGES,
+    SUBSCRIBER_BUFFER_MAX_BYTES,
+    PAUSED_SPLIT_BUFFER_MAX_MESSAGES,
+    PAUSED_SPLIT_BUFFER_MAX_BYTES,
     PARALLEL_PULL_COUNT,
     MAX_ACK_EXTENSION_PERIOD,
+    MIN_DURATION_PER_ACK_EXTENSION,
     MAX_DURATION_PER_ACK_EXTENSION,
-    DESERIALIZATION_FAILURE_POLICY,
+    AWAIT_ACK_CONFIRMATION,
+    SHUTDOWN_TIMEOUT,
+    MAX_RECORDS_PER_FETCH,
+    FIRST_CHECKPOINT_TIMEOUT,
+    RATE_LIMIT,
+    AUTO_CREATE_TOPICS,
+    AUTO_CREATE_ACK_DEADLINE,
+    AUTO_CREATE_MESSAGE_ORDERING,
+    AUTO_CREATE_MESSAGE_RETENTION,
+    AUTO_CREATE_RETAIN_ACKED,
+    AUTO_CREATE_EXPIRATION_TTL,
+    AUTO_CREATE_NEVER_EXPIRE,
+    AUTO_CREATE_DEAD_LETTER_TOPIC,
+    AUTO_CREATE_DEAD_LETTER_ATTEMPTS,
+    AUTO_CREATE_FILTER,
     BATCH_COUNT,
     BATCH_BYTES,
     BATCH_DELAY,
     MAX_IN_FLIGHT_MESSAGES,
 ];
 
-const SOURCE_ONLY: &[&str] = &[
-    MAX_OUTSTANDING_MESSAGES,
-    MAX_OUTSTANDING_BYTES,
-    PARALLEL_PULL_COUNT,
-    MAX_ACK_EXTENSION_PERIOD,
-    MAX_DURATION_PER_ACK_EXTENSION,
-    DESERIALIZATION_FAILURE_POLICY,
-];
-const SINK_ONLY: &[&str] = &[
-    BATCH_COUNT,
-    BATCH_BYTES,
-    BATCH_DELAY,
-    MAX_IN_FLIGHT_MESSAGES,
-];
+/// The SQL key of a builder option (the connector's builder setter / table config field
+/// name, e.g. `parallel_pull_count`), so a builder's rejection names what the user wrote.
+/// Unknown names come back unchanged.
+pub fn sql_key(option: &str) -> &str {
+    match option {
+        "project" => PROJECT,
+        "emulator_endpoint" => EMULATOR_ENDPOINT,
+        "subscription" => SUBSCRIPTION,
+        "start_position" => STARTUP_TIMESTAMP_MILLIS,
+        "ordering_mode" => ORDERING_MODE,
+        "deserialization_failure_policy" => DESERIALIZATION_FAILURE_POLICY,
+        "max_outstanding_messages" => MAX_OUTSTANDING_MESSAGES,
+        "max_outstanding_bytes" => MAX_OUTSTANDING_BYTES,
+        "subscriber_buffer_max_messages" => SUBSCRIBER_BUFFER_MAX_MESSAGES,
+        "subscriber_buffer_max_bytes" => SUBSCRIBER_BUFFER_MAX_BYTES,
+        "paused_split_buffer_max_messages" => PAUSED_SPLIT_BUFFER_MAX_MESSAGES,
+        "paused_split_buffer_max_bytes" => PAUSED_SPLIT_BUFFER_MAX_BYTES,
+        "parallel_pull_count" => PARALLEL_PULL_COUNT,
+        "max_ack_extension_period" => MAX_ACK_EXTENSION_PERIOD,
+        "min_duration_per_ack_extension" => MIN_DURATION_PER_ACK_EXTENSION,
+        "max_duration_per_ack_extension" => MAX_DURATION_PER_ACK_EXTENSION,
+        "await_ack_confirmation" => AWAIT_ACK_CONFIRMATION,
+        "shutdown_timeout" => SHUTDOWN_TIMEOUT,
+        "max_records_per_fetch" => MAX_RECORDS_PER_FETCH,
+        "first_checkpoint_timeout" => FIRST_CHECKPOINT_TIMEOUT,
+        "rate_limit_messages_per_second" => RATE_LIMIT,
+        "topic" => AUTO_CREATE_TOPICS,
+        "ack_deadline" => AUTO_CREATE_ACK_DEADLINE,
+        "enable_message_ordering" => AUTO_CREATE_MESSAGE_ORDERING,
+        "message_retention" => AUTO_CREATE_MESSAGE_RETENTION,
+        "retain_acked_messages" => AUTO_CREATE_RETAIN_ACKED,
+        "expiration_ttl" => AUTO_CREATE_EXPIRATION_TTL,
+        "never_expire" => AUTO_CREATE_NEVER_EXPIRE,
+        "dead_letter_topic" => AUTO_CREATE_DEAD_LETTER_TOPIC,
+        "max_delivery_attempts" => AUTO_CREATE_DEAD_LETTER_ATTEMPTS,
+        "filter" => AUTO_CREATE_FILTER,
+        other => other,
+    }
+}
 
 fn invalid(key: &str, value: impl ToString, reason: &str) -> OptionError {
     OptionError::Invalid {
@@ -68,16 +181,9 @@ fn invalid(key: &str, value: impl ToString, reason: &str) -> OptionError {
 
 /// Validates `host:port` (port 1..65535, host non-empty). Source: SPEC 5.3.
 pub fn parse_endpoint(value: &str) -> Result<String, OptionError> {
-    let bad = |reason: &str| invalid(EMULATOR_ENDPOINT, value, reason);
     let v = value.trim();
-    let (host, port) = v.rsplit_once(':').ok_or_else(|| bad("must be host:port"))?;
-    if host.is_empty() || host.contains('/') || host.chars().any(char::is_whitespace) {
-        return Err(bad("must be host:port with a host name or address"));
-    }
-    match port.parse::<u32>() {
-        Ok(p) if (1..=65535).contains(&p) => Ok(v.to_string()),
-        _ => Err(bad("port must be 1..65535")),
-    }
+    pubsub_schema::check_endpoint(v).map_err(|why| invalid(EMULATOR_ENDPOINT, value, why))?;
+    Ok(v.to_string())
 }
 
 /// A resource id: non-blank, no surrounding whitespace, no `/` (SPEC 5.1).
@@ -132,10 +238,10 @@ pub fn table_from_options(options: &mut ConnectorOptions) -> Result<PubSubTable,
             if let Some(k) = keys.iter().find(|k| SINK_ONLY.contains(&k.as_str())) {
                 return Err(OptionError::Conflict { message: format!("option '{k}' applies to sinks, but this table reads subscription '{sub}'") });
             }
-            source_options(options, parse_id(SUBSCRIPTION, sub)?).map(PubSubTable::Source)
+            source_options(options, &sub).map(PubSubTable::Source)
         }
         (None, Some(topic)) => {
-            if let Some(k) = keys.iter().find(|k| SOURCE_ONLY.contains(&k.as_str())) {
+            if let Some(k) = keys.iter().find(|k| SOURCE_OPTIONS.contains(&k.as_str())) {
                 return Err(OptionError::Conflict { message: format!("option '{k}' applies to sources, but this table writes topic '{topic}'") });
             }
             sink_options(options, parse_id(TOPIC, topic)?).map(PubSubTable::Sink)
@@ -143,39 +249,232 @@ pub fn table_from_options(options: &mut ConnectorOptions) -> Result<PubSubTable,
     }
 }
 
+/// Maps the source keys onto the table config, field by field. Only parsing happens here
+/// (numbers, durations, sizes, enums, lists); the rules live in the connector's builders,
+/// whose rejections the connector renames with [`sql_key`].
 fn source_options(
     o: &mut ConnectorOptions,
-    subscription: String,
+    subscriptions: &str,
 ) -> Result<SourceConfig, OptionError> {
-    let mut c = SourceConfig::new(subscription);
-    if let Some(v) = o.pull_opt_nonzero_u64(MAX_OUTSTANDING_MESSAGES)? {
-        c.max_outstanding_messages = Some(v);
+    let ids: Vec<String> = subscriptions
+        .split(';')
+        .map(|s| s.trim().to_string())
+        .collect();
+    if ids.iter().any(String::is_empty) {
+        return Err(invalid(
+            SUBSCRIPTION,
+            subscriptions,
+            "must be subscription ids separated by ';', none blank",
+        ));
     }
-    if let Some(v) = o.pull_opt_with(MAX_OUTSTANDING_BYTES, positive_size)? {
-        c.max_outstanding_bytes = v;
-    }
-    if let Some(v) = o.pull_opt_nonzero_u64(PARALLEL_PULL_COUNT)? {
-        c.parallel_pull_count = u32::try_from(v)
-            .map_err(|_| invalid(PARALLEL_PULL_COUNT, v, "must be at most 4294967295"))?;
-    }
-    if let Some(d) = o.pull_opt_duration(MAX_ACK_EXTENSION_PERIOD)? {
-        c.max_ack_extension_period_ms = d.as_millis() as u64;
-    }
-    if let Some(d) = o.pull_opt_duration(MAX_DURATION_PER_ACK_EXTENSION)? {
-        // The client clamps this to 10 s..600 s; reject what it would silently change.
-        if d < Duration::from_secs(10) || d > Duration::from_secs(600) {
-            return Err(invalid(
-                MAX_DURATION_PER_ACK_EXTENSION,
-                format!("{d:?}"),
-                "must be between 10s and 600s",
-            ));
-        }
-        c.max_duration_per_ack_extension_ms = Some(d.as_millis() as u64);
+    let mut c = SourceConfig::new(String::new());
+    c.subscriptions = ids
+        .into_iter()
+        .map(|id| SubscriptionConfig { id, create: None })
+        .collect();
+    c.start_position = start_position(o)?;
+    if let Some(m) = o.pull_opt_with(ORDERING_MODE, parse_ordering_mode)? {
+        c.ordering_mode = m;
     }
     if let Some(p) = o.pull_opt_with(DESERIALIZATION_FAILURE_POLICY, parse_failure_policy)? {
         c.deserialization_failure_policy = p;
     }
+    let s = &mut c.subscriber;
+    s.max_outstanding_messages = o.pull_opt_u64(MAX_OUTSTANDING_MESSAGES)?;
+    if let Some(v) = o.pull_opt_data_size_bytes(MAX_OUTSTANDING_BYTES)? {
+        s.max_outstanding_bytes = v;
+    }
+    s.subscriber_buffer_max_messages = o.pull_opt_u64(SUBSCRIBER_BUFFER_MAX_MESSAGES)?;
+    s.subscriber_buffer_max_bytes = o.pull_opt_data_size_bytes(SUBSCRIBER_BUFFER_MAX_BYTES)?;
+    s.paused_split_buffer_max_messages = o.pull_opt_u64(PAUSED_SPLIT_BUFFER_MAX_MESSAGES)?;
+    s.paused_split_buffer_max_bytes = o.pull_opt_data_size_bytes(PAUSED_SPLIT_BUFFER_MAX_BYTES)?;
+    if let Some(v) = o.pull_opt_u64(PARALLEL_PULL_COUNT)? {
+        s.parallel_pull_count = u32_option(PARALLEL_PULL_COUNT, v)?;
+    }
+    if let Some(v) = pull_ms(o, MAX_ACK_EXTENSION_PERIOD)? {
+        s.max_ack_extension_period_ms = v;
+    }
+    s.min_duration_per_ack_extension_ms = pull_ms(o, MIN_DURATION_PER_ACK_EXTENSION)?;
+    s.max_duration_per_ack_extension_ms = pull_ms(o, MAX_DURATION_PER_ACK_EXTENSION)?;
+    s.await_ack_confirmation_ms = pull_ms(o, AWAIT_ACK_CONFIRMATION)?;
+    if let Some(v) = pull_ms(o, SHUTDOWN_TIMEOUT)? {
+        s.shutdown_timeout_ms = v;
+    }
+    if let Some(v) = o.pull_opt_u64(MAX_RECORDS_PER_FETCH)? {
+        s.max_records_per_fetch = u32_option(MAX_RECORDS_PER_FETCH, v)?;
+    }
+    if let Some(v) = pull_ms(o, FIRST_CHECKPOINT_TIMEOUT)? {
+        s.first_checkpoint_timeout_ms = v;
+    }
+    s.rate_limit_messages_per_second = o.pull_opt_u64(RATE_LIMIT)?;
+    auto_create(o, &mut c.subscriptions)?;
     Ok(c)
+}
+
+/// `scan.startup.mode` (+ `scan.startup.timestamp-millis`, only with mode `timestamp`).
+fn start_position(o: &mut ConnectorOptions) -> Result<StartPosition, OptionError> {
+    let mode = o.pull_opt_str(STARTUP_MODE)?;
+    let millis = o.pull_opt_with(STARTUP_TIMESTAMP_MILLIS, |v| {
+        v.trim()
+            .parse::<i64>()
+            .map_err(|_| "must be epoch milliseconds (an integer)".to_string())
+    })?;
+    let p = match mode.as_deref().map(|m| m.trim().to_ascii_lowercase()) {
+        None => StartPosition::ContinueFromSubscription,
+        Some(m) => match m.as_str() {
+            "continue-from-subscription" => StartPosition::ContinueFromSubscription,
+            "earliest-retained" => StartPosition::EarliestRetained,
+            "latest" => StartPosition::Latest,
+            "timestamp" => match millis {
+                Some(millis) => return Ok(StartPosition::Timestamp { millis }),
+                None => {
+                    return Err(OptionError::Conflict {
+                        message: format!("option '{STARTUP_MODE}' = 'timestamp' needs '{STARTUP_TIMESTAMP_MILLIS}' (epoch milliseconds)"),
+                    })
+                }
+            },
+            _ => {
+                return Err(invalid(
+                    STARTUP_MODE,
+                    mode.unwrap_or_default(),
+                    "must be one of 'continue-from-subscription', 'earliest-retained', 'latest', 'timestamp'",
+                ))
+            }
+        },
+    };
+    if let Some(ms) = millis {
+        return Err(OptionError::Conflict {
+            message: format!(
+                "option '{STARTUP_TIMESTAMP_MILLIS}' ('{ms}') applies only with '{STARTUP_MODE}' = 'timestamp'"
+            ),
+        });
+    }
+    Ok(p)
+}
+
+/// `scan.auto-create.*`: create options for the subscriptions named in
+/// `scan.auto-create.topics` (`sub:topic,...`); the other keys apply to each of them.
+fn auto_create(
+    o: &mut ConnectorOptions,
+    subs: &mut [SubscriptionConfig],
+) -> Result<(), OptionError> {
+    let topics = o.pull_opt_str(AUTO_CREATE_TOPICS)?;
+    let mut template = SubscriptionCreateConfig {
+        topic: String::new(),
+        ack_deadline_ms: pull_ms(o, AUTO_CREATE_ACK_DEADLINE)?,
+        message_ordering: o
+            .pull_opt_bool(AUTO_CREATE_MESSAGE_ORDERING)?
+            .unwrap_or(false),
+        message_retention_ms: pull_ms(o, AUTO_CREATE_MESSAGE_RETENTION)?,
+        retain_acked_messages: o.pull_opt_bool(AUTO_CREATE_RETAIN_ACKED)?.unwrap_or(false),
+        expiration: None,
+        dead_letter: None,
+        filter: o.pull_opt_str(AUTO_CREATE_FILTER)?,
+    };
+    let ttl = pull_ms(o, AUTO_CREATE_EXPIRATION_TTL)?;
+    let never = o.pull_opt_bool(AUTO_CREATE_NEVER_EXPIRE)?;
+    template.expiration = match (ttl, never) {
+        (Some(_), Some(true)) => {
+            return Err(OptionError::Conflict {
+                message: format!("options '{AUTO_CREATE_EXPIRATION_TTL}' and '{AUTO_CREATE_NEVER_EXPIRE}' = 'true' contradict each other: set one"),
+            })
+        }
+        (Some(ttl_ms), _) => Some(Expiration::Ttl { ttl_ms }),
+        (None, Some(true)) => Some(Expiration::Never),
+        (None, _) => None,
+    };
+    let dl_topic = o.pull_opt_str(AUTO_CREATE_DEAD_LETTER_TOPIC)?;
+    let dl_attempts = o.pull_opt_u64(AUTO_CREATE_DEAD_LETTER_ATTEMPTS)?;
+    template.dead_letter = match (dl_topic, dl_attempts) {
+        (Some(topic), attempts) => Some(DeadLetterConfig {
+            topic,
+            max_delivery_attempts: match attempts {
+                Some(a) => u32_option(AUTO_CREATE_DEAD_LETTER_ATTEMPTS, a)?,
+                None => 5,
+            },
+        }),
+        (None, Some(_)) => {
+            return Err(OptionError::Conflict {
+                message: format!("option '{AUTO_CREATE_DEAD_LETTER_ATTEMPTS}' needs '{AUTO_CREATE_DEAD_LETTER_TOPIC}'"),
+            })
+        }
+        (None, None) => None,
+    };
+    let Some(topics) = topics else {
+        let set = template.ack_deadline_ms.is_some()
+            || template.message_ordering
+            || template.message_retention_ms.is_some()
+            || template.retain_acked_messages
+            || template.expiration.is_some()
+            || template.dead_letter.is_some()
+            || template.filter.is_some();
+        if set {
+            return Err(OptionError::Conflict {
+                message: format!("the 'scan.auto-create.*' options need '{AUTO_CREATE_TOPICS}' = 'subscription:topic,...' naming the subscriptions to create"),
+            });
+        }
+        return Ok(());
+    };
+    for pair in topics.split(',') {
+        let Some((sub, topic)) = pair.split_once(':') else {
+            return Err(invalid(
+                AUTO_CREATE_TOPICS,
+                &topics,
+                "must be 'subscription:topic' pairs separated by ','",
+            ));
+        };
+        let (sub, topic) = (sub.trim(), topic.trim());
+        let Some(target) = subs.iter_mut().find(|s| s.id == sub) else {
+            return Err(invalid(
+                AUTO_CREATE_TOPICS,
+                &topics,
+                &format!("names subscription '{sub}', which is not in '{SUBSCRIPTION}'"),
+            ));
+        };
+        if target.create.is_some() {
+            return Err(invalid(
+                AUTO_CREATE_TOPICS,
+                &topics,
+                &format!("names subscription '{sub}' twice"),
+            ));
+        }
+        target.create = Some(SubscriptionCreateConfig {
+            topic: topic.to_string(),
+            ..template.clone()
+        });
+    }
+    Ok(())
+}
+
+/// A duration option in whole milliseconds (the config's unit; finer values are refused,
+/// never rounded).
+fn pull_ms(o: &mut ConnectorOptions, key: &str) -> Result<Option<u64>, OptionError> {
+    let Some(d) = o.pull_opt_duration(key)? else {
+        return Ok(None);
+    };
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return Err(invalid(
+            key,
+            format!("{d:?}"),
+            "must be a whole number of milliseconds",
+        ));
+    }
+    u64::try_from(d.as_millis())
+        .map(Some)
+        .map_err(|_| invalid(key, format!("{d:?}"), "is too long"))
+}
+
+fn u32_option(key: &str, v: u64) -> Result<u32, OptionError> {
+    u32::try_from(v).map_err(|_| invalid(key, v, "must be at most 4294967295"))
+}
+
+/// `none` | `per-key`, case-insensitive.
+fn parse_ordering_mode(v: &str) -> Result<OrderingMode, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "none" => Ok(OrderingMode::None),
+        "per-key" => Ok(OrderingMode::PerKey),
+        _ => Err("must be one of 'none', 'per-key'".to_string()),
+    }
 }
 
 fn sink_options(o: &mut ConnectorOptions, topic: String) -> Result<SinkConfig, OptionError> {
@@ -262,9 +561,9 @@ mod tests {
         let PubSubTable::Source(s) = table_from_options(&mut o).unwrap() else {
             panic!("source expected")
         };
-        assert_eq!(s.parallel_pull_count, 4);
-        assert_eq!(s.max_ack_extension_period_ms, 1_800_000);
-        assert_eq!(s.max_outstanding_messages, None);
+        assert_eq!(s.subscriber.parallel_pull_count, 4);
+        assert_eq!(s.subscriber.max_ack_extension_period_ms, 1_800_000);
+        assert_eq!(s.subscriber.max_outstanding_messages, None);
         assert_eq!(
             s.deserialization_failure_policy,
             DeserializationFailurePolicy::Fail
@@ -276,21 +575,16 @@ mod tests {
     fn bad_values_name_key() {
         let e = table_from_options(&mut opts(&[
             ("subscription", "s"),
-            (PARALLEL_PULL_COUNT, "0"),
+            (PARALLEL_PULL_COUNT, "many"),
         ]))
         .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "option 'scan.parallel-pull-count' is invalid: must be positive, was '0'"
-        );
+        assert!(e.to_string().contains("'scan.parallel-pull-count'"), "{e}");
         let e =
             table_from_options(&mut opts(&[("topic", "t"), (BATCH_COUNT, "5000")])).unwrap_err();
         assert!(e.to_string().contains(BATCH_COUNT), "{e}");
         let e = table_from_options(&mut opts(&[("topic", "t"), (PARALLEL_PULL_COUNT, "2")]))
             .unwrap_err();
         assert!(e.to_string().contains("applies to sources"), "{e}");
-        let e = table_from_options(&mut opts(&[("subscription", "a/b")])).unwrap_err();
-        assert!(e.to_string().contains("'subscription'"), "{e}");
     }
 
     #[test]
@@ -332,7 +626,7 @@ mod tests {
         .unwrap() else {
             panic!("source expected")
         };
-        assert_eq!(s.max_outstanding_messages, Some(7));
+        assert_eq!(s.subscriber.max_outstanding_messages, Some(7));
     }
 
     #[test]
@@ -348,5 +642,138 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("did you mean 'topic'"), "{e}");
+    }
+
+    fn source(pairs: &[(&str, &str)]) -> Result<SourceConfig, OptionError> {
+        let mut o = opts(pairs);
+        let t = table_from_options(&mut o)?;
+        assert!(o.is_empty(), "every key is taken: {:?}", o.keys());
+        match t {
+            PubSubTable::Source(s) => Ok(s),
+            PubSubTable::Sink(_) => panic!("source expected"),
+        }
+    }
+
+    #[test]
+    fn every_scan_key_maps_onto_its_field() {
+        let s = source(&[
+            ("subscription", "a; b"),
+            (STARTUP_MODE, "latest"),
+            (ORDERING_MODE, "per-key"),
+            (MAX_OUTSTANDING_BYTES, "10mb"),
+            (SUBSCRIBER_BUFFER_MAX_MESSAGES, "11"),
+            (SUBSCRIBER_BUFFER_MAX_BYTES, "12"),
+            (PAUSED_SPLIT_BUFFER_MAX_MESSAGES, "13"),
+            (PAUSED_SPLIT_BUFFER_MAX_BYTES, "14"),
+            (MIN_DURATION_PER_ACK_EXTENSION, "15s"),
+            (MAX_DURATION_PER_ACK_EXTENSION, "16s"),
+            (AWAIT_ACK_CONFIRMATION, "17ms"),
+            (SHUTDOWN_TIMEOUT, "18s"),
+            (MAX_RECORDS_PER_FETCH, "19"),
+            (FIRST_CHECKPOINT_TIMEOUT, "0s"),
+            (RATE_LIMIT, "21"),
+            (AUTO_CREATE_TOPICS, "b:t"),
+            (AUTO_CREATE_ACK_DEADLINE, "30s"),
+            (AUTO_CREATE_MESSAGE_ORDERING, "true"),
+            (AUTO_CREATE_MESSAGE_RETENTION, "1 day"),
+            (AUTO_CREATE_RETAIN_ACKED, "true"),
+            (AUTO_CREATE_NEVER_EXPIRE, "true"),
+            (AUTO_CREATE_DEAD_LETTER_TOPIC, "dead"),
+            (AUTO_CREATE_DEAD_LETTER_ATTEMPTS, "7"),
+            (AUTO_CREATE_FILTER, "attributes.k = \"v\""),
+        ])
+        .unwrap();
+        let ids: Vec<_> = s.subscriptions.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(s.start_position, StartPosition::Latest);
+        assert_eq!(s.ordering_mode, OrderingMode::PerKey);
+        let o = &s.subscriber;
+        assert_eq!(o.max_outstanding_bytes, 10_000_000);
+        assert_eq!(
+            (
+                o.subscriber_buffer_max_messages,
+                o.subscriber_buffer_max_bytes
+            ),
+            (Some(11), Some(12))
+        );
+        assert_eq!(
+            (
+                o.paused_split_buffer_max_messages,
+                o.paused_split_buffer_max_bytes
+            ),
+            (Some(13), Some(14))
+        );
+        assert_eq!(
+            (
+                o.min_duration_per_ack_extension_ms,
+                o.max_duration_per_ack_extension_ms
+            ),
+            (Some(15_000), Some(16_000))
+        );
+        assert_eq!(o.await_ack_confirmation_ms, Some(17));
+        assert_eq!(o.shutdown_timeout_ms, 18_000);
+        assert_eq!(o.max_records_per_fetch, 19);
+        assert_eq!(o.first_checkpoint_timeout_ms, 0);
+        assert_eq!(o.rate_limit_messages_per_second, Some(21));
+        assert!(s.subscriptions[0].create.is_none());
+        let c = s.subscriptions[1].create.as_ref().unwrap();
+        assert_eq!(c.topic, "t");
+        assert_eq!(c.ack_deadline_ms, Some(30_000));
+        assert!(c.message_ordering && c.retain_acked_messages);
+        assert_eq!(c.message_retention_ms, Some(86_400_000));
+        assert_eq!(c.expiration, Some(Expiration::Never));
+        assert_eq!(
+            c.dead_letter,
+            Some(DeadLetterConfig {
+                topic: "dead".into(),
+                max_delivery_attempts: 7
+            })
+        );
+        assert_eq!(c.filter.as_deref(), Some("attributes.k = \"v\""));
+    }
+
+    #[test]
+    fn start_position_and_auto_create_conflicts_name_their_keys() {
+        let e = |pairs: &[(&str, &str)]| source(pairs).unwrap_err().to_string();
+        let s = source(&[
+            ("subscription", "a"),
+            (STARTUP_MODE, "timestamp"),
+            (STARTUP_TIMESTAMP_MILLIS, "1700000000000"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.start_position,
+            StartPosition::Timestamp {
+                millis: 1_700_000_000_000
+            }
+        );
+        assert!(e(&[("subscription", "a"), (STARTUP_MODE, "timestamp")])
+            .contains(STARTUP_TIMESTAMP_MILLIS));
+        assert!(e(&[("subscription", "a"), (STARTUP_TIMESTAMP_MILLIS, "5")])
+            .contains("applies only with"));
+        assert!(e(&[("subscription", "a"), (STARTUP_MODE, "newest")]).contains("'newest'"));
+        assert!(
+            e(&[("subscription", "a"), (AUTO_CREATE_ACK_DEADLINE, "30s")])
+                .contains(AUTO_CREATE_TOPICS)
+        );
+        assert!(e(&[("subscription", "a"), (AUTO_CREATE_TOPICS, "b:t")])
+            .contains("not in 'subscription'"));
+        assert!(
+            e(&[("subscription", "a"), (AUTO_CREATE_TOPICS, "a")]).contains("'subscription:topic'")
+        );
+        assert!(e(&[("subscription", "a;"),]).contains("none blank"));
+        assert!(e(&[
+            ("subscription", "a"),
+            (AUTO_CREATE_TOPICS, "a:t"),
+            (AUTO_CREATE_EXPIRATION_TTL, "2 days"),
+            (AUTO_CREATE_NEVER_EXPIRE, "true")
+        ])
+        .contains("contradict"));
+        assert!(e(&[("subscription", "a"), (SHUTDOWN_TIMEOUT, "1.5ms")])
+            .contains("whole number of milliseconds"));
+        assert_eq!(sql_key("parallel_pull_count"), PARALLEL_PULL_COUNT);
+        for k in SOURCE_OPTIONS {
+            assert!(KNOWN_OPTIONS.contains(k), "{k}");
+        }
     }
 }

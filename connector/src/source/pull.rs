@@ -80,9 +80,25 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The `stream` index the monitor reports incidents under.
 pub(super) const MONITOR: usize = usize::MAX;
 
-/// The streams of one source subtask.
+/// Events of every split of a subtask share one bounded channel, tagged with the split's
+/// position in the subtask; not reading it pauses every stream.
+pub(super) type Tagged = (usize, Pulled);
+
+/// A sender that tags what it sends with its split.
+#[derive(Clone)]
+struct SplitTx {
+    split: usize,
+    tx: mpsc::Sender<Tagged>,
+}
+
+impl SplitTx {
+    async fn send(&self, p: Pulled) -> Result<(), ()> {
+        self.tx.send((self.split, p)).await.map_err(|_| ())
+    }
+}
+
+/// The streams of one split (one subscription) of a source subtask.
 pub(super) struct PullStreams {
-    rx: mpsc::Receiver<Pulled>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     tokens: Arc<Mutex<Vec<ShutdownToken>>>,
@@ -142,15 +158,18 @@ impl LastDelivery {
 }
 
 impl PullStreams {
-    /// Opens `settings.streams` streams; `reconnects` counts every reopen attempt.
+    /// Opens `settings.streams` streams for split `split`, forwarding into `tx`;
+    /// `reconnects` counts every reopen attempt.
     pub fn start(
         subscriber: Subscriber,
         admin: SubscriptionAdmin,
         subscription: &str,
         settings: StreamSettings,
         reconnects: Counter,
+        split: usize,
+        tx: mpsc::Sender<Tagged>,
     ) -> Self {
-        let (tx, rx) = mpsc::channel(64);
+        let tx = SplitTx { split, tx };
         let (stop, stop_rx) = watch::channel(false);
         let tokens = Arc::new(Mutex::new(Vec::new()));
         let last = LastDelivery {
@@ -188,44 +207,27 @@ impl PullStreams {
             tasks.push(tokio::spawn(task.run()));
         }
         PullStreams {
-            rx,
             stop,
             tasks,
             tokens,
         }
     }
 
-    /// The next event from any stream. Pending forever once reading stopped.
-    pub async fn next(&mut self) -> Pulled {
-        match self.rx.recv().await {
-            Some(p) => p,
-            None => std::future::pending().await,
-        }
-    }
-
-    /// Stops every stream and returns the deliveries already forwarded but not taken.
-    pub async fn stop_reading(&mut self) -> Vec<(Message, Handler)> {
+    /// Stops every stream and waits for its task to end. Deliveries already forwarded stay
+    /// in the shared channel: the reader takes and releases them.
+    pub async fn stop_reading(&mut self) {
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {
             let _ = t.await;
         }
-        let mut stray = Vec::new();
-        while let Ok(p) = self.rx.try_recv() {
-            if let Pulled::Message(m, h) = p {
-                stray.push((m, h));
-            }
-        }
-        stray
     }
 
-    /// Awaits each subscriber's shutdown (every stream ever opened), which flushes pending
-    /// acks and nacks; bounded by `timeout` for all together. Call after the last ack/nack.
-    pub async fn shutdown(mut self, timeout: Duration) {
-        let _ = self.stop_reading().await;
+    /// The shutdown of every stream ever opened (flushes pending acks and nacks). Await
+    /// after the last ack/nack; the caller bounds the wait.
+    pub fn shutdown(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let tokens = std::mem::take(&mut *self.tokens.lock().expect("tokens lock"));
-        let all = futures::future::join_all(tokens.iter().map(|t| t.shutdown()));
-        if tokio::time::timeout(timeout, all).await.is_err() {
-            tracing::warn!("subscriber shutdown did not finish within {timeout:?}");
+        async move {
+            futures::future::join_all(tokens.iter().map(|t| t.shutdown())).await;
         }
     }
 }
@@ -236,7 +238,7 @@ struct StreamTask {
     admin: SubscriptionAdmin,
     subscription: String,
     settings: StreamSettings,
-    tx: mpsc::Sender<Pulled>,
+    tx: SplitTx,
     stop: watch::Receiver<bool>,
     tokens: Arc<Mutex<Vec<ShutdownToken>>>,
     reconnects: Counter,
@@ -421,7 +423,7 @@ async fn drain_buffered(
 struct Monitor {
     admin: SubscriptionAdmin,
     subscription: String,
-    tx: mpsc::Sender<Pulled>,
+    tx: SplitTx,
     stop: watch::Receiver<bool>,
     last: LastDelivery,
     restart: watch::Sender<u64>,

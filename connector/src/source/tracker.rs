@@ -114,17 +114,28 @@ impl<H: AckHandle> AckTracker<H> {
     /// Checkpoint `epoch` committed: acks every message bound to an epoch `<= epoch`
     /// (which also heals a lost earlier commit). Returns how many were acked.
     pub fn commit(&mut self, epoch: u64) -> usize {
+        self.commit_with(epoch, H::ack)
+    }
+
+    /// As [`Self::commit`], handing each committed handle to `ack` (e.g. to collect
+    /// confirmations) instead of acking it fire-and-forget.
+    pub fn commit_with(&mut self, epoch: u64, mut ack: impl FnMut(H)) -> usize {
         let later = self.bound.split_off(&(epoch + 1));
         let done = std::mem::replace(&mut self.bound, later);
         let mut n = 0;
         for id in done.into_values().flatten() {
             if let Some(e) = self.entries.remove(&id) {
                 self.bytes -= e.bytes;
-                e.handle.ack();
+                ack(e.handle);
                 n += 1;
             }
         }
         n
+    }
+
+    /// Checkpoints with messages bound and not yet committed.
+    pub fn pending_checkpoints(&self) -> usize {
+        self.bound.len()
     }
 
     /// Nacks and forgets one pending message (e.g. one that arrived after the final barrier).

@@ -1,0 +1,296 @@
+//! `PubSubSource::builder()`: a source table for Rust users, validated in `build()`. The
+//! SQL layer fills the same config (`pubsub_table_options`) and runs it through
+//! [`PubSubSource::from_config`], so every rule lives here once.
+
+use std::collections::BTreeSet;
+
+use pubsub_schema::{
+    Authentication, DeserializationFailurePolicy, OrderingMode, PubSubProfile, SourceConfig,
+    SubscriptionConfig,
+};
+
+use super::create::SubscriptionCreateOptions;
+use super::options::PubSubSubscriberOptions;
+use super::start_position::PubSubStartPosition;
+use crate::build_error::BuildError;
+use crate::client;
+
+/// A validated Pub/Sub source table: profile (project, credentials) and source config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PubSubSource {
+    profile: PubSubProfile,
+    config: SourceConfig,
+}
+
+impl PubSubSource {
+    pub fn builder() -> PubSubSourceBuilder {
+        PubSubSourceBuilder::default()
+    }
+
+    /// Validates a profile and a table config (from SQL or the UI) through the builder.
+    pub fn from_config(profile: PubSubProfile, config: SourceConfig) -> Result<Self, BuildError> {
+        let mut b = PubSubSource::builder()
+            .project(profile.project.clone())
+            .start_position(PubSubStartPosition::from_config(config.start_position)?)
+            .ordering_mode(config.ordering_mode)
+            .deserialization_failure_policy(config.deserialization_failure_policy)
+            .subscriber_options(PubSubSubscriberOptions::from_config(&config.subscriber)?);
+        b.authentication = profile.authentication.clone();
+        for s in &config.subscriptions {
+            b = match &s.create {
+                Some(c) => b.subscription_with_create(
+                    s.id.clone(),
+                    SubscriptionCreateOptions::from_config(c)?,
+                ),
+                None => b.subscription(s.id.clone()),
+            };
+        }
+        b.build()
+    }
+
+    pub fn profile(&self) -> &PubSubProfile {
+        &self.profile
+    }
+
+    pub fn config(&self) -> &SourceConfig {
+        &self.config
+    }
+
+    /// The full resource names of the subscriptions, in table order.
+    pub fn subscription_names(&self) -> Vec<String> {
+        self.config
+            .subscriptions
+            .iter()
+            .map(|s| client::subscription_path(&self.profile.project, &s.id))
+            .collect()
+    }
+
+    pub fn into_parts(self) -> (PubSubProfile, SourceConfig) {
+        (self.profile, self.config)
+    }
+}
+
+/// Builder of [`PubSubSource`].
+#[derive(Debug, Clone, Default)]
+pub struct PubSubSourceBuilder {
+    project: Option<String>,
+    authentication: Authentication,
+    subscriptions: Vec<SubscriptionConfig>,
+    start_position: PubSubStartPosition,
+    ordering_mode: OrderingMode,
+    policy: DeserializationFailurePolicy,
+    subscriber: PubSubSubscriberOptions,
+}
+
+impl PubSubSourceBuilder {
+    /// The Google Cloud project that owns the subscriptions. Required.
+    pub fn project(mut self, project: impl Into<String>) -> Self {
+        self.project = Some(project.into());
+        self
+    }
+
+    /// Talk to a Pub/Sub emulator at `host:port` (plaintext, no credentials).
+    pub fn emulator_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.authentication = Authentication::Emulator {
+            endpoint: endpoint.into(),
+        };
+        self
+    }
+
+    /// Authenticate with the service account key file at `path`, read when the job starts.
+    pub fn service_account_key_file(mut self, path: impl Into<String>) -> Self {
+        self.authentication = Authentication::ServiceAccountKeyFile { path: path.into() };
+        self
+    }
+
+    /// Authenticate with application default credentials (the default).
+    pub fn application_default_credentials(mut self) -> Self {
+        self.authentication = Authentication::ApplicationDefault;
+        self
+    }
+
+    /// Read subscription `id` (an id, not a full name); it must exist at start.
+    pub fn subscription(mut self, id: impl Into<String>) -> Self {
+        self.subscriptions.push(SubscriptionConfig {
+            id: id.into(),
+            create: None,
+        });
+        self
+    }
+
+    /// Read subscription `id`, creating it with `create` when it does not exist.
+    pub fn subscription_with_create(
+        mut self,
+        id: impl Into<String>,
+        create: SubscriptionCreateOptions,
+    ) -> Self {
+        self.subscriptions.push(SubscriptionConfig {
+            id: id.into(),
+            create: Some(create.config().clone()),
+        });
+        self
+    }
+
+    /// Where the job's first start begins (default: continue from the subscription).
+    pub fn start_position(mut self, p: PubSubStartPosition) -> Self {
+        self.start_position = p;
+        self
+    }
+
+    /// `None` (default) or `PerKey` (needs message ordering on every subscription and a
+    /// parallel pull count of 1).
+    pub fn ordering_mode(mut self, m: OrderingMode) -> Self {
+        self.ordering_mode = m;
+        self
+    }
+
+    /// What happens to a message that cannot be decoded (default `Fail`).
+    pub fn deserialization_failure_policy(mut self, p: DeserializationFailurePolicy) -> Self {
+        self.policy = p;
+        self
+    }
+
+    pub fn subscriber_options(mut self, o: PubSubSubscriberOptions) -> Self {
+        self.subscriber = o;
+        self
+    }
+
+    /// Validates: a project; at least one subscription, ids well-formed and distinct; the
+    /// emulator endpoint; per-key ordering with one stream per split and, on subscriptions
+    /// it would create, message ordering. Errors name the setter and the value.
+    pub fn build(self) -> Result<PubSubSource, BuildError> {
+        let project = self.project.unwrap_or_default();
+        check_id("project", &project)?;
+        if let Authentication::Emulator { endpoint } = &self.authentication {
+            pubsub_schema::check_endpoint(endpoint)
+                .map_err(|why| BuildError::new("emulator_endpoint", endpoint, why))?;
+        }
+        if self.subscriptions.is_empty() {
+            return Err(BuildError::new(
+                "subscription",
+                "",
+                "at least one subscription is required",
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for s in &self.subscriptions {
+            check_id("subscription", &s.id)?;
+            if !seen.insert(s.id.as_str()) {
+                return Err(BuildError::new("subscription", &s.id, "is listed twice"));
+            }
+        }
+        let streams = self.subscriber.config().parallel_pull_count;
+        if self.ordering_mode == OrderingMode::PerKey {
+            if streams != 1 {
+                return Err(BuildError::between(
+                    "parallel_pull_count",
+                    "ordering_mode",
+                    streams,
+                    "must be 1 with {other} 'per-key': several streams of one subscription deliver a key's messages out of order",
+                ));
+            }
+            if let Some(s) = self
+                .subscriptions
+                .iter()
+                .find(|s| s.create.as_ref().is_some_and(|c| !c.message_ordering))
+            {
+                return Err(BuildError::between(
+                    "ordering_mode",
+                    "enable_message_ordering",
+                    "per-key",
+                    format!(
+                        "needs message ordering, but subscription '{}' would be created without it: set {{other}}",
+                        s.id
+                    ),
+                ));
+            }
+        }
+        Ok(PubSubSource {
+            profile: PubSubProfile {
+                project,
+                authentication: self.authentication,
+            },
+            config: SourceConfig {
+                subscriptions: self.subscriptions,
+                start_position: self.start_position.config(),
+                ordering_mode: self.ordering_mode,
+                deserialization_failure_policy: self.policy,
+                subscriber: self.subscriber.config().clone(),
+            },
+        })
+    }
+}
+
+/// A resource id: non-blank, no surrounding whitespace, no `/` (SPEC 5.1).
+fn check_id(option: &'static str, id: &str) -> Result<(), BuildError> {
+    if id.trim().is_empty() || id.trim() != id || id.contains('/') {
+        return Err(BuildError::new(
+            option,
+            id,
+            "must be a non-blank id without '/' or surrounding spaces",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> PubSubSourceBuilder {
+        PubSubSource::builder()
+            .project("p")
+            .emulator_endpoint("localhost:8085")
+    }
+
+    #[test]
+    fn builds_and_round_trips_through_config() {
+        let create = SubscriptionCreateOptions::builder()
+            .topic("t")
+            .build()
+            .unwrap();
+        let s = base()
+            .subscription("a")
+            .subscription_with_create("b", create)
+            .start_position(PubSubStartPosition::latest())
+            .build()
+            .unwrap();
+        assert_eq!(
+            s.subscription_names(),
+            ["projects/p/subscriptions/a", "projects/p/subscriptions/b"]
+        );
+        let (profile, config) = s.clone().into_parts();
+        assert_eq!(PubSubSource::from_config(profile, config).unwrap(), s);
+    }
+
+    #[test]
+    fn rejections_name_the_setter() {
+        let e = |b: PubSubSourceBuilder| b.build().unwrap_err().to_string();
+        assert!(e(base()).contains("at least one subscription"));
+        assert!(e(base().subscription("a").subscription("a")).contains("listed twice"));
+        assert!(e(base().subscription("a/b")).contains("'subscription'"));
+        assert!(e(PubSubSource::builder().subscription("a")).contains("'project'"));
+        assert!(
+            e(base().subscription("a").emulator_endpoint("nope")).contains("'emulator_endpoint'")
+        );
+        let two_streams = PubSubSubscriberOptions::builder()
+            .parallel_pull_count(2)
+            .build()
+            .unwrap();
+        assert_eq!(
+            e(base()
+                .subscription("a")
+                .ordering_mode(OrderingMode::PerKey)
+                .subscriber_options(two_streams)),
+            "option 'parallel_pull_count' is invalid: must be 1 with 'ordering_mode' 'per-key': several streams of one subscription deliver a key's messages out of order, was '2'"
+        );
+        let unordered = SubscriptionCreateOptions::builder()
+            .topic("t")
+            .build()
+            .unwrap();
+        assert!(e(base()
+            .subscription_with_create("a", unordered)
+            .ordering_mode(OrderingMode::PerKey))
+        .contains("would be created without it"));
+    }
+}

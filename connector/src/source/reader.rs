@@ -1,0 +1,693 @@
+//! One subtask of a Pub/Sub source table: reads its splits (see [`super::splits`]),
+//! decodes messages into rows, tracks every handle per split and acks only on `Commit`
+//! of the checkpoint a message was bound to (SPEC 5.2).
+//!
+//! Limits enforced here, per subtask (SPEC 5.3): flow control (held messages and bytes;
+//! reading pauses), the subscriber buffer caps (a delivery that would cross one is nacked
+//! before it is tracked), the rate limit (messages per second), the fetch size, the
+//! first-checkpoint detector, ack confirmation at commit, and the shutdown timeout.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use google_cloud_pubsub::model::Message;
+use google_cloud_pubsub::subscriber::handler::Handler;
+use pubsub_engine::format::{DeserializeError, FieldValue};
+use pubsub_engine::{
+    ControlMessage, Counter, Gauge, OperatorConfig, SourceCollector, SourceContext,
+    SourceFinishType, SourceOperator, StopMode, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED,
+};
+use pubsub_schema::{OrderingMode, PubSubProfile, SourceConfig};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::options::PubSubSubscriberOptions;
+use super::policy::{self, bad_message_action, should_log_bad, BadMessageAction};
+use super::pull::{self, PullStreams, Pulled, StreamSettings, Tagged};
+use super::tracker::{AckTracker, Received};
+use super::*;
+use crate::client;
+
+/// The longest a decoded row waits to be emitted.
+const LINGER: Duration = Duration::from_millis(50);
+/// Events of all splits of a subtask wait in one channel of this many.
+const CHANNEL: usize = 64;
+
+/// One split this subtask reads.
+struct Split {
+    /// The split's index in the plan (for logs).
+    index: usize,
+    /// The subscription's full name.
+    subscription: String,
+    streams: Option<PullStreams>,
+    tracker: AckTracker<Handler>,
+    /// Streams currently reconnecting.
+    down: HashSet<usize>,
+}
+
+struct Counters {
+    received: Counter,
+    acked: Counter,
+    nacked: Counter,
+    dropped: Counter,
+    nacked_bad: Counter,
+    rejected: Counter,
+    skipped: Counter,
+    in_error: Counter,
+    fetches: Counter,
+    reconnects: Counter,
+    pending_acks: Gauge,
+    buffered_bytes: Gauge,
+    pending_checkpoints: Gauge,
+    checkpoint_lag_ms: Gauge,
+}
+
+/// One subtask of a Pub/Sub source table.
+pub struct SourceReader {
+    profile: PubSubProfile,
+    config: SourceConfig,
+    options: PubSubSubscriberOptions,
+    op: OperatorConfig,
+    splits: Vec<Split>,
+    rx: Option<mpsc::Receiver<Tagged>>,
+    /// (split, message id) decoded into the collector's buffer, in buffer order.
+    buffered: Vec<(usize, String)>,
+    counters: Option<Counters>,
+    /// The effective held-messages limit (explicit option, or sized in `on_start`).
+    max_outstanding_messages: u64,
+    reported_can_pull: Option<bool>,
+    /// Rate limit: when the next message may be taken.
+    next_slot: Option<Instant>,
+    /// When reading started, and whether a checkpoint committed since.
+    started: Instant,
+    committed: bool,
+    last_commit: Instant,
+}
+
+impl SourceReader {
+    /// A subtask of the source `config` (validated by `PubSubSource::from_config`).
+    pub fn new(
+        profile: PubSubProfile,
+        config: SourceConfig,
+        op: OperatorConfig,
+    ) -> anyhow::Result<Self> {
+        let options = PubSubSubscriberOptions::from_config(&config.subscriber)?;
+        Ok(SourceReader {
+            profile,
+            config,
+            options,
+            op,
+            splits: Vec::new(),
+            rx: None,
+            buffered: Vec::new(),
+            counters: None,
+            max_outstanding_messages: policy::MIN_DEFAULT_OUTSTANDING,
+            reported_can_pull: None,
+            next_slot: None,
+            started: Instant::now(),
+            committed: false,
+            last_commit: Instant::now(),
+        })
+    }
+
+    fn report_can_pull(&mut self, ctx: &SourceContext, can_pull: bool) {
+        if self.reported_can_pull != Some(can_pull) {
+            ctx.set_can_pull(can_pull);
+            self.reported_can_pull = Some(can_pull);
+        }
+    }
+
+    fn counters(&self) -> &Counters {
+        self.counters
+            .as_ref()
+            .expect("counters are set in on_start")
+    }
+
+    fn held(&self) -> (u64, u64) {
+        self.splits.iter().fold((0, 0), |(m, b), s| {
+            (
+                m + s.tracker.held_messages() as u64,
+                b + s.tracker.held_bytes() as u64,
+            )
+        })
+    }
+
+    /// Below flow control and the subscriber buffer caps: reading may go on.
+    fn under_limits(&self) -> bool {
+        let c = self.options.config();
+        let (m, b) = self.held();
+        m < self.max_outstanding_messages
+            && b < c.max_outstanding_bytes
+            && c.subscriber_buffer_max_messages.is_none_or(|cap| m < cap)
+            && c.subscriber_buffer_max_bytes.is_none_or(|cap| b < cap)
+    }
+
+    fn update_gauges(&self) {
+        let (m, b) = self.held();
+        let c = self.counters();
+        c.pending_acks.set(m);
+        c.buffered_bytes.set(b);
+        c.pending_checkpoints.set(
+            self.splits
+                .iter()
+                .map(|s| s.tracker.pending_checkpoints() as u64)
+                .max()
+                .unwrap_or(0),
+        );
+        c.checkpoint_lag_ms
+            .set(self.last_commit.elapsed().as_millis() as u64);
+    }
+
+    /// When the first-checkpoint detector fires: armed while no checkpoint committed, the
+    /// budget is not zero, and messages are held.
+    fn first_checkpoint_deadline(&self) -> Option<Instant> {
+        let ms = self.options.config().first_checkpoint_timeout_ms;
+        (ms > 0 && !self.committed && self.held().0 > 0)
+            .then(|| self.started + Duration::from_millis(ms))
+    }
+
+    fn first_checkpoint_error(&self, ctx: &SourceContext) -> anyhow::Error {
+        let ms = self.options.config().first_checkpoint_timeout_ms;
+        anyhow::anyhow!(
+            "source subtask {} holds {} unacknowledged messages and no checkpoint completed within {} of starting ('{}'): checkpointing is off or too slow (checkpoint interval {:?}); nothing is acknowledged until a checkpoint completes, so the subscription would stall once flow control fills. Raise '{}' above the checkpoint interval, or checkpoint more often",
+            ctx.task_info.task_index,
+            self.held().0,
+            crate::build_error::show(Duration::from_millis(ms)),
+            pubsub_table_options::FIRST_CHECKPOINT_TIMEOUT,
+            ctx.checkpoint_interval,
+            pubsub_table_options::FIRST_CHECKPOINT_TIMEOUT,
+        )
+    }
+
+    /// Metadata values of a message, in the order of the table's metadata columns.
+    fn metadata(&self, split: usize, m: &Message, h: &Handler) -> Vec<FieldValue> {
+        self.op
+            .metadata_fields
+            .iter()
+            .map(|f| match f.key.as_str() {
+                crate::connector::MESSAGE_ID => FieldValue::String(m.message_id.clone()),
+                crate::connector::PUBLISH_TIME => {
+                    m.publish_time.as_ref().map_or(FieldValue::Null, |t| {
+                        FieldValue::TimestampNanos(
+                            t.seconds() * 1_000_000_000 + i64::from(t.nanos()),
+                        )
+                    })
+                }
+                crate::connector::ATTRIBUTES => {
+                    let sorted: std::collections::BTreeMap<_, _> = m.attributes.iter().collect();
+                    FieldValue::String(serde_json::to_string(&sorted).unwrap_or_default())
+                }
+                crate::connector::ORDERING_KEY if m.ordering_key.is_empty() => FieldValue::Null,
+                crate::connector::ORDERING_KEY => FieldValue::String(m.ordering_key.clone()),
+                crate::connector::SUBSCRIPTION => {
+                    FieldValue::String(self.splits[split].subscription.clone())
+                }
+                crate::connector::DELIVERY_ATTEMPT => h
+                    .delivery_attempt()
+                    .map_or(FieldValue::Null, |a| FieldValue::Int64(i64::from(a))),
+                _ => FieldValue::Null,
+            })
+            .collect()
+    }
+
+    fn decode_error(&self, split: usize, id: &str, e: &DeserializeError) -> anyhow::Error {
+        anyhow::anyhow!(
+            "message {id} from {} could not be decoded as {:?}: {} (the message was not acknowledged)",
+            self.splits[split].subscription,
+            self.op.format,
+            e.reason
+        )
+    }
+
+    /// Takes one event of split `split`.
+    fn on_pulled(
+        &mut self,
+        split: usize,
+        p: Pulled,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<()> {
+        let sub = self.splits[split].subscription.clone();
+        match p {
+            Pulled::Message(m, h) => {
+                if self.splits[split].streams.is_none() {
+                    // Forwarded before its split stopped: give it back at once.
+                    h.nack();
+                    self.counters().received.add(1);
+                    self.counters().nacked.add(1);
+                    return Ok(());
+                }
+                if let Some(rate) = self.options.config().rate_limit_messages_per_second {
+                    let step = Duration::from_secs_f64(1.0 / rate as f64);
+                    let now = Instant::now();
+                    self.next_slot = Some(self.next_slot.map_or(now, |t| t.max(now)) + step);
+                }
+                self.on_message(split, m, h, collector)
+            }
+            Pulled::Reconnecting { stream, cause } => {
+                self.splits[split].down.insert(stream);
+                let which = if stream == pull::MONITOR {
+                    "streaming pull".to_string()
+                } else {
+                    format!("streaming pull {stream}")
+                };
+                tracing::warn!(subscription = %sub, "{which} from {sub} interrupted: {cause}; reconnecting with backoff (held messages keep their leases)");
+                Ok(())
+            }
+            Pulled::Recovered { stream, down_for } => {
+                self.splits[split].down.remove(&stream);
+                let which = if stream == pull::MONITOR {
+                    "streaming pull".to_string()
+                } else {
+                    format!("streaming pull {stream}")
+                };
+                tracing::info!(subscription = %sub, "{which} from {sub} reconnected after {down_for:.1?} down");
+                Ok(())
+            }
+            Pulled::Failed { code, error } => {
+                let status = code.map_or_else(|| "error".to_string(), |c| format!("{c:?}"));
+                anyhow::bail!("streaming pull from subscription {sub} failed permanently with status {status}: {error}")
+            }
+        }
+    }
+
+    /// Takes one delivery: enforces the buffer caps, tracks it, decodes it into the buffer
+    /// (first delivery only). A decode failure is handled by the failure policy.
+    fn on_message(
+        &mut self,
+        split: usize,
+        m: Message,
+        h: Handler,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<()> {
+        self.counters().received.add(1);
+        let c = self.options.config();
+        let (held, bytes) = self.held();
+        let size = m.data.len() as u64;
+        let over = c
+            .subscriber_buffer_max_messages
+            .is_some_and(|cap| held + 1 > cap)
+            || c.subscriber_buffer_max_bytes
+                .is_some_and(|cap| bytes + size > cap);
+        if over {
+            h.nack();
+            self.counters().rejected.add(1);
+            self.counters().nacked.add(1);
+            let n = self.counters().rejected.get();
+            if should_log_bad(n) {
+                tracing::warn!(subscription = %self.splits[split].subscription, "nacked message {} ({size} bytes) before tracking it: holding {held} messages / {bytes} bytes, it would cross the subscriber buffer cap ('{}' / '{}'); reading pauses until a commit frees room ({n} rejected so far)", m.message_id, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_MESSAGES, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_BYTES);
+            }
+            return Ok(());
+        }
+        let id = m.message_id.clone();
+        let meta = self.metadata(split, &m, &h);
+        if self.splits[split]
+            .tracker
+            .receive(id.clone(), h, m.data.len())
+            == Received::Duplicate
+        {
+            return Ok(());
+        }
+        let payload: Bytes = m.data;
+        match collector.deserialize_slice(&payload, &meta) {
+            Ok(rows) => {
+                if rows == 0 {
+                    self.counters().skipped.add(1);
+                }
+                self.buffered.push((split, id));
+            }
+            Err(e) => {
+                self.counters().in_error.add(1);
+                self.on_bad_message(split, id, &e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the bad-message policy to a message that failed to decode (nothing of it
+    /// was buffered). `fail`: the job fails (close nacks the handle). `drop`: the message
+    /// is staged now (it emits no rows) so it is bound at the next barrier and acked on
+    /// commit. `nack`: it is nacked at once, for the subscription's dead-letter policy.
+    fn on_bad_message(
+        &mut self,
+        split: usize,
+        id: String,
+        e: &DeserializeError,
+    ) -> anyhow::Result<()> {
+        let sub = self.splits[split].subscription.clone();
+        match bad_message_action(self.config.deserialization_failure_policy) {
+            BadMessageAction::Fail => Err(self.decode_error(split, &id, e)),
+            BadMessageAction::Drop => {
+                self.splits[split].tracker.stage([&id]);
+                let c = &self.counters().dropped;
+                c.add(1);
+                let n = c.get();
+                if should_log_bad(n) {
+                    tracing::warn!(subscription = %sub, "dropped message {id}: it could not be decoded as {:?}: {} (policy 'drop': acknowledged with the next checkpoint; {n} dropped so far)", self.op.format, e.reason);
+                }
+                Ok(())
+            }
+            BadMessageAction::Nack => {
+                self.splits[split].tracker.release(&id);
+                let c = &self.counters().nacked_bad;
+                c.add(1);
+                self.counters().nacked.add(1);
+                let n = c.get();
+                if should_log_bad(n) {
+                    tracing::warn!(subscription = %sub, "nacked message {id}: it could not be decoded as {:?}: {} (policy 'nack': the dead-letter policy forwards it; {n} nacked so far)", self.op.format, e.reason);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Emits the buffered rows, then stages their messages.
+    async fn flush(&mut self, collector: &mut SourceCollector) -> anyhow::Result<()> {
+        if self.buffered.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = collector.flush_buffer().await {
+            // The deserializer validates fully in `deserialize_slice`, so this is a
+            // fallback: whatever the policy, a flush-time decode error fails the job.
+            if let Some(d) = e.downcast_ref::<DeserializeError>() {
+                let (split, id) = self
+                    .buffered
+                    .get(d.message_index)
+                    .cloned()
+                    .unwrap_or_default();
+                return Err(self.decode_error(split, &id, d));
+            }
+            return Err(e);
+        }
+        self.counters().fetches.add(1);
+        for (split, id) in std::mem::take(&mut self.buffered) {
+            self.splits[split].tracker.stage([&id]);
+        }
+        Ok(())
+    }
+
+    /// Checkpoint `epoch` committed: acks what was bound to it; with
+    /// `await_ack_confirmation`, waits for the server to confirm them (exactly-once
+    /// subscriptions) and fails on a rejection or the timeout.
+    async fn commit(&mut self, epoch: u64) -> anyhow::Result<()> {
+        let wait = self
+            .options
+            .config()
+            .await_ack_confirmation_ms
+            .map(Duration::from_millis);
+        let mut confirmations: Vec<BoxFuture<'static, Result<(), String>>> = Vec::new();
+        let mut n = 0;
+        for s in &mut self.splits {
+            n += match wait {
+                None => s.tracker.commit(epoch),
+                Some(_) => s.tracker.commit_with(epoch, |h| match h {
+                    Handler::ExactlyOnce(eo) => confirmations.push(Box::pin(async move {
+                        eo.confirmed_ack().await.map_err(|e| e.to_string())
+                    })),
+                    other => other.ack(),
+                }),
+            };
+        }
+        self.counters().acked.add(n as u64);
+        self.committed = true;
+        self.last_commit = Instant::now();
+        if let (Some(wait), false) = (wait, confirmations.is_empty()) {
+            let count = confirmations.len();
+            match tokio::time::timeout(wait, futures::future::join_all(confirmations)).await {
+                Err(_) => anyhow::bail!(
+                    "the acks of checkpoint {epoch} ({count} messages) were not confirmed within {} ('{}'): the server did not answer in time; unconfirmed messages are redelivered",
+                    crate::build_error::show(wait),
+                    pubsub_table_options::AWAIT_ACK_CONFIRMATION
+                ),
+                Ok(results) => {
+                    if let Some(e) = results.into_iter().find_map(Result::err) {
+                        anyhow::bail!("an ack of checkpoint {epoch} was rejected by the server: {e} (the message will be redelivered)");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every split's streams and nacks whatever they forwarded but we did not take.
+    async fn stop_pulling(&mut self) {
+        for s in &mut self.splits {
+            if let Some(streams) = s.streams.as_mut() {
+                streams.stop_reading().await;
+            }
+        }
+        let Some(rx) = self.rx.as_mut() else { return };
+        let mut n = 0u64;
+        while let Ok((_, p)) = rx.try_recv() {
+            if let Pulled::Message(_, h) = p {
+                h.nack();
+                n += 1;
+            }
+        }
+        if self.counters.is_some() {
+            self.counters().received.add(n);
+            self.counters().nacked.add(n);
+        }
+    }
+}
+
+#[async_trait]
+impl SourceOperator for SourceReader {
+    fn name(&self) -> String {
+        let subs: Vec<&str> = self
+            .config
+            .subscriptions
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect();
+        format!("pubsub-source({})", subs.join(";"))
+    }
+
+    async fn on_start(&mut self, ctx: &mut SourceContext) -> anyhow::Result<()> {
+        self.report_can_pull(ctx, false);
+        let counter = |n| ctx.counter(n);
+        let gauge = |n| {
+            ctx.metrics
+                .gauge(n, &ctx.task_info.operator_id, ctx.task_info.task_index)
+        };
+        self.counters = Some(Counters {
+            received: counter(MESSAGES_RECEIVED),
+            acked: counter(MESSAGES_ACKED),
+            nacked: counter(MESSAGES_NACKED),
+            dropped: counter(MESSAGES_DROPPED),
+            nacked_bad: counter(MESSAGES_NACKED_BAD),
+            rejected: counter(MESSAGES_REJECTED),
+            skipped: counter(RECORDS_SKIPPED),
+            in_error: counter(RECORDS_IN_ERROR),
+            fetches: counter(FETCHES),
+            reconnects: counter(PULL_RECONNECTS),
+            pending_acks: gauge(PENDING_ACKS),
+            buffered_bytes: gauge(BUFFERED_BYTES),
+            pending_checkpoints: gauge(PENDING_CHECKPOINTS),
+            checkpoint_lag_ms: gauge(CHECKPOINT_LAG_MS),
+        });
+        // The start position was applied (or needed nothing) before any subtask started;
+        // a restore finds this and never seeks again (SPEC 5.4).
+        let position = super::PubSubStartPosition::from_config(self.config.start_position)?;
+        ctx.state.values.insert(
+            super::start_position::STATE_KEY.to_string(),
+            serde_json::Value::String(position.mode().to_string()),
+        );
+        let c = self.options.config().clone();
+        // Leases must outlive a checkpoint, or held messages are redelivered before their
+        // commit (SPEC 5.3). The client ends lease extension silently at max lease.
+        let period = Duration::from_millis(c.max_ack_extension_period_ms);
+        let key = pubsub_table_options::MAX_ACK_EXTENSION_PERIOD;
+        if period.is_zero() {
+            tracing::warn!("'{key}' is 0: lease extension is disabled, so a message held longer than the stream's ack deadline is redelivered before its checkpoint commits (checkpoint interval {:?})", ctx.checkpoint_interval);
+        } else {
+            anyhow::ensure!(
+                period > ctx.checkpoint_interval,
+                "option '{key}' is invalid: must exceed the checkpoint interval ({:?}), was '{}'",
+                ctx.checkpoint_interval,
+                crate::build_error::show(period)
+            );
+            if period < ctx.checkpoint_interval * 2 {
+                tracing::warn!("'{key}' ({period:?}) is less than twice the checkpoint interval ({:?}): a slow checkpoint will cause redeliveries", ctx.checkpoint_interval);
+            }
+        }
+        let per_key = self.config.ordering_mode == OrderingMode::PerKey;
+        let plan = super::splits::splits_for(
+            ctx.task_info.task_index,
+            ctx.task_info.parallelism,
+            self.config.subscriptions.len(),
+            per_key,
+        );
+        if plan.is_empty() {
+            tracing::warn!(
+                "source subtask {} has no split to read ({} subscriptions under ordering 'per-key', parallelism {}): it stays idle",
+                ctx.task_info.task_index,
+                self.config.subscriptions.len(),
+                ctx.task_info.parallelism
+            );
+            self.report_can_pull(ctx, true);
+            return Ok(());
+        }
+        let streams = c.parallel_pull_count.saturating_mul(plan.len() as u32);
+        self.max_outstanding_messages = policy::effective_max_outstanding(
+            c.max_outstanding_messages,
+            ctx.checkpoint_interval,
+            streams,
+        );
+        tracing::info!(
+            "flow control: at most {} messages ({}) and {} bytes held per subtask",
+            self.max_outstanding_messages,
+            if c.max_outstanding_messages.is_some() {
+                "set by 'scan.flow-control.max-outstanding-element-count'"
+            } else {
+                "default: 10000 msg/s per stream x 2.5 checkpoint intervals, at least 1000"
+            },
+            c.max_outstanding_bytes
+        );
+        let subscriber = client::subscriber(&self.profile).await?;
+        let admin = client::subscription_admin(&self.profile).await?;
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        self.rx = Some(rx);
+        let settings = StreamSettings {
+            streams: c.parallel_pull_count,
+            max_outstanding_messages: self.max_outstanding_messages,
+            max_outstanding_bytes: c.max_outstanding_bytes,
+            max_lease: period,
+            max_lease_extension: self.options.lease_extension(),
+        };
+        for (pos, split) in plan.iter().enumerate() {
+            let s = &self.config.subscriptions[split.subscription];
+            let subscription = client::subscription_path(&self.profile.project, &s.id);
+            let streams = PullStreams::start(
+                subscriber.clone(),
+                admin.clone(),
+                &subscription,
+                settings.clone(),
+                self.counters().reconnects.clone(),
+                pos,
+                tx.clone(),
+            );
+            self.splits.push(Split {
+                index: split.index,
+                subscription,
+                streams: Some(streams),
+                tracker: AckTracker::default(),
+                down: HashSet::new(),
+            });
+        }
+        tracing::debug!(
+            "source subtask {} reads splits {:?}",
+            ctx.task_info.task_index,
+            self.splits
+                .iter()
+                .map(|s| (s.index, s.subscription.as_str()))
+                .collect::<Vec<_>>()
+        );
+        self.started = Instant::now();
+        self.last_commit = self.started;
+        Ok(())
+    }
+
+    async fn run(
+        &mut self,
+        ctx: &mut SourceContext,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<SourceFinishType> {
+        let fetch = self.options.config().max_records_per_fetch as usize;
+        collector.initialize_deserializer(&self.op.schema, fetch, LINGER)?;
+        let mut stopping = false;
+        loop {
+            if self.counters.is_some() {
+                self.update_gauges();
+            }
+            let flush_at = collector.flush_deadline().map(Instant::from_std);
+            let now = Instant::now();
+            let rate_wait = self.next_slot.filter(|t| *t > now);
+            let can_pull =
+                !stopping && self.rx.is_some() && rate_wait.is_none() && self.under_limits();
+            // Reading, as the idle clock sees it: not held back, no stream down.
+            let all_up = self.splits.iter().all(|s| s.down.is_empty());
+            let reading = stopping || self.splits.is_empty() || (can_pull && all_up);
+            self.report_can_pull(ctx, reading);
+            let first_deadline = self.first_checkpoint_deadline();
+            let rx = self.rx.as_mut();
+            tokio::select! {
+                biased;
+                ctrl = ctx.control_rx.recv() => match ctrl {
+                    Some(ControlMessage::Checkpoint(barrier)) => {
+                        if barrier.then_stop {
+                            self.stop_pulling().await;
+                            stopping = true;
+                        }
+                        self.flush(collector).await?;
+                        for s in &mut self.splits {
+                            s.tracker.bind(barrier.epoch);
+                        }
+                        ctx.start_checkpoint(barrier, collector).await?;
+                    }
+                    Some(ControlMessage::Commit { epoch }) => self.commit(epoch).await?,
+                    Some(ControlMessage::Stop { mode: StopMode::Graceful }) => return Ok(SourceFinishType::Graceful),
+                    Some(ControlMessage::Stop { mode: StopMode::Immediate }) | None => return Ok(SourceFinishType::Immediate),
+                },
+                pulled = async { rx.expect("guarded by can_pull").recv().await }, if can_pull => match pulled {
+                    Some((split, p)) => {
+                        self.on_pulled(split, p, collector)?;
+                        if collector.should_flush() || collector.buffered_messages() >= fetch {
+                            self.flush(collector).await?;
+                        }
+                    }
+                    None => self.rx = None,
+                },
+                _ = tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {
+                    self.flush(collector).await?;
+                }
+                _ = tokio::time::sleep_until(rate_wait.unwrap_or_else(Instant::now)), if rate_wait.is_some() => {}
+                _ = tokio::time::sleep_until(first_deadline.unwrap_or_else(Instant::now)), if first_deadline.is_some() => {
+                    if self.first_checkpoint_deadline().is_some_and(|d| d <= Instant::now()) {
+                        return Err(self.first_checkpoint_error(ctx));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops the streams, nacks everything still held so Pub/Sub redelivers it at once,
+    /// then awaits each subscriber's shutdown so the final acks and nacks are sent; the
+    /// whole close is bounded by `shutdown_timeout`, all splits' waits overlapping.
+    async fn on_close(&mut self, _ctx: &mut SourceContext) -> anyhow::Result<()> {
+        let timeout = Duration::from_millis(self.options.config().shutdown_timeout_ms);
+        let deadline = Instant::now() + timeout;
+        if tokio::time::timeout_at(deadline, self.stop_pulling())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "stopping the streams did not finish within the shutdown timeout ({timeout:?})"
+            );
+        }
+        let mut n = 0;
+        let mut shutdowns = Vec::new();
+        for s in &mut self.splits {
+            n += s.tracker.release_all();
+            if let Some(streams) = s.streams.take() {
+                shutdowns.push(streams.shutdown());
+            }
+        }
+        if self.counters.is_some() {
+            self.counters().nacked.add(n as u64);
+            self.update_gauges();
+        }
+        if n > 0 {
+            tracing::info!("released {n} unacknowledged messages for redelivery");
+        }
+        if tokio::time::timeout_at(deadline, futures::future::join_all(shutdowns))
+            .await
+            .is_err()
+        {
+            tracing::warn!("subscriber shutdown did not finish within the shutdown timeout ({timeout:?}); messages not yet released return after their ack deadline");
+        }
+        Ok(())
+    }
+}
