@@ -83,6 +83,37 @@ fn two_tables_on_one_subscription_are_rejected_naming_both() {
         e.contains("tables 's1' and 's2' both read subscription projects/p/subscriptions/sub"),
         "{e}"
     );
+    // One shared subscription among several is enough.
+    let e = plan_error(
+        "CREATE TABLE s1 (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 'x;sub', 'emulator-endpoint' = '127.0.0.1:1');
+         CREATE TABLE s2 (b BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 'sub;y', 'emulator-endpoint' = '127.0.0.1:1');
+         CREATE TABLE d (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
+         INSERT INTO d SELECT a FROM s1;
+         INSERT INTO d SELECT b FROM s2;",
+    );
+    assert!(
+        e.contains("tables 's1' and 's2' both read subscription projects/p/subscriptions/sub"),
+        "{e}"
+    );
+}
+
+#[test]
+fn metadata_keys_and_types_are_checked_at_plan_time() {
+    let e = plan_error(
+        "CREATE TABLE s (a BIGINT, n TEXT METADATA FROM 'delivery-attempt') WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');",
+    );
+    assert!(
+        e.contains("column 'n' reads metadata 'delivery-attempt', which is BIGINT"),
+        "{e}"
+    );
+    let e = plan_error(
+        "CREATE TABLE s (a BIGINT, n TEXT METADATA FROM 'delivery-count') WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');",
+    );
+    assert!(
+        e.contains("unknown metadata field 'delivery-count' for column 'n'")
+            && e.contains("subscription, delivery-attempt"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -176,13 +176,19 @@ impl pubsub_engine::Connector for PubSubConnector {
     /// A subscription hands each message to one reader: two source tables on one
     /// subscription would each see part of it. Keyed by the resource name alone, not the
     /// endpoint: `localhost:8085` and `127.0.0.1:8085` are one emulator.
-    fn exclusive_resource(&self, profile: &PubSubProfile, table: &PubSubTable) -> Option<String> {
+    fn exclusive_resources(&self, profile: &PubSubProfile, table: &PubSubTable) -> Vec<String> {
         match table {
-            PubSubTable::Source(s) => Some(format!(
-                "subscription {}",
-                crate::client::subscription_path(&profile.project, &s.subscriptions[0].id)
-            )),
-            PubSubTable::Sink(_) => None,
+            PubSubTable::Source(s) => s
+                .subscriptions
+                .iter()
+                .map(|s| {
+                    format!(
+                        "subscription {}",
+                        crate::client::subscription_path(&profile.project, &s.id)
+                    )
+                })
+                .collect(),
+            PubSubTable::Sink(_) => Vec::new(),
         }
     }
 

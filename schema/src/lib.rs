@@ -400,3 +400,93 @@ pub fn profile_schema() -> String {
 pub fn table_schema() -> String {
     serde_json::to_string_pretty(&schemars::schema_for!(PubSubTable)).expect("schema serializes")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every property of every object in `schema`, with its path.
+    fn properties<'a>(
+        path: String,
+        v: &'a serde_json::Value,
+        out: &mut Vec<(String, &'a serde_json::Value)>,
+    ) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(serde_json::Value::Object(props)) = m.get("properties") {
+                    for (k, p) in props {
+                        out.push((format!("{path}.{k}"), p));
+                    }
+                }
+                for (k, child) in m {
+                    properties(format!("{path}/{k}"), child, out);
+                }
+            }
+            serde_json::Value::Array(a) => {
+                for (i, child) in a.iter().enumerate() {
+                    properties(format!("{path}[{i}]"), child, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_table_and_profile_property_has_a_title_and_a_description() {
+        for schema in [table_schema(), profile_schema()] {
+            let v: serde_json::Value = serde_json::from_str(&schema).unwrap();
+            let mut props = Vec::new();
+            properties(String::new(), &v, &mut props);
+            assert!(
+                props.len() > 20 || schema.contains("profile"),
+                "{}",
+                props.len()
+            );
+            for (path, p) in props {
+                // A property that only refers to a definition is described there.
+                if p.get("$ref").is_some() && p.as_object().is_some_and(|o| o.len() == 1) {
+                    continue;
+                }
+                assert!(p.get("title").is_some(), "{path} has no title: {p}");
+                assert!(
+                    p.get("description").is_some(),
+                    "{path} has no description: {p}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_schema_lists_every_subscriber_option() {
+        let s = table_schema();
+        for field in [
+            "maxOutstandingMessages",
+            "maxOutstandingBytes",
+            "subscriberBufferMaxMessages",
+            "subscriberBufferMaxBytes",
+            "pausedSplitBufferMaxMessages",
+            "pausedSplitBufferMaxBytes",
+            "parallelPullCount",
+            "maxAckExtensionPeriodMs",
+            "minDurationPerAckExtensionMs",
+            "maxDurationPerAckExtensionMs",
+            "awaitAckConfirmationMs",
+            "shutdownTimeoutMs",
+            "maxRecordsPerFetch",
+            "firstCheckpointTimeoutMs",
+            "rateLimitMessagesPerSecond",
+            "startPosition",
+            "orderingMode",
+            "ackDeadlineMs",
+            "messageOrdering",
+            "messageRetentionMs",
+            "retainAckedMessages",
+            "expiration",
+            "deadLetter",
+            "maxDeliveryAttempts",
+            "filter",
+        ] {
+            assert!(s.contains(&format!("\"{field}\"")), "{field} missing");
+        }
+    }
+}

@@ -27,6 +27,7 @@ pub mod options;
 pub mod policy;
 pub mod prepare;
 mod pull;
+pub mod rate;
 mod reader;
 pub mod splits;
 pub mod start_position;

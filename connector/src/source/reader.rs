@@ -79,8 +79,7 @@ pub struct SourceReader {
     /// The effective held-messages limit (explicit option, or sized in `on_start`).
     max_outstanding_messages: u64,
     reported_can_pull: Option<bool>,
-    /// Rate limit: when the next message may be taken.
-    next_slot: Option<Instant>,
+    rate: Option<super::rate::RateLimiter>,
     /// When reading started, and whether a checkpoint committed since.
     started: Instant,
     committed: bool,
@@ -106,7 +105,7 @@ impl SourceReader {
             counters: None,
             max_outstanding_messages: policy::MIN_DEFAULT_OUTSTANDING,
             reported_can_pull: None,
-            next_slot: None,
+            rate: None,
             started: Instant::now(),
             committed: false,
             last_commit: Instant::now(),
@@ -239,10 +238,8 @@ impl SourceReader {
                     self.counters().nacked.add(1);
                     return Ok(());
                 }
-                if let Some(rate) = self.options.config().rate_limit_messages_per_second {
-                    let step = Duration::from_secs_f64(1.0 / rate as f64);
-                    let now = Instant::now();
-                    self.next_slot = Some(self.next_slot.map_or(now, |t| t.max(now)) + step);
+                if let Some(rate) = self.rate.as_mut() {
+                    rate.took(Instant::now());
                 }
                 self.on_message(split, m, h, collector)
             }
@@ -585,6 +582,9 @@ impl SourceOperator for SourceReader {
                 .map(|s| (s.index, s.subscription.as_str()))
                 .collect::<Vec<_>>()
         );
+        self.rate = c
+            .rate_limit_messages_per_second
+            .map(super::rate::RateLimiter::new);
         self.started = Instant::now();
         self.last_commit = self.started;
         Ok(())
@@ -604,7 +604,7 @@ impl SourceOperator for SourceReader {
             }
             let flush_at = collector.flush_deadline().map(Instant::from_std);
             let now = Instant::now();
-            let rate_wait = self.next_slot.filter(|t| *t > now);
+            let rate_wait = self.rate.as_ref().and_then(|r| r.wait_until(now));
             let can_pull =
                 !stopping && self.rx.is_some() && rate_wait.is_none() && self.under_limits();
             // Reading, as the idle clock sees it: not held back, no stream down.

@@ -183,3 +183,140 @@ pub fn rfc3339(t: SystemTime) -> String {
     let ts = wkt_timestamp(t);
     String::from(ts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use google_cloud_gax::options::RequestOptions;
+    use google_cloud_gax::response::Response;
+    use google_cloud_pubsub::model::{SeekRequest, SeekResponse};
+    use std::sync::{Arc, Mutex};
+
+    /// A fake admin stub (the emulator cannot seek to a time): records every seek request.
+    #[derive(Debug, Default)]
+    struct FakeSeekAdmin {
+        seeks: Arc<Mutex<Vec<SeekRequest>>>,
+    }
+
+    impl google_cloud_pubsub::stub::SubscriptionAdmin for FakeSeekAdmin {
+        async fn seek(
+            &self,
+            req: SeekRequest,
+            _options: RequestOptions,
+        ) -> google_cloud_pubsub::Result<Response<SeekResponse>> {
+            self.seeks.lock().unwrap().push(req);
+            Ok(Response::from(SeekResponse::new()))
+        }
+    }
+
+    fn fake() -> (SubscriptionAdmin, Arc<Mutex<Vec<SeekRequest>>>) {
+        let f = FakeSeekAdmin::default();
+        let seeks = f.seeks.clone();
+        (SubscriptionAdmin::from_stub(f), seeks)
+    }
+
+    fn seeked_to(r: &SeekRequest) -> (String, i64, i32) {
+        match r.target.as_ref() {
+            Some(Target::Time(t)) => (r.subscription.clone(), t.seconds(), t.nanos()),
+            other => panic!("a time seek expected, got {other:?}"),
+        }
+    }
+
+    const SUBS: [&str; 2] = ["projects/p/subscriptions/a", "projects/p/subscriptions/b"];
+
+    #[tokio::test]
+    async fn fake_admin_first_start_seeks_each_subscription_once_to_one_instant() {
+        let (admin, seeks) = fake();
+        let subs: Vec<String> = SUBS.iter().map(|s| s.to_string()).collect();
+        let now = UNIX_EPOCH + Duration::from_millis(1_764_460_800_123);
+        let out = seek_once(&admin, &subs, PubSubStartPosition::latest(), false, now)
+            .await
+            .unwrap();
+        assert_eq!(out, SeekOutcome::Seeked(now));
+        let got: Vec<_> = seeks.lock().unwrap().iter().map(seeked_to).collect();
+        assert_eq!(
+            got,
+            vec![
+                (SUBS[0].to_string(), 1_764_460_800, 123_000_000),
+                (SUBS[1].to_string(), 1_764_460_800, 123_000_000)
+            ],
+            "latest is pinned to one instant for every subscription"
+        );
+    }
+
+    #[tokio::test]
+    async fn fake_admin_restore_never_seeks_again() {
+        let (admin, seeks) = fake();
+        let subs = vec![SUBS[0].to_string()];
+        for p in [
+            PubSubStartPosition::latest(),
+            PubSubStartPosition::earliest_retained(),
+            PubSubStartPosition::from_timestamp(UNIX_EPOCH + Duration::from_secs(5)).unwrap(),
+        ] {
+            let out = seek_once(&admin, &subs, p, true, SystemTime::now())
+                .await
+                .unwrap();
+            assert_eq!(out, SeekOutcome::AlreadyApplied);
+        }
+        let out = seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::continue_from_subscription(),
+            false,
+            SystemTime::now(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, SeekOutcome::NotNeeded);
+        assert!(
+            seeks.lock().unwrap().is_empty(),
+            "no seek on a restore or for continue"
+        );
+    }
+
+    #[tokio::test]
+    async fn fake_admin_targets_of_earliest_and_timestamp() {
+        let (admin, seeks) = fake();
+        let subs = vec![SUBS[0].to_string()];
+        let now = UNIX_EPOCH + Duration::from_secs(100 * 24 * 3600);
+        seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::earliest_retained(),
+            false,
+            now,
+        )
+        .await
+        .unwrap();
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_001);
+        seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::from_timestamp(at).unwrap(),
+            false,
+            now,
+        )
+        .await
+        .unwrap();
+        let got: Vec<_> = seeks.lock().unwrap().iter().map(seeked_to).collect();
+        assert_eq!(
+            got[0].1,
+            (100 - 32) * 24 * 3600,
+            "32 days back: past any retention"
+        );
+        assert_eq!((got[1].1, got[1].2), (1_700_000_000, 1_000_000));
+    }
+
+    #[test]
+    fn timestamps_are_whole_milliseconds() {
+        let e =
+            PubSubStartPosition::from_timestamp(UNIX_EPOCH + Duration::from_micros(1)).unwrap_err();
+        assert!(
+            e.to_string().contains("whole number of milliseconds"),
+            "{e}"
+        );
+        assert!(PubSubStartPosition::from_config(StartPosition::Timestamp { millis: -1 }).is_err());
+        assert_eq!(PubSubStartPosition::latest().mode(), "latest");
+        assert!(!PubSubStartPosition::default().requires_seek());
+    }
+}

@@ -84,16 +84,12 @@ pub trait Connector: Send + Sync + 'static {
         config: OperatorConfig,
     ) -> anyhow::Result<ConstructedOperator>;
 
-    /// The external resource a source table consumes exclusively (e.g. a Pub/Sub
-    /// subscription, where each message reaches one reader only), as a stable string. Two
-    /// source tables returning the same value are rejected when the pipeline is planned.
-    /// `None` (the default): readers do not compete.
-    fn exclusive_resource(
-        &self,
-        _profile: &Self::ProfileT,
-        _table: &Self::TableT,
-    ) -> Option<String> {
-        None
+    /// The external resources a source table consumes exclusively (e.g. its Pub/Sub
+    /// subscriptions, where each message reaches one reader only), as stable strings. Two
+    /// source tables sharing any value are rejected when the pipeline is planned. Empty
+    /// (the default): readers do not compete.
+    fn exclusive_resources(&self, _profile: &Self::ProfileT, _table: &Self::TableT) -> Vec<String> {
+        Vec::new()
     }
 
     /// The sink column whose equal values must all be written by one subtask (e.g. a
@@ -128,8 +124,8 @@ pub trait ErasedConnector: Send + Sync {
         connection: &Connection,
         config: OperatorConfig,
     ) -> anyhow::Result<ConstructedOperator>;
-    /// See [`Connector::exclusive_resource`].
-    fn exclusive_resource(&self, connection: &Connection) -> Option<String>;
+    /// See [`Connector::exclusive_resources`].
+    fn exclusive_resources(&self, connection: &Connection) -> Vec<String>;
     /// See [`Connector::sink_key`].
     fn sink_key(&self, connection: &Connection) -> Option<String>;
 }
@@ -194,10 +190,13 @@ impl<C: Connector> ErasedConnector for C {
         Connector::make_operator(self, profile, table, config)
     }
 
-    fn exclusive_resource(&self, connection: &Connection) -> Option<String> {
-        let profile = serde_json::from_value(connection.config["profile"].clone()).ok()?;
-        let table = serde_json::from_value(connection.config["table"].clone()).ok()?;
-        Connector::exclusive_resource(self, &profile, &table)
+    fn exclusive_resources(&self, connection: &Connection) -> Vec<String> {
+        let profile = serde_json::from_value(connection.config["profile"].clone());
+        let table = serde_json::from_value(connection.config["table"].clone());
+        let (Ok(profile), Ok(table)) = (profile, table) else {
+            return Vec::new();
+        };
+        Connector::exclusive_resources(self, &profile, &table)
     }
 
     fn sink_key(&self, connection: &Connection) -> Option<String> {

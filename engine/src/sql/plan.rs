@@ -191,15 +191,14 @@ fn check_exclusive_sources(tables: &[(String, PlannedTable)]) -> Result<(), SqlE
         if t.connection.connection_type != ConnectionType::Source {
             continue;
         }
-        let Some(resource) = t.connector.exclusive_resource(&t.connection) else {
-            continue;
-        };
-        if let Some((_, other)) = seen.iter().find(|(r, _)| *r == resource) {
-            return Err(SqlError(format!(
-                "tables '{other}' and '{name}' both read {resource}: each message would reach only one of them; declare one table and read it from every INSERT"
-            )));
+        for resource in t.connector.exclusive_resources(&t.connection) {
+            if let Some((_, other)) = seen.iter().find(|(r, _)| *r == resource) {
+                return Err(SqlError(format!(
+                    "tables '{other}' and '{name}' both read {resource}: each message would reach only one of them; declare one table and read it from every INSERT"
+                )));
+            }
+            seen.push((resource, name));
         }
-        seen.push((resource, name));
     }
     Ok(())
 }
