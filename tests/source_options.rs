@@ -324,7 +324,7 @@ async fn first_checkpoint_timeout_fails_a_job_whose_checkpoints_never_complete()
         &endpoint(),
         ", 'scan.first-checkpoint-timeout' = '2s'",
     ));
-    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "1h"]);
+    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "20m"]);
     let (code, _stdout, stderr) = finish(child, LIMIT).await;
     assert_ne!(code, 0);
     assert!(
