@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod client;
 mod connector;
+pub mod credentials;
 pub mod diagnose;
 pub mod emulator;
 pub mod emulator_proxy;

@@ -4,8 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// How the connector reaches Pub/Sub.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// How the connector reaches Pub/Sub. `Debug` redacts the key file path.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Authentication {
     /// Application default credentials (environment, gcloud, metadata server).
@@ -30,6 +30,23 @@ pub enum Authentication {
         #[schemars(title = "Emulator endpoint", example = "localhost:8085")]
         endpoint: String,
     },
+}
+
+/// Never prints the key file path (SPEC 10): a profile may end up in a `{:?}`.
+impl std::fmt::Debug for Authentication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Authentication::ApplicationDefault => f.write_str("ApplicationDefault"),
+            Authentication::ServiceAccountKeyFile { .. } => f
+                .debug_struct("ServiceAccountKeyFile")
+                .field("path", &format_args!("<redacted>"))
+                .finish(),
+            Authentication::Emulator { endpoint } => f
+                .debug_struct("Emulator")
+                .field("endpoint", endpoint)
+                .finish(),
+        }
+    }
 }
 
 /// A Pub/Sub connection profile: project and authentication.
