@@ -31,6 +31,7 @@ fn attrs(name: &str) -> HashMap<String, String> {
 async fn publish(topic: &str, data: Vec<u8>, attributes: HashMap<String, String>) -> String {
     let p = profile();
     let publisher = client::publisher(&p, &client::topic_path(PROJECT, topic))
+        .unwrap()
         .build()
         .await
         .unwrap();

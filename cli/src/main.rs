@@ -163,7 +163,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+                // sqlparser logs the whole SQL text at debug, and with it the path of a
+                // 'service-account-key-file' (SPEC 10): capped whatever RUST_LOG says.
+                .add_directive("sqlparser=info".parse().expect("valid directive")),
         )
         .init();
     let cli = Cli::parse();

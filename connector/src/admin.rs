@@ -112,7 +112,7 @@ pub async fn publish_all(
     payloads: Vec<Vec<u8>>,
     window: usize,
 ) -> anyhow::Result<Vec<String>> {
-    let publisher = client::publisher(profile, &client::topic_path(&profile.project, topic))
+    let publisher = client::publisher(profile, &client::topic_path(&profile.project, topic))?
         .set_message_count_threshold(1000)
         .set_delay_threshold(Duration::from_millis(5))
         .build()

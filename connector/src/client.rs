@@ -1,6 +1,7 @@
-//! Builds `google-cloud-pubsub` clients for a profile. The crate ignores
-//! `PUBSUB_EMULATOR_HOST`, so an emulator endpoint and anonymous credentials are passed
-//! explicitly.
+//! Builds `google-cloud-pubsub` clients for a profile. Endpoint and credentials come from
+//! [`crate::credentials::access`] (emulator: explicit endpoint and anonymous credentials,
+//! as the crate ignores `PUBSUB_EMULATOR_HOST`; key file: read when the client is built;
+//! otherwise application default credentials).
 
 use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
 use pubsub_schema::{Authentication, PubSubProfile};
@@ -15,59 +16,52 @@ pub fn topic_path(project: &str, id: &str) -> String {
     format!("projects/{project}/topics/{id}")
 }
 
-fn emulator(
-    profile: &PubSubProfile,
-) -> Option<(String, google_cloud_auth::credentials::Credentials)> {
-    match &profile.authentication {
-        Authentication::Emulator { endpoint } => Some((
-            format!("http://{endpoint}"),
-            google_cloud_auth::credentials::anonymous::Builder::new().build(),
-        )),
-        Authentication::ApplicationDefault | Authentication::ServiceAccountKeyFile { .. } => None,
-    }
+/// Applies the profile's endpoint override and credentials to a client builder (the four
+/// builders share the two methods but no trait). A key file that cannot be used fails here,
+/// with a message that names the option and never the path or the file's content.
+macro_rules! configured {
+    ($builder:expr, $profile:expr) => {{
+        let access = crate::credentials::access($profile).map_err(anyhow::Error::new)?;
+        let mut b = $builder;
+        if let Some(endpoint) = access.endpoint {
+            b = b.with_endpoint(endpoint);
+        }
+        if let Some(credentials) = access.credentials {
+            b = b.with_credentials(credentials);
+        }
+        b
+    }};
 }
 
 /// A StreamingPull client. Errors when credentials cannot be loaded.
 pub async fn subscriber(profile: &PubSubProfile) -> anyhow::Result<Subscriber> {
-    let mut b = Subscriber::builder();
-    if let Some((endpoint, creds)) = emulator(profile) {
-        b = b.with_endpoint(endpoint).with_credentials(creds);
-    }
-    b.build()
+    configured!(Subscriber::builder(), profile)
+        .build()
         .await
         .map_err(|e| crate::diagnose::client_build_error(profile, e))
 }
 
-/// A batching publisher builder for `topic` (a full resource name).
+/// A batching publisher builder for `topic` (a full resource name). Errors when a key file
+/// cannot be used.
 pub fn publisher(
     profile: &PubSubProfile,
     topic: &str,
-) -> google_cloud_pubsub::builder::publisher::PublisherBuilder {
-    let mut b = Publisher::builder(topic.to_string());
-    if let Some((endpoint, creds)) = emulator(profile) {
-        b = b.with_endpoint(endpoint).with_credentials(creds);
-    }
-    b
+) -> anyhow::Result<google_cloud_pubsub::builder::publisher::PublisherBuilder> {
+    Ok(configured!(Publisher::builder(topic.to_string()), profile))
 }
 
 /// The topic admin client.
 pub async fn topic_admin(profile: &PubSubProfile) -> anyhow::Result<TopicAdmin> {
-    let mut b = TopicAdmin::builder();
-    if let Some((endpoint, creds)) = emulator(profile) {
-        b = b.with_endpoint(endpoint).with_credentials(creds);
-    }
-    b.build()
+    configured!(TopicAdmin::builder(), profile)
+        .build()
         .await
         .map_err(|e| crate::diagnose::client_build_error(profile, e))
 }
 
 /// The subscription admin client.
 pub async fn subscription_admin(profile: &PubSubProfile) -> anyhow::Result<SubscriptionAdmin> {
-    let mut b = SubscriptionAdmin::builder();
-    if let Some((endpoint, creds)) = emulator(profile) {
-        b = b.with_endpoint(endpoint).with_credentials(creds);
-    }
-    b.build()
+    configured!(SubscriptionAdmin::builder(), profile)
+        .build()
         .await
         .map_err(|e| crate::diagnose::client_build_error(profile, e))
 }

@@ -31,12 +31,19 @@ pub fn bounded<R: RequestOptionsBuilder>(r: R) -> R {
         )
 }
 
-/// The endpoint a profile talks to, for error messages.
+/// How a key-file profile is named in messages: by its option, never by its path.
+pub const KEY_FILE: &str = "the service account key file set by 'service-account-key-file'";
+
+/// The endpoint a profile talks to and, for the real service, with which credentials, for
+/// error messages. Never the key file's path.
 pub fn endpoint(profile: &PubSubProfile) -> String {
     match &profile.authentication {
         Authentication::Emulator { endpoint } => format!("emulator endpoint {endpoint}"),
-        Authentication::ApplicationDefault | Authentication::ServiceAccountKeyFile { .. } => {
-            "https://pubsub.googleapis.com".to_string()
+        Authentication::ApplicationDefault => {
+            "https://pubsub.googleapis.com (application default credentials)".to_string()
+        }
+        Authentication::ServiceAccountKeyFile { .. } => {
+            format!("https://pubsub.googleapis.com ({KEY_FILE})")
         }
     }
 }
@@ -78,6 +85,7 @@ impl Resource<'_> {
 }
 
 const CREDENTIALS_HINT: &str = "check the application default credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service account key file, or run 'gcloud auth application-default login'";
+const KEY_FILE_HINT: &str = "check that the key in the service account key file set by 'service-account-key-file' is current (not deleted or disabled in IAM) and that the machine running the job can reach oauth2.googleapis.com";
 
 /// The coarse cause of a failed client call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,22 +129,53 @@ pub fn startup_error(
         Cause::Unreachable => anyhow::anyhow!(
             "cannot reach Pub/Sub at {endpoint} to read {what}: {e} (is the endpoint up and reachable? gave up after {ATTEMPTS} attempts, each bounded by {ATTEMPT_TIMEOUT:?})"
         ),
-        Cause::Authentication => anyhow::anyhow!(
-            "authentication to Pub/Sub at {endpoint} failed while reading {what}: {e}; {CREDENTIALS_HINT}"
-        ),
+        Cause::Authentication => match &profile.authentication {
+            // The library's credential errors are not passed on for a key file: the key was
+            // checked when it was loaded, but the text of a token error is not ours to vet.
+            Authentication::ServiceAccountKeyFile { .. } => anyhow::anyhow!(
+                "authentication to Pub/Sub at {endpoint} failed while reading {what}: {}; {KEY_FILE_HINT}",
+                key_file_auth_failure(e)
+            ),
+            _ => anyhow::anyhow!(
+                "authentication to Pub/Sub at {endpoint} failed while reading {what}: {e}; {CREDENTIALS_HINT}"
+            ),
+        },
         Cause::NotFound => anyhow::anyhow!(
             "{what} does not exist (NOT_FOUND at {endpoint}): {}",
             resource.create_fix()
         ),
         Cause::PermissionDenied => anyhow::anyhow!(
-            "permission denied on {what}: the credentials need {}",
+            "permission denied on {what} at {endpoint}: the credentials need {}",
             resource.permission()
         ),
         Cause::Other => anyhow::anyhow!("cannot read {what} at {endpoint}: {e}"),
     }
 }
 
-/// The error for a client that could not be built (typically no credentials found).
+/// What went wrong authenticating with a key file: Pub/Sub's own status when it answered
+/// (the server only ever sees a token, never the file), else a category of the token
+/// failure; the auth library's text is not passed on.
+fn key_file_auth_failure(e: &google_cloud_pubsub::Error) -> String {
+    if let Some(s) = e.status() {
+        return format!(
+            "Pub/Sub refused the credentials ({:?}: {})",
+            s.code, s.message
+        );
+    }
+    let credentials = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<google_cloud_gax::error::CredentialsError>());
+    match credentials {
+        Some(c) if c.is_transient() => {
+            "no access token could be obtained with it (the token request failed in a way that may pass: network or token service)".to_string()
+        }
+        Some(_) => "no access token could be obtained with it (the token service refused it)".to_string(),
+        None => "no access token could be obtained with it".to_string(),
+    }
+}
+
+/// The error for a client that could not be built (typically no credentials found). A key
+/// file problem comes earlier, from [`crate::credentials::access`]; by the time a client is
+/// built the key is loaded, so `e` concerns the client, not the file.
 pub fn client_build_error(profile: &PubSubProfile, e: impl std::fmt::Display) -> anyhow::Error {
     match &profile.authentication {
         Authentication::ApplicationDefault => {
@@ -146,7 +185,7 @@ pub fn client_build_error(profile: &PubSubProfile, e: impl std::fmt::Display) ->
             anyhow::anyhow!("cannot create a Pub/Sub client for emulator endpoint {endpoint}: {e}")
         }
         Authentication::ServiceAccountKeyFile { .. } => {
-            anyhow::anyhow!("cannot create a Pub/Sub client from option 'service-account-key-file'")
+            anyhow::anyhow!("cannot create a Pub/Sub client with {KEY_FILE}: {e}")
         }
     }
 }
@@ -180,5 +219,34 @@ mod tests {
         assert!(e.contains("GOOGLE_APPLICATION_CREDENTIALS"), "{e}");
         let e = startup_error(&p, sub, &status(Code::Unavailable)).to_string();
         assert!(e.contains("127.0.0.1:1"), "{e}");
+    }
+
+    #[test]
+    fn a_key_file_is_named_by_its_option_never_by_its_path() {
+        let p = PubSubProfile {
+            project: "p".into(),
+            authentication: Authentication::ServiceAccountKeyFile {
+                path: "/secret/dir-5e1f/key.json".into(),
+            },
+        };
+        let sub = Resource::Subscription("projects/p/subscriptions/s");
+        for code in [
+            Code::Unauthenticated,
+            Code::Unavailable,
+            Code::NotFound,
+            Code::PermissionDenied,
+            Code::Internal,
+        ] {
+            let e = startup_error(&p, sub, &status(code)).to_string();
+            assert!(e.contains(KEY_FILE) && !e.contains("5e1f"), "{e}");
+        }
+        let e = startup_error(&p, sub, &status(Code::Unauthenticated)).to_string();
+        assert!(
+            e.contains("Pub/Sub refused the credentials")
+                && !e.contains("GOOGLE_APPLICATION_CREDENTIALS"),
+            "{e}"
+        );
+        let e = client_build_error(&p, "tls").to_string();
+        assert!(e.contains(KEY_FILE) && !e.contains("5e1f"), "{e}");
     }
 }

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod build_error;
 pub mod client;
 mod connector;
+pub mod credentials;
 pub mod diagnose;
 pub mod emulator;
 pub mod emulator_proxy;

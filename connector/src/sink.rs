@@ -98,7 +98,7 @@ impl ArrowOperator for PubSubSink {
                     &e,
                 )
             })?;
-        let publisher = client::publisher(&self.profile, &self.topic)
+        let publisher = client::publisher(&self.profile, &self.topic)?
             .set_message_count_threshold(self.config.batching_element_count_threshold)
             .set_byte_threshold(self.config.batching_request_byte_threshold)
             .set_delay_threshold(Duration::from_millis(

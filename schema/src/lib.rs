@@ -4,8 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// How the connector reaches Pub/Sub.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// How the connector reaches Pub/Sub. `Debug` redacts the key file path.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Authentication {
     /// Application default credentials (environment, gcloud, metadata server).
@@ -48,6 +48,23 @@ pub fn check_endpoint(v: &str) -> Result<(), &'static str> {
     match port.parse::<u32>() {
         Ok(p) if (1..=65535).contains(&p) => Ok(()),
         _ => Err("port must be 1..65535"),
+    }
+}
+
+/// Never prints the key file path (SPEC 10): a profile may end up in a `{:?}`.
+impl std::fmt::Debug for Authentication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Authentication::ApplicationDefault => f.write_str("ApplicationDefault"),
+            Authentication::ServiceAccountKeyFile { .. } => f
+                .debug_struct("ServiceAccountKeyFile")
+                .field("path", &format_args!("<redacted>"))
+                .finish(),
+            Authentication::Emulator { endpoint } => f
+                .debug_struct("Emulator")
+                .field("endpoint", endpoint)
+                .finish(),
+        }
     }
 }
 

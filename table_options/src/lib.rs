@@ -10,6 +10,9 @@ use pubsub_schema::{
 
 pub const PROJECT: &str = "project";
 pub const EMULATOR_ENDPOINT: &str = "emulator-endpoint";
+/// Path of a service account key file (JSON), read by the process that runs the job; never
+/// echoed in an error or log line (SPEC 5.3, 10).
+pub const SERVICE_ACCOUNT_KEY_FILE: &str = "service-account-key-file";
 /// Source: one subscription id or several separated by `;` (SPEC 5.1).
 pub const SUBSCRIPTION: &str = "subscription";
 pub const TOPIC: &str = "topic";
@@ -94,6 +97,7 @@ const SINK_ONLY: &[&str] = &[
 pub const KNOWN_OPTIONS: &[&str] = &[
     PROJECT,
     EMULATOR_ENDPOINT,
+    SERVICE_ACCOUNT_KEY_FILE,
     SUBSCRIPTION,
     TOPIC,
     STARTUP_MODE,
@@ -198,14 +202,31 @@ fn parse_id(key: &str, value: String) -> Result<String, OptionError> {
     Ok(value)
 }
 
-/// Pulls the profile options: `project` and optional `emulator-endpoint`.
+/// Pulls the profile options: `project` and at most one of `emulator-endpoint` and
+/// `service-account-key-file` (neither: application default credentials). The key file is
+/// only named here, read where a client is built; its path is never echoed.
 pub fn profile_from_options(options: &mut ConnectorOptions) -> Result<PubSubProfile, OptionError> {
     let project = parse_id(PROJECT, options.pull_str(PROJECT)?)?;
-    let authentication = match options.pull_opt_str(EMULATOR_ENDPOINT)? {
-        Some(e) => Authentication::Emulator {
+    let endpoint = options.pull_opt_str(EMULATOR_ENDPOINT)?;
+    let key_file = options.pull_opt_str(SERVICE_ACCOUNT_KEY_FILE)?;
+    let authentication = match (endpoint, key_file) {
+        (Some(_), Some(_)) => {
+            return Err(OptionError::Conflict {
+                message: format!("options '{EMULATOR_ENDPOINT}' and '{SERVICE_ACCOUNT_KEY_FILE}' cannot both be set: an emulator takes no credentials"),
+            })
+        }
+        (Some(e), None) => Authentication::Emulator {
             endpoint: parse_endpoint(&e)?,
         },
-        None => Authentication::ApplicationDefault,
+        (None, Some(path)) if path.trim().is_empty() => {
+            return Err(invalid(
+                SERVICE_ACCOUNT_KEY_FILE,
+                "",
+                "must be the path of a service account key file (JSON), not blank",
+            ))
+        }
+        (None, Some(path)) => Authentication::ServiceAccountKeyFile { path },
+        (None, None) => Authentication::ApplicationDefault,
     };
     Ok(PubSubProfile {
         project,
