@@ -89,6 +89,7 @@ async fn two_subscriptions_of_one_topic_deliver_every_message_each_acked_on_its_
 /// Publishes `n` messages `{"seq": i}` round-robin on `keys` ordering keys, in order.
 async fn publish_ordered(topic: &str, keys: &[&str], n: usize) {
     let publisher = client::publisher(&profile(), &client::topic_path(PROJECT, topic))
+        .unwrap()
         .build()
         .await
         .unwrap();

@@ -1,6 +1,7 @@
 //! `Connector` implementation: SQL options -> typed configs -> operators.
 
-use pubsub_engine::OptionError;
+use futures::future::BoxFuture;
+use pubsub_engine::{OptionError, PrepareContext};
 use pubsub_engine::{
     Connection, ConnectionSchema, ConnectionType, ConnectorMetadata, ConnectorOptions,
     ConstructedOperator, FieldType, Format, MetadataDef, OperatorConfig,
@@ -171,6 +172,28 @@ impl pubsub_engine::Connector for PubSubConnector {
                 .map(|f| f.name.clone()),
             PubSubTable::Source(_) => None,
         }
+    }
+
+    /// Creates missing subscriptions, runs the startup checks and applies the start
+    /// position (seek once: not on a restore) before any subtask reads (SPEC 5.4, 5.5).
+    fn prepare_source(
+        &self,
+        profile: &PubSubProfile,
+        table: &PubSubTable,
+        ctx: PrepareContext,
+    ) -> BoxFuture<'static, anyhow::Result<()>> {
+        let PubSubTable::Source(config) = table.clone() else {
+            return Box::pin(async { Ok(()) });
+        };
+        let profile = profile.clone();
+        Box::pin(async move {
+            let source = PubSubSource::from_config(profile, config)?;
+            // Any completed checkpoint of this source means its first start already ran
+            // (each subtask records the applied start position in its state).
+            let restored = !ctx.restored_subtasks.is_empty();
+            crate::source::prepare::prepare(&source, restored).await?;
+            Ok(())
+        })
     }
 
     /// A subscription hands each message to one reader: two source tables on one

@@ -4,6 +4,9 @@
 //! The memory source binds emitted rows to epochs like the Pub/Sub source and, on
 //! `Commit`, checks that every row it is about to acknowledge is already durable in the
 //! memory sink. Any ack-before-flush is recorded as a violation.
+//!
+//! Its `prepare_source` and `on_start` record events in a trace (see [`trace`]), so the
+//! tests see when the job-level preparation ran relative to the subtasks.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -35,6 +38,33 @@ fn log(name: &str) -> Arc<Log> {
         .clone()
 }
 
+/// An ordered event log shared by every table naming it in `'trace'` (default: the
+/// table's `'name'`), across all processes of an in-test cluster.
+fn trace(name: &str) -> Arc<Mutex<Vec<Event>>> {
+    static TRACES: OnceLock<Mutex<HashMap<String, Arc<Mutex<Vec<Event>>>>>> = OnceLock::new();
+    TRACES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(name.to_string())
+        .or_default()
+        .clone()
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Event {
+    /// `prepare_source` of the source named `name` began.
+    PrepareBegan { name: String },
+    /// `prepare_source` of the source named `name` is about to return.
+    Prepared {
+        name: String,
+        job_id: String,
+        restored: BTreeMap<usize, OperatorState>,
+    },
+    /// `on_start` of subtask `subtask` of the source named `name`.
+    OnStart { name: String, subtask: usize },
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct MemTable {
     sink: bool,
@@ -49,6 +79,12 @@ struct MemTable {
     durable_in: Vec<String>,
     /// Sink: the column whose equal values one subtask must write.
     route_by: Option<String>,
+    /// Source: the trace its preparation and subtasks record events in.
+    trace: String,
+    /// Source: `prepare_source` fails with this message.
+    fail_prepare: Option<String>,
+    /// Source: `prepare_source` returns only once this `host:port` accepts connections.
+    prepare_waits_for: Option<String>,
 }
 
 struct MemoryConnector;
@@ -83,7 +119,44 @@ impl Connector for MemoryConnector {
             "hang-from-epoch",
             "durable-in",
             "route-by",
+            "trace",
+            "fail-prepare",
+            "prepare-waits-for",
         ]
+    }
+    fn prepare_source(
+        &self,
+        _: &(),
+        t: &MemTable,
+        ctx: PrepareContext,
+    ) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+        let t = t.clone();
+        Box::pin(async move {
+            let events = trace(&t.trace);
+            events.lock().unwrap().push(Event::PrepareBegan {
+                name: t.name.clone(),
+            });
+            if let Some(addr) = &t.prepare_waits_for {
+                // Bounded like a real preparation must be; polls, no fixed wait.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                while tokio::net::TcpStream::connect(addr.as_str()).await.is_err() {
+                    anyhow::ensure!(
+                        tokio::time::Instant::now() < deadline,
+                        "{addr} never listened"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            if let Some(e) = t.fail_prepare {
+                anyhow::bail!("{e}");
+            }
+            events.lock().unwrap().push(Event::Prepared {
+                name: t.name.clone(),
+                job_id: ctx.job_id,
+                restored: ctx.restored_subtasks,
+            });
+            Ok(())
+        })
     }
     fn sink_key(&self, _: &(), t: &MemTable, _: &ConnectionSchema) -> Option<String> {
         t.route_by.clone().filter(|_| t.sink)
@@ -113,6 +186,15 @@ impl Connector for MemoryConnector {
                 .map(|v| v.split(',').map(str::to_string).collect())
                 .unwrap_or_default(),
             route_by: o.pull_opt_str("route-by")?,
+            trace: String::new(),
+            fail_prepare: o.pull_opt_str("fail-prepare")?,
+            prepare_waits_for: o.pull_opt_str("prepare-waits-for")?,
+        };
+        let table = MemTable {
+            trace: o
+                .pull_opt_str("trace")?
+                .unwrap_or_else(|| table.name.clone()),
+            ..table
         };
         self.from_config(name, (), table, schema)
     }
@@ -137,6 +219,8 @@ impl Connector for MemoryConnector {
             };
             ConstructedOperator::Source(Box::new(MemSource {
                 log: log(&t.name),
+                name: t.name.clone(),
+                trace: trace(&t.trace),
                 sinks,
                 rows: t.rows,
                 hang_on_start: t.hang_on_start,
@@ -147,6 +231,8 @@ impl Connector for MemoryConnector {
 
 struct MemSource {
     log: Arc<Log>,
+    name: String,
+    trace: Arc<Mutex<Vec<Event>>>,
     /// Every sink that must hold a row before it may be acked.
     sinks: Vec<Arc<Log>>,
     rows: i64,
@@ -158,7 +244,11 @@ impl SourceOperator for MemSource {
     fn name(&self) -> String {
         "memory-source".into()
     }
-    async fn on_start(&mut self, _: &mut SourceContext) -> anyhow::Result<()> {
+    async fn on_start(&mut self, ctx: &mut SourceContext) -> anyhow::Result<()> {
+        self.trace.lock().unwrap().push(Event::OnStart {
+            name: self.name.clone(),
+            subtask: ctx.task_info.task_index,
+        });
         if self.hang_on_start {
             std::future::pending::<()>().await;
         }
@@ -184,6 +274,9 @@ impl SourceOperator for MemSource {
                 ctrl = ctx.control_rx.recv() => match ctrl {
                     Some(ControlMessage::Checkpoint(b)) => {
                         bound.entry(b.epoch).or_default().append(&mut staged);
+                        // Snapshotted with the checkpoint: where this subtask got to.
+                        ctx.state.values.insert("next".into(), next.into());
+                        ctx.state.values.insert("subtask".into(), ctx.task_info.task_index.into());
                         ctx.start_checkpoint(b, collector).await?;
                         stopping |= b.then_stop;
                     }
@@ -648,4 +741,278 @@ async fn rows_with_one_key_are_written_by_one_sink_subtask() {
         used.len() > 1,
         "all keys landed on one subtask: {writers:?}"
     );
+}
+
+/// The `OnStart` events of `events`, sorted; panics naming any other event.
+fn starts(events: &[Event]) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = events
+        .iter()
+        .map(|e| match e {
+            Event::OnStart { name, subtask } => (name.clone(), *subtask),
+            other => panic!("{other:?} among the subtask starts: {events:?}"),
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn began(name: &str) -> Event {
+    Event::PrepareBegan { name: name.into() }
+}
+
+fn prepared(name: &str, job_id: &str, restored: BTreeMap<usize, OperatorState>) -> Event {
+    Event::Prepared {
+        name: name.into(),
+        job_id: job_id.into(),
+        restored,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_runs_once_per_source_table_in_plan_order_before_any_subtask_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    // Plan order is the order of first use: `b` (first query) before `a`.
+    let p = plan(
+        "CREATE TABLE a (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep1-a', 'trace' = 'prep1', 'rows' = '20');
+         CREATE TABLE b (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep1-b', 'trace' = 'prep1', 'rows' = '20');
+         CREATE TABLE a_out (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'prep1-a');
+         CREATE TABLE b_out (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'prep1-b');
+         INSERT INTO b_out SELECT seq FROM b;
+         INSERT INTO a_out SELECT seq FROM a;
+         INSERT INTO a_out SELECT seq FROM b;",
+    )
+    .unwrap();
+    let order: Vec<String> = p
+        .sources()
+        .iter()
+        .map(|(t, _)| t.connection.name.clone())
+        .collect();
+    assert_eq!(order, ["b", "a"]);
+    let cfg = RuntimeConfig {
+        job_id: "prep-job".into(),
+        ..config(dir.path())
+    };
+    let summary = run_pipeline(p, cfg, StopHandle::new()).await.unwrap();
+    assert!(summary.checkpoints_completed > 0, "{summary:?}");
+    let events = trace("prep1").lock().unwrap().clone();
+    // First start: each table prepared once, one after the other, nothing restored ...
+    assert_eq!(
+        events[..4],
+        [
+            began("prep1-b"),
+            prepared("prep1-b", "prep-job", BTreeMap::new()),
+            began("prep1-a"),
+            prepared("prep1-a", "prep-job", BTreeMap::new()),
+        ],
+        "{events:?}"
+    );
+    // ... and only then every subtask of both sources started, once each.
+    assert_eq!(
+        starts(&events[4..]),
+        [
+            ("prep1-a".to_string(), 0),
+            ("prep1-a".to_string(), 1),
+            ("prep1-b".to_string(), 0),
+            ("prep1-b".to_string(), 1),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_prepares_with_every_subtask_state_of_the_last_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql = |trace: &str| {
+        format!(
+            "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep2', 'trace' = '{trace}', 'rows' = '30');
+             CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'prep2');
+             INSERT INTO dst SELECT seq FROM src;"
+        )
+    };
+    let first = run_pipeline(
+        plan(&sql("prep2-first")).unwrap(),
+        config(dir.path()),
+        StopHandle::new(),
+    )
+    .await
+    .unwrap();
+    assert!(first.last_completed_epoch.is_some(), "{first:?}");
+    let events = trace("prep2-first").lock().unwrap().clone();
+    assert_eq!(
+        events[..2],
+        [
+            began("prep2"),
+            prepared("prep2", "pipeline", BTreeMap::new())
+        ],
+        "{events:?}"
+    );
+
+    let again = run_pipeline(
+        plan(&sql("prep2-restart")).unwrap(),
+        config(dir.path()),
+        StopHandle::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.restored_epoch, first.last_completed_epoch);
+    let events = trace("prep2-restart").lock().unwrap().clone();
+    // What each subtask of the first run put into its state at its last barrier: it
+    // emitted all 30 of its rows (the job stopped when idle, after a final checkpoint).
+    let state = |subtask: usize, next: i64| OperatorState {
+        values: BTreeMap::from([
+            ("next".to_string(), serde_json::json!(next)),
+            ("subtask".to_string(), serde_json::json!(subtask)),
+        ]),
+    };
+    let restored = BTreeMap::from([(0, state(0, 30)), (1, state(1, 1_000_030))]);
+    assert_eq!(
+        events[..2],
+        [began("prep2"), prepared("prep2", "pipeline", restored)],
+        "{events:?}"
+    );
+    assert_eq!(
+        starts(&events[2..]),
+        [("prep2".to_string(), 0), ("prep2".to_string(), 1)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_prepare_fails_the_job_naming_the_table_before_any_subtask_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(
+        "CREATE TABLE good (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep3-good', 'trace' = 'prep3', 'rows' = '20');
+         CREATE TABLE bad (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep3-bad', 'trace' = 'prep3', 'rows' = '20', 'fail-prepare' = 'subscription s does not exist');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'prep3-good');
+         INSERT INTO dst SELECT seq FROM good;
+         INSERT INTO dst SELECT seq FROM bad;",
+    )
+    .unwrap();
+    let err = run_pipeline(p, config(dir.path()), StopHandle::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "table 'bad': subscription s does not exist"
+    );
+    assert_eq!(err.summary.messages_read, 0);
+    assert_eq!(err.summary.last_completed_epoch, None);
+    // The good table was prepared, the bad one began to; no subtask of either started.
+    let events = trace("prep3").lock().unwrap().clone();
+    assert_eq!(
+        events,
+        [
+            began("prep3-good"),
+            prepared("prep3-good", "pipeline", BTreeMap::new()),
+            began("prep3-bad"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_table_config_that_does_not_deserialize_fails_the_prepare_future() {
+    let p = plan(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep5');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'prep5');
+         INSERT INTO dst SELECT seq FROM src;",
+    )
+    .unwrap();
+    let mut connection = p.queries[0].source.connection.clone();
+    connection.config["table"]["rows"] = serde_json::json!("many");
+    let connector: Arc<dyn ErasedConnector> = Arc::new(MemoryConnector);
+    let err = connector
+        .prepare_source(&connection, PrepareContext::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("invalid type"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_only_process_0_prepares_and_no_process_starts_a_subtask_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts: Vec<String> = (0..2)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+        })
+        .collect();
+    // Process 0's preparation returns only once process 1 listens, i.e. once process 1
+    // is connecting to the cluster: process 1 is ready to start its subtasks while
+    // process 0 still prepares.
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep4', 'rows' = '20', 'prepare-waits-for' = '{}');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'prep4');
+         INSERT INTO dst SELECT seq FROM src;",
+        hosts[1]
+    );
+    let run = |process: usize| {
+        let cfg = RuntimeConfig {
+            cluster: Some(pubsub_engine::runtime::ClusterConfig {
+                process,
+                hosts: hosts.clone(),
+                connect_timeout: Duration::from_secs(60),
+            }),
+            ..config(dir.path())
+        };
+        tokio::spawn(run_pipeline(plan(&sql).unwrap(), cfg, StopHandle::new()))
+    };
+    let (one, zero) = (run(1), run(0));
+    let (zero, one) = tokio::time::timeout(Duration::from_secs(120), async {
+        (zero.await.unwrap(), one.await.unwrap())
+    })
+    .await
+    .expect("the cluster must end by itself");
+    let zero = zero.unwrap();
+    one.unwrap();
+    assert!(zero.checkpoints_completed > 0, "{zero:?}");
+    let events = trace("prep4").lock().unwrap().clone();
+    assert_eq!(
+        events[..2],
+        [
+            began("prep4"),
+            prepared("prep4", "pipeline", BTreeMap::new())
+        ],
+        "one preparation, on process 0: {events:?}"
+    );
+    // Subtasks 0, 1 run on process 0, subtasks 2, 3 on process 1.
+    assert_eq!(
+        starts(&events[2..]),
+        (0..4).map(|g| ("prep4".to_string(), g)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_waits_in_connect_for_process_0_which_listens_only_after_preparing() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on process 0's address: it stands for a process 0 that is still
+    // preparing its source tables.
+    let hosts: Vec<String> = (0..2)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+        })
+        .collect();
+    let p = plan(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep6', 'rows' = '20');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'prep6');
+         INSERT INTO dst SELECT seq FROM src;",
+    )
+    .unwrap();
+    let cfg = RuntimeConfig {
+        cluster: Some(pubsub_engine::runtime::ClusterConfig {
+            process: 1,
+            hosts: hosts.clone(),
+            connect_timeout: Duration::from_millis(500),
+        }),
+        ..config(dir.path())
+    };
+    let err = run_pipeline(p, cfg, StopHandle::new()).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!(
+            "cannot reach process 0 at {} within 500ms (--connect-timeout)",
+            hosts[0]
+        )) && msg.contains("process 0 listens only once it prepared every source table"),
+        "{msg}"
+    );
+    // Process 1 neither prepared (only process 0 does) nor started a subtask.
+    assert_eq!(*trace("prep6").lock().unwrap(), []);
 }

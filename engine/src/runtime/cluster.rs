@@ -32,6 +32,12 @@ pub(crate) struct Shape {
 /// Timely does) and returns Timely's allocators for this process's workers plus the guard
 /// that keeps the network threads alive.
 ///
+/// This is the start-up gate of the cluster: the listener is bound here, not earlier, and
+/// a process returns only once it exchanged greetings with every peer. Every process but
+/// 0 dials process 0, so none returns (and starts a subtask) before process 0 called this,
+/// which it does only after preparing every source table (`Connector::prepare_source`);
+/// the time that takes counts against the others' `connect_timeout` (decision 0008).
+///
 /// Errors: this process's own address cannot be bound; a lower-indexed peer cannot be
 /// reached, or a higher-indexed one did not connect, within `connect_timeout` (naming its
 /// index and `host:port`); a peer greets with another cluster size, worker count or
@@ -145,8 +151,15 @@ fn dial(peer: usize, addr: &str, deadline: Instant, budget: Duration) -> anyhow:
             }
         }
         if Instant::now() >= deadline {
+            // Process 0 opens its port only after preparing every source table (creating
+            // and checking subscriptions, a first start's seek): that time counts here.
+            let hint = if peer == 0 {
+                "; process 0 listens only once it prepared every source table: see its log, or raise --connect-timeout"
+            } else {
+                ""
+            };
             bail!(
-                "cannot reach process {peer} at {addr} within {budget:?} (--connect-timeout): {last_error}; is it running with the same --hosts file?"
+                "cannot reach process {peer} at {addr} within {budget:?} (--connect-timeout): {last_error}; is it running with the same --hosts file?{hint}"
             );
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -1,7 +1,7 @@
-//! Starts a job (or one process of a cluster): restores the last checkpoint, connects
-//! the cluster, spawns this process's source and sink tasks and Timely workers, then
-//! hands them to the process coordinator (`process.rs`), which the leader role
-//! (`leader.rs`) drives on process 0.
+//! Starts a job (or one process of a cluster): restores the last checkpoint, prepares
+//! the source tables (process 0 only), connects the cluster, spawns this process's
+//! source and sink tasks and Timely workers, then hands them to the process coordinator
+//! (`process.rs`), which the leader role (`leader.rs`) drives on process 0.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -19,12 +19,13 @@ use super::dataflow::{
 };
 use super::leader::Leader;
 use super::process::{LocalTasks, ProcessCoordinator};
-use super::state::CheckpointStore;
+use super::state::{CheckpointMetadata, CheckpointStore};
 use super::tasks::{run_sink, run_source};
 use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig};
 use crate::spi::{
-    ConstructedOperator, Metrics, OperatorContext, OperatorState, PullState, SourceCollector,
-    SourceContext, TaskInfo, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
+    ConstructedOperator, Metrics, OperatorContext, OperatorState, PrepareContext, PullState,
+    SourceCollector, SourceContext, TaskInfo, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED,
+    ROWS_WRITTEN,
 };
 use crate::sql::PlannedPipeline;
 
@@ -113,8 +114,10 @@ impl std::error::Error for JobError {}
 /// Restores from the last checkpoint in `config.state_dir`; new epochs continue above it.
 /// Returns the summary of a graceful stop, or the error that failed the job; in both
 /// cases nothing was acknowledged that a completed checkpoint did not cover. Errors
-/// before the start: the state cannot be opened or read; a peer process cannot be
-/// reached within the connect timeout (naming its `host:port`).
+/// before the start: the state cannot be opened or read; a source table's job-level
+/// preparation (`Connector::prepare_source`, run on process 0 only, before the cluster
+/// is connected) fails (`table 'NAME': ...`); a peer process cannot be reached within
+/// the connect timeout (naming its `host:port`).
 pub async fn run_pipeline(
     plan: PlannedPipeline,
     config: RuntimeConfig,
@@ -149,6 +152,16 @@ pub async fn run_pipeline(
         }
         summary.restored_epoch = Some(m.epoch);
         summary.last_completed_epoch = Some(m.epoch);
+    }
+
+    // Job-level preparation of every source table, once per start, on process 0 only,
+    // before the cluster is connected: the other processes wait in `cluster::connect`
+    // for process 0's listener, which opens only after this, so no subtask anywhere
+    // starts before every table was prepared (decision 0008).
+    if leads {
+        prepare_sources(&plan, &config, restored.as_ref(), &stop)
+            .await
+            .map_err(|e| fail(e, &summary))?;
     }
 
     let workers = config.workers.max(1);
@@ -499,6 +512,40 @@ pub async fn run_pipeline(
         Ok(()) => Ok(summary),
         Err(error) => Err(JobError { error, summary }),
     }
+}
+
+/// Runs `Connector::prepare_source` for every source table of `plan`, in plan order, with
+/// the subtask states the last completed checkpoint holds for its source operator. The
+/// first error ends it, naming the table; an abort (second stop signal) cancels it.
+async fn prepare_sources(
+    plan: &PlannedPipeline,
+    config: &RuntimeConfig,
+    restored: Option<&CheckpointMetadata>,
+    stop: &StopHandle,
+) -> anyhow::Result<()> {
+    for (table, _) in plan.sources() {
+        let name = &table.connection.name;
+        let ctx = PrepareContext {
+            job_id: config.job_id.clone(),
+            restored_subtasks: restored
+                .and_then(|m| m.operators.get(&format!("source-{name}")))
+                .cloned()
+                .unwrap_or_default(),
+            checkpoint_interval: config.checkpoint_interval,
+        };
+        tracing::info!(
+            restored_subtasks = ctx.restored_subtasks.len(),
+            "preparing source table '{name}'"
+        );
+        let prepare = table.connector.prepare_source(&table.connection, ctx);
+        tokio::select! {
+            r = prepare => r.map_err(|e| e.context(format!("table '{name}'")))?,
+            _ = stop.abort.notified() => anyhow::bail!(
+                "aborted by a second stop signal while preparing source table '{name}': nothing was read"
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// Identifies a pipeline across the processes of a cluster: its statements and every

@@ -1,9 +1,11 @@
 //! The `Connector` trait (Arroyo's shape) and its JSON-typed erased form used by the
 //! planner and a UI.
 
+use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::context::OperatorState;
 use super::operator::ConstructedOperator;
 use super::options::ConnectorOptions;
 use super::types::{ConnectionSchema, ConnectionType, MetadataDef, OperatorConfig};
@@ -32,6 +34,29 @@ pub struct Connection {
     pub schema: ConnectionSchema,
     pub config: serde_json::Value,
     pub description: String,
+}
+
+/// What a source table's job-level preparation sees (SPEC 5.4, 5.5).
+///
+/// See [`Connector::prepare_source`].
+#[derive(Debug, Clone, Default)]
+pub struct PrepareContext {
+    /// The job id (`RuntimeConfig.job_id`).
+    pub job_id: String,
+    /// Every subtask's state of this source operator, restored from the last completed
+    /// checkpoint, keyed by subtask index in the run that wrote it; empty on the job's first
+    /// start (no checkpoint, or a checkpoint that holds nothing for this operator).
+    ///
+    /// This is the same map each subtask later finds in `SourceContext::restored_subtasks`
+    /// (the operator id is `source-{table name}`), and the state each subtask put into
+    /// `SourceContext::state` at its barrier. A source records a job-level fact (e.g. "the
+    /// start-position seek ran") by having its subtasks write it into their `state`, so
+    /// it is in every completed checkpoint; here it reads it back. Empty means no
+    /// completed checkpoint covers this source: for the job this is a first start, even
+    /// if an earlier run prepared and then failed before its first checkpoint completed.
+    pub restored_subtasks: std::collections::BTreeMap<usize, OperatorState>,
+    /// The job's checkpoint interval.
+    pub checkpoint_interval: std::time::Duration,
 }
 
 /// A connector with typed profile and table configs.
@@ -84,6 +109,44 @@ pub trait Connector: Send + Sync + 'static {
         config: OperatorConfig,
     ) -> anyhow::Result<ConstructedOperator>;
 
+    /// Job-level preparation of a source table: work that must happen exactly once per
+    /// job start, before any subtask of any source reads (e.g. create missing
+    /// subscriptions, check them, and, only on the job's first start, seek them to the
+    /// start position; SPEC 5.4, 5.5). The default does nothing.
+    ///
+    /// When and where: once per start (first start and every restore) of the job, for
+    /// every source table of the pipeline in plan order, one after the other; on process
+    /// 0 of a cluster only (a single-process run is process 0). It runs after the last
+    /// completed checkpoint was loaded and before any source or sink subtask is built,
+    /// before any `SourceOperator::on_start`, and before the processes of a cluster are
+    /// connected. The other processes cannot start their subtasks until it returned:
+    /// they wait in the cluster connect, dialling process 0, whose listener only opens
+    /// after every table's preparation returned. That wait counts against their
+    /// `--connect-timeout`, which runs from when each of them began connecting: if
+    /// process 0 is not listening by then (its preparation of every table included),
+    /// they fail the start of the cluster, naming process 0 as unreachable.
+    ///
+    /// `ctx.restored_subtasks` holds the source operator's state from the last completed
+    /// checkpoint (see [`PrepareContext`]); empty means the job's first start. A
+    /// preparation that must not repeat on a restore (a seek) runs only when it finds no
+    /// record of itself there; for that record to exist, the source's subtasks must write
+    /// it into their `SourceContext::state` so that every checkpoint carries it.
+    ///
+    /// An error fails the job before anything is read (the runtime reports it as
+    /// `table 'NAME': <error>`); nothing was pulled, so nothing is left unacknowledged.
+    /// The runtime sets no deadline of its own: the future must bound every wait it
+    /// makes (RPC deadlines, retry budgets), or a start can hang. Only an abort (a second
+    /// stop signal) cancels it, by dropping the future. The future owns what it needs
+    /// (clone from `profile` and `table`); it is `'static` so it can be spawned.
+    fn prepare_source(
+        &self,
+        _profile: &Self::ProfileT,
+        _table: &Self::TableT,
+        _ctx: PrepareContext,
+    ) -> BoxFuture<'static, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// The external resources a source table consumes exclusively (e.g. its Pub/Sub
     /// subscriptions, where each message reaches one reader only), as stable strings. Two
     /// source tables sharing any value are rejected when the pipeline is planned. Empty
@@ -124,6 +187,13 @@ pub trait ErasedConnector: Send + Sync {
         connection: &Connection,
         config: OperatorConfig,
     ) -> anyhow::Result<ConstructedOperator>;
+    /// See [`Connector::prepare_source`]. A profile or table config that does not
+    /// deserialize becomes the future's error.
+    fn prepare_source(
+        &self,
+        connection: &Connection,
+        ctx: PrepareContext,
+    ) -> BoxFuture<'static, anyhow::Result<()>>;
     /// See [`Connector::exclusive_resources`].
     fn exclusive_resources(&self, connection: &Connection) -> Vec<String>;
     /// See [`Connector::sink_key`].
@@ -188,6 +258,22 @@ impl<C: Connector> ErasedConnector for C {
         let profile = serde_json::from_value(connection.config["profile"].clone())?;
         let table = serde_json::from_value(connection.config["table"].clone())?;
         Connector::make_operator(self, profile, table, config)
+    }
+
+    fn prepare_source(
+        &self,
+        connection: &Connection,
+        ctx: PrepareContext,
+    ) -> BoxFuture<'static, anyhow::Result<()>> {
+        let configs =
+            serde_json::from_value(connection.config["profile"].clone()).and_then(|profile| {
+                serde_json::from_value(connection.config["table"].clone())
+                    .map(|table| (profile, table))
+            });
+        match configs {
+            Ok((profile, table)) => Connector::prepare_source(self, &profile, &table, ctx),
+            Err(e) => Box::pin(async move { Err(anyhow::Error::from(e)) }),
+        }
     }
 
     fn exclusive_resources(&self, connection: &Connection) -> Vec<String> {

@@ -13,7 +13,10 @@ use super::types::{CheckpointBarrier, SourceFinishType};
 pub trait SourceOperator: Send {
     fn name(&self) -> String;
 
-    /// Connects to external systems; errors fail the job before any data flows.
+    /// Connects to external systems; errors fail the job before any data flows. Runs per
+    /// subtask, concurrently with the other subtasks of every process, after the table's
+    /// job-level `Connector::prepare_source` returned; work that must happen once per
+    /// job before anyone reads belongs there.
     async fn on_start(&mut self, _ctx: &mut SourceContext) -> anyhow::Result<()> {
         Ok(())
     }
