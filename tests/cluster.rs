@@ -128,11 +128,10 @@ async fn two_processes_of_two_workers_agree_on_checkpoints_route_by_key_and_lose
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_that_cannot_reach_its_peer_fails_naming_host_and_port() {
-    let w = Workdir::new(
-        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');
-         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
-         INSERT INTO dst SELECT seq FROM src;",
-    );
+    // Process 0 prepares its source (describes the subscription) before it connects, so
+    // the subscription must exist.
+    let t = topics("unreachable-peer", 10).await;
+    let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ""));
     let (hosts, addrs) = hosts_file(w.dir.path(), 2);
     // Process 1 dials process 0, which never starts.
     let p1 = spawn_process(&w, &hosts, 2, 1, &["--connect-timeout", "2s"]);

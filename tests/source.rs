@@ -277,7 +277,7 @@ async fn missing_subscription_is_named_with_the_fix() {
     let (code, _stdout, stderr) = finish(w.spawn(&[]), Duration::from_secs(30)).await;
     assert_ne!(code, 0);
     assert!(
-        stderr.contains(&t2.input_sub) && stderr.contains("create it first"),
+        stderr.contains(&t2.input_sub) && stderr.contains("does not exist: create it"),
         "{stderr}"
     );
 }

@@ -292,28 +292,49 @@ async fn a_missing_subscription_without_create_options_names_the_fix() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn timestamp_start_position_sends_one_seek_with_its_target_before_reading() {
+async fn latest_start_position_seeks_once_at_the_first_start_and_never_on_a_restore() {
     let t = topics("seek", 10).await;
-    let ids = publish_seq(&t.input, 0..5).await;
+    // The backlog before the job's first start: `latest` skips it.
+    publish_seq(&t.input, 0..5).await;
     let w = Workdir::new(&pipeline_sql(
         &t,
         &endpoint(),
-        ", 'scan.startup.mode' = 'timestamp', 'scan.startup.timestamp-millis' = '1700000000123'",
+        ", 'scan.startup.mode' = 'latest'",
     ));
-    let (code, _stdout, stderr) = finish(w.spawn(&RUN), Duration::from_secs(60)).await;
-    // The emulator answers a time seek with UNIMPLEMENTED: the request reached it with the
-    // target named, and the job stops before any reader pulled.
-    assert_ne!(code, 0);
-    assert!(
-        stderr.contains(&format!(
-            "cannot seek subscription projects/{PROJECT}/subscriptions/{}",
-            t.input_sub
-        )) && stderr.contains("2023-11-14T22:13:20.123Z")
-            && stderr.contains("emulator cannot seek to a time"),
-        "{stderr}"
+    let (code, stdout, stderr) = finish(w.spawn(&RUN), LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    let sub = format!("projects/{PROJECT}/subscriptions/{}", t.input_sub);
+    assert_eq!(
+        stderr
+            .matches(&format!("seeked subscription {sub} to "))
+            .count(),
+        1,
+        "one seek at the first start: {stderr}"
     );
+    assert_eq!(
+        summary_count(&stdout, "messages read:"),
+        0,
+        "the backlog was skipped: {stdout}"
+    );
+    assert!(w.checkpoint_epoch().is_some(), "a checkpoint completed");
     let left = redelivered(&t.input_sub, Duration::from_secs(3)).await;
-    assert_eq!(left.len(), ids.len(), "nothing was read before the seek");
+    assert!(
+        left.is_empty(),
+        "the seek marked the backlog acknowledged: {}",
+        left.len()
+    );
+    // A restore from that checkpoint does not seek again: what was published meanwhile
+    // is read, not skipped.
+    let ids = publish_seq(&t.input, 5..10).await;
+    let (code, stdout, stderr) = finish(w.spawn(&RUN), LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stderr.contains("seeked subscription"),
+        "no second seek: {stderr}"
+    );
+    assert!(stderr.contains("a restore does not seek again"), "{stderr}");
+    let got = sink_ids(&t.output_sub, Some(5), Duration::from_secs(10)).await;
+    assert_eq!(missing(&ids, &got), 0, "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -402,5 +423,61 @@ async fn bad_values_are_rejected_at_plan_time_naming_the_sql_key() {
         let (code, _stdout, stderr) = finish(w.spawn(&[]), Duration::from_secs(30)).await;
         assert_eq!(code, 2, "{extra}: {stderr}");
         assert!(stderr.contains(expect), "{extra}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn await_ack_confirmation_needs_exactly_once_and_never_acks_unconfirmed() {
+    let p = profile();
+    let t = topics("confirm", 10).await;
+    // Without exactly-once delivery on the subscription: refused at start, naming both.
+    let w = Workdir::new(&pipeline_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.ack.await-confirmation' = '5s'",
+    ));
+    let (code, _stdout, stderr) = finish(w.spawn(&RUN), Duration::from_secs(60)).await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("'scan.ack.await-confirmation' needs exactly-once delivery")
+            && stderr.contains(&t.input_sub),
+        "{stderr}"
+    );
+    // With it: every message is either acknowledged with a confirmation, or (a server
+    // that does not deliver exactly-once, like the emulator) the job fails loudly and
+    // acknowledges nothing.
+    let eo = unique("confirm-eo");
+    client::subscription_admin(&p)
+        .await
+        .unwrap()
+        .create_subscription()
+        .set_name(client::subscription_path(PROJECT, &eo))
+        .set_topic(client::topic_path(PROJECT, &t.input))
+        .set_ack_deadline_seconds(10)
+        .set_enable_exactly_once_delivery(true)
+        .send()
+        .await
+        .unwrap();
+    let ids = publish_seq(&t.input, 0..50).await;
+    let sql = pipeline_sql(&t, &endpoint(), ", 'scan.ack.await-confirmation' = '5s'").replace(
+        &format!("'subscription' = '{}'", t.input_sub),
+        &format!("'subscription' = '{eo}'"),
+    );
+    let w = Workdir::new(&sql);
+    let (code, stdout, stderr) = finish(w.spawn(&RUN), LIMIT).await;
+    if code == 0 {
+        let got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(10)).await;
+        assert_eq!(missing(&ids, &got), 0, "{stdout}");
+        assert!(
+            summary_count(&stdout, "messages acknowledged:") >= 50,
+            "{stdout}"
+        );
+    } else {
+        assert!(
+            stderr.contains("without exactly-once semantics"),
+            "{stderr}"
+        );
+        let left = redelivered(&eo, Duration::from_secs(12)).await;
+        assert_eq!(left.len(), 50, "nothing was acknowledged unconfirmed");
     }
 }

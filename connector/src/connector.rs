@@ -1,11 +1,11 @@
 //! `Connector` implementation: SQL options -> typed configs -> operators.
 
 use futures::future::BoxFuture;
-use pubsub_engine::{OptionError, PrepareContext};
 use pubsub_engine::{
     Connection, ConnectionSchema, ConnectionType, ConnectorMetadata, ConnectorOptions,
     ConstructedOperator, FieldType, Format, MetadataDef, OperatorConfig,
 };
+use pubsub_engine::{OptionError, PrepareContext};
 use pubsub_schema::{PubSubProfile, PubSubTable};
 use pubsub_table_options::{profile_from_options, sql_key, table_from_options, KNOWN_OPTIONS};
 

@@ -184,6 +184,7 @@ pub enum Expiration {
     /// Deleted after this long without activity (ms, at least 1 day, whole seconds).
     #[schemars(title = "After a time without activity")]
     Ttl {
+        /// Time without activity before deletion, in milliseconds (at least 1 day).
         #[schemars(title = "TTL (ms)")]
         ttl_ms: u64,
     },

@@ -298,6 +298,16 @@ impl SourceReader {
             }
             return Ok(());
         }
+        if c.await_ack_confirmation_ms.is_some() && !matches!(h, Handler::ExactlyOnce(_)) {
+            // Never ack unconfirmed while confirmation was asked for: say so instead.
+            h.nack();
+            anyhow::bail!(
+                "option '{}' is set, but subscription {} delivered message {} without exactly-once semantics, so its ack cannot be confirmed (the server does not treat the subscription as exactly-once; the Pub/Sub emulator never does): unset the option or enable exactly-once delivery",
+                pubsub_table_options::AWAIT_ACK_CONFIRMATION,
+                self.splits[split].subscription,
+                m.message_id
+            );
+        }
         let id = m.message_id.clone();
         let meta = self.metadata(split, &m, &h);
         if self.splits[split]

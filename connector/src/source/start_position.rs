@@ -158,8 +158,10 @@ pub async fn seek_once(
             anyhow::anyhow!(
                 "cannot seek subscription {s} to {target} (start position '{}'): {e}{}",
                 position.mode(),
-                if e.status().is_some_and(|st| st.code == google_cloud_gax::error::rpc::Code::Unimplemented) {
-                    " (the Pub/Sub emulator cannot seek to a time; use 'continue-from-subscription' with it)"
+                if e.status()
+                    .is_some_and(|st| st.code == google_cloud_gax::error::rpc::Code::Unimplemented)
+                {
+                    " (this server cannot seek to a time; use 'continue-from-subscription' with it)"
                 } else {
                     ""
                 }
