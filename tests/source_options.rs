@@ -443,9 +443,7 @@ async fn await_ack_confirmation_needs_exactly_once_and_never_acks_unconfirmed() 
             && stderr.contains(&t.input_sub),
         "{stderr}"
     );
-    // With it: every message is either acknowledged with a confirmation, or (a server
-    // that does not deliver exactly-once, like the emulator) the job fails loudly and
-    // acknowledges nothing.
+    // With it: every ack is confirmed by the server at its commit.
     let eo = unique("confirm-eo");
     client::subscription_admin(&p)
         .await
@@ -465,19 +463,11 @@ async fn await_ack_confirmation_needs_exactly_once_and_never_acks_unconfirmed() 
     );
     let w = Workdir::new(&sql);
     let (code, stdout, stderr) = finish(w.spawn(&RUN), LIMIT).await;
-    if code == 0 {
-        let got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(10)).await;
-        assert_eq!(missing(&ids, &got), 0, "{stdout}");
-        assert!(
-            summary_count(&stdout, "messages acknowledged:") >= 50,
-            "{stdout}"
-        );
-    } else {
-        assert!(
-            stderr.contains("without exactly-once semantics"),
-            "{stderr}"
-        );
-        let left = redelivered(&eo, Duration::from_secs(12)).await;
-        assert_eq!(left.len(), 50, "nothing was acknowledged unconfirmed");
-    }
+    // The emulator delivers exactly-once: every ack is confirmed before the commit ends.
+    assert_eq!(code, 0, "{stderr}");
+    let got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(10)).await;
+    assert_eq!(missing(&ids, &got), 0, "{stdout}");
+    assert!(summary_count(&stdout, "acks confirmed:") >= 50, "{stdout}");
+    let left = redelivered(&eo, Duration::from_secs(12)).await;
+    assert!(left.is_empty(), "confirmed acks hold: {} redelivered", left.len());
 }

@@ -54,6 +54,8 @@ pub const RECORDS_IN_ERROR: &str = "records_in_error";
 /// Counter: batches of rows emitted (a fetch ends at `scan.max-records-per-fetch`
 /// messages or after 50 ms).
 pub const FETCHES: &str = "fetches";
+/// Counter: acks the server confirmed at a commit (`scan.ack.await-confirmation`).
+pub const ACKS_CONFIRMED: &str = "acks_confirmed";
 /// Counter: streaming pull reopen attempts after a stream ended or failed.
 pub const PULL_RECONNECTS: &str = "pull_reconnects";
 /// Gauge: messages held (received, not yet acknowledged) by the subtask.

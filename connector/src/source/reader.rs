@@ -58,6 +58,7 @@ struct Counters {
     skipped: Counter,
     in_error: Counter,
     fetches: Counter,
+    confirmed: Counter,
     reconnects: Counter,
     pending_acks: Gauge,
     buffered_bytes: Gauge,
@@ -429,9 +430,10 @@ impl SourceReader {
                     pubsub_table_options::AWAIT_ACK_CONFIRMATION
                 ),
                 Ok(results) => {
-                    if let Some(e) = results.into_iter().find_map(Result::err) {
+                    if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
                         anyhow::bail!("an ack of checkpoint {epoch} was rejected by the server: {e} (the message will be redelivered)");
                     }
+                    self.counters().confirmed.add(results.len() as u64);
                 }
             }
         }
@@ -489,6 +491,7 @@ impl SourceOperator for SourceReader {
             skipped: counter(RECORDS_SKIPPED),
             in_error: counter(RECORDS_IN_ERROR),
             fetches: counter(FETCHES),
+            confirmed: counter(ACKS_CONFIRMED),
             reconnects: counter(PULL_RECONNECTS),
             pending_acks: gauge(PENDING_ACKS),
             buffered_bytes: gauge(BUFFERED_BYTES),
