@@ -196,7 +196,7 @@ impl Connector for MemoryConnector {
                 .unwrap_or_else(|| table.name.clone()),
             ..table
         };
-        self.from_config(name, (), table, schema)
+        Connector::from_config(self, name, (), table, schema)
     }
     fn make_operator(
         &self,

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use super::context::OperatorState;
 use super::operator::ConstructedOperator;
 use super::options::ConnectorOptions;
-use super::types::{ConnectionSchema, ConnectionType, MetadataDef, OperatorConfig};
+use super::types::{
+    ConnectionSchema, ConnectionType, Format, MetadataDef, OperatorConfig, TimestampFormat,
+};
 
 /// Description of a connector for a UI (Arroyo's `api::Connector`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,6 +184,26 @@ pub trait ErasedConnector: Send + Sync {
         options: &mut ConnectorOptions,
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection>;
+    /// Builds a table from its profile and table config in the connector's JSON shape
+    /// (what a UI submits, or a typed config serialized; see
+    /// [`GraphTable`](crate::graph::GraphTable)), through [`Connector::from_config`].
+    ///
+    /// Checks the columns first, as SQL does: at least one, no name twice,
+    /// `json.timestamp-format` other than `rfc3339` only with format `json`, and every
+    /// `METADATA FROM` key known to the connector with an allowed type. A profile or
+    /// table config that does not deserialize into the connector's types is an error
+    /// saying which.
+    ///
+    /// Named as Arroyo names it; where both traits are in scope (e.g. `use
+    /// pubsub_engine::*`), a connector calls its typed one as
+    /// `Connector::from_config(self, ...)`.
+    fn from_config(
+        &self,
+        name: &str,
+        profile: serde_json::Value,
+        table: serde_json::Value,
+        schema: &ConnectionSchema,
+    ) -> anyhow::Result<Connection>;
     fn make_operator(
         &self,
         connection: &Connection,
@@ -223,31 +245,25 @@ impl<C: Connector> ErasedConnector for C {
         options: &mut ConnectorOptions,
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection> {
-        let defs = Connector::metadata_defs(self);
-        for f in &schema.fields {
-            let Some(key) = &f.metadata_key else { continue };
-            let def = defs.iter().find(|d| d.name == key).ok_or_else(|| {
-                let known: Vec<&str> = defs.iter().map(|d| d.name).collect();
-                anyhow::anyhow!(
-                    "unknown metadata field '{key}' for column '{}' of {} connector '{name}' (known: {})",
-                    f.name,
-                    Connector::name(self),
-                    known.join(", ")
-                )
-            })?;
-            anyhow::ensure!(
-                def.field_types.contains(&f.field_type),
-                "column '{}' reads metadata '{key}', which is {}, but is declared {}",
-                f.name,
-                def.field_types
-                    .iter()
-                    .map(|t| t.sql_name())
-                    .collect::<Vec<_>>()
-                    .join(" or "),
-                f.field_type.sql_name()
-            );
-        }
+        check_metadata_columns(self, name, schema)?;
         Connector::from_options(self, name, options, schema)
+    }
+
+    fn from_config(
+        &self,
+        name: &str,
+        profile: serde_json::Value,
+        table: serde_json::Value,
+        schema: &ConnectionSchema,
+    ) -> anyhow::Result<Connection> {
+        check_columns(schema)?;
+        check_metadata_columns(self, name, schema)?;
+        let connector = Connector::name(self);
+        let profile: C::ProfileT = serde_json::from_value(profile)
+            .map_err(|e| anyhow::anyhow!("the {connector} connection profile is invalid: {e}"))?;
+        let table: C::TableT = serde_json::from_value(table)
+            .map_err(|e| anyhow::anyhow!("the {connector} table config is invalid: {e}"))?;
+        Connector::from_config(self, name, profile, table, schema)
     }
 
     fn make_operator(
@@ -290,4 +306,62 @@ impl<C: Connector> ErasedConnector for C {
         let table = serde_json::from_value(connection.config["table"].clone()).ok()?;
         Connector::sink_key(self, &profile, &table, &connection.schema)
     }
+}
+
+/// The column rules SQL enforces while parsing and planning (`CREATE TABLE` declares at
+/// least one column, each once; `json.timestamp-format` only with format `json`), for
+/// tables built from configs.
+fn check_columns(schema: &ConnectionSchema) -> anyhow::Result<()> {
+    anyhow::ensure!(!schema.fields.is_empty(), "no columns are declared");
+    for (i, f) in schema.fields.iter().enumerate() {
+        anyhow::ensure!(
+            !schema.fields[..i].iter().any(|g| g.name == f.name),
+            "column '{}' is declared twice",
+            f.name
+        );
+    }
+    if schema.format != Format::Json && schema.timestamp_format != TimestampFormat::default() {
+        // The option values, as SQL spells them (`raw_string`, `epoch-millis`).
+        let spelled = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        anyhow::bail!(
+            "json.timestamp-format '{}' applies to format 'json' only, but the format is '{}'",
+            spelled(serde_json::json!(schema.timestamp_format)),
+            spelled(serde_json::json!(schema.format))
+        );
+    }
+    Ok(())
+}
+
+/// Every `METADATA FROM` key is one the connector offers, and the column has one of its
+/// types.
+fn check_metadata_columns<C: Connector>(
+    connector: &C,
+    name: &str,
+    schema: &ConnectionSchema,
+) -> anyhow::Result<()> {
+    let defs = Connector::metadata_defs(connector);
+    for f in &schema.fields {
+        let Some(key) = &f.metadata_key else { continue };
+        let def = defs.iter().find(|d| d.name == key).ok_or_else(|| {
+            let known: Vec<&str> = defs.iter().map(|d| d.name).collect();
+            anyhow::anyhow!(
+                "unknown metadata field '{key}' for column '{}' of {} connector '{name}' (known: {})",
+                f.name,
+                Connector::name(connector),
+                known.join(", ")
+            )
+        })?;
+        anyhow::ensure!(
+            def.field_types.contains(&f.field_type),
+            "column '{}' reads metadata '{key}', which is {}, but is declared {}",
+            f.name,
+            def.field_types
+                .iter()
+                .map(|t| t.sql_name())
+                .collect::<Vec<_>>()
+                .join(" or "),
+            f.field_type.sql_name()
+        );
+    }
+    Ok(())
 }

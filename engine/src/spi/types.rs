@@ -202,7 +202,44 @@ pub struct SourceField {
     pub metadata_key: Option<String>,
 }
 
+impl SourceField {
+    /// A nullable payload column (`name TYPE`); see [`not_null`](Self::not_null) and
+    /// [`metadata_from`](Self::metadata_from).
+    pub fn new(name: impl Into<String>, field_type: FieldType) -> Self {
+        SourceField {
+            name: name.into(),
+            field_type,
+            required: false,
+            metadata_key: None,
+        }
+    }
+
+    /// Declares the column NOT NULL.
+    pub fn not_null(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    /// Fills the column from message metadata `key` instead of the payload
+    /// (`METADATA FROM 'key'`); the connector checks the key and the type.
+    pub fn metadata_from(mut self, key: impl Into<String>) -> Self {
+        self.metadata_key = Some(key.into());
+        self
+    }
+}
+
 /// The declared shape of a table (Arroyo's `ConnectionSchema`, reduced).
+///
+/// Built by hand (e.g. for a [`PipelineGraph`](crate::graph::PipelineGraph)):
+///
+/// ```
+/// use pubsub_engine::{ConnectionSchema, FieldType, SourceField};
+/// let schema = ConnectionSchema::json(vec![
+///     SourceField::new("seq", FieldType::Bigint),
+///     SourceField::new("mid", FieldType::Text).not_null().metadata_from("message-id"),
+/// ]);
+/// assert_eq!(schema.fields.len(), 2);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionSchema {
     pub format: Format,
@@ -214,6 +251,29 @@ pub struct ConnectionSchema {
 }
 
 impl ConnectionSchema {
+    /// Columns in `format`, with the default `json.timestamp-format` (`rfc3339`) and
+    /// failing on bad data.
+    pub fn new(format: Format, fields: Vec<SourceField>) -> Self {
+        ConnectionSchema {
+            format,
+            timestamp_format: TimestampFormat::default(),
+            bad_data: BadData::Fail,
+            fields,
+        }
+    }
+
+    /// Columns of a `json` table (one JSON object per message).
+    pub fn json(fields: Vec<SourceField>) -> Self {
+        ConnectionSchema::new(Format::Json, fields)
+    }
+
+    /// Sets `json.timestamp-format` (format `json` only; a table with another format and
+    /// a non-default timestamp format is refused when it is created).
+    pub fn with_timestamp_format(mut self, timestamp_format: TimestampFormat) -> Self {
+        self.timestamp_format = timestamp_format;
+        self
+    }
+
     /// The Arrow schema of the rows this table carries, in declared column order.
     pub fn arrow_schema(&self) -> SchemaRef {
         let fields: Vec<Field> = self

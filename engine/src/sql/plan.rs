@@ -158,34 +158,58 @@ pub fn plan_pipeline(
                 ins.sink
             )));
         }
-        let projection = plan_projection(ins, &source.connection.schema, &sink.connection.schema)?;
-        let sink_schema = sink.connection.schema.arrow_schema();
-        let route_by = sink
-            .connector
-            .sink_key(&sink.connection)
-            .and_then(|name| sink_schema.index_of(&name).ok());
-        queries.push(PlannedQuery {
-            id: format!("q{i}"),
-            text: ins.to_string(),
-            source,
-            sink,
-            projection,
-            sink_schema,
-            route_by,
-        });
+        let what = format!("INSERT INTO {}", ins.sink);
+        queries.push(plan_query(format!("q{i}"), ins, &what, source, sink)?);
     }
     if queries.is_empty() {
         return Err(SqlError(
             "the pipeline has no INSERT INTO ... SELECT statement".into(),
         ));
     }
-    check_exclusive_sources(&tables)?;
+    check_exclusive_sources(&tables, "declare one table and read it from every INSERT")?;
     Ok(PlannedPipeline { queries })
 }
 
+/// Plans `ins` (whose tables are `source`, a source table, and `sink`, a sink table) as
+/// query `id`: its projection (see [`plan_projection`]; `what` starts its errors), the
+/// sink's Arrow schema and the column rows are routed by
+/// ([`sink_key`](crate::Connector::sink_key)). `text` is `ins` in canonical form.
+pub(crate) fn plan_query(
+    id: String,
+    ins: &InsertDef,
+    what: &str,
+    source: PlannedTable,
+    sink: PlannedTable,
+) -> Result<PlannedQuery, SqlError> {
+    let projection = plan_projection(
+        ins,
+        what,
+        &source.connection.schema,
+        &sink.connection.schema,
+    )?;
+    let sink_schema = sink.connection.schema.arrow_schema();
+    let route_by = sink
+        .connector
+        .sink_key(&sink.connection)
+        .and_then(|name| sink_schema.index_of(&name).ok());
+    Ok(PlannedQuery {
+        id,
+        text: ins.to_string(),
+        source,
+        sink,
+        projection,
+        sink_schema,
+        route_by,
+    })
+}
+
 /// Two source tables reading one exclusive resource (e.g. one Pub/Sub subscription) would
-/// split its messages between them: each message reaches one reader only.
-fn check_exclusive_sources(tables: &[(String, PlannedTable)]) -> Result<(), SqlError> {
+/// split its messages between them: each message reaches one reader only. `fix` ends the
+/// error, saying what to do instead.
+pub(crate) fn check_exclusive_sources(
+    tables: &[(String, PlannedTable)],
+    fix: &str,
+) -> Result<(), SqlError> {
     let mut seen: Vec<(String, &str)> = Vec::new();
     for (name, t) in tables {
         if t.connection.connection_type != ConnectionType::Source {
@@ -194,7 +218,7 @@ fn check_exclusive_sources(tables: &[(String, PlannedTable)]) -> Result<(), SqlE
         for resource in t.connector.exclusive_resources(&t.connection) {
             if let Some((_, other)) = seen.iter().find(|(r, _)| *r == resource) {
                 return Err(SqlError(format!(
-                    "tables '{other}' and '{name}' both read {resource}: each message would reach only one of them; declare one table and read it from every INSERT"
+                    "tables '{other}' and '{name}' both read {resource}: each message would reach only one of them; {fix}"
                 )));
             }
             seen.push((resource, name));
@@ -204,9 +228,11 @@ fn check_exclusive_sources(tables: &[(String, PlannedTable)]) -> Result<(), SqlE
 }
 
 /// Maps each sink column to the source column that fills it, checking names, counts,
-/// types and nullability.
-fn plan_projection(
+/// types and nullability. `what` starts the errors about the sink's columns (SQL:
+/// `INSERT INTO sink`).
+pub(crate) fn plan_projection(
     ins: &InsertDef,
+    what: &str,
     src: &ConnectionSchema,
     sink: &ConnectionSchema,
 ) -> Result<Vec<Option<usize>>, SqlError> {
@@ -250,16 +276,18 @@ fn plan_projection(
             }
             let mut targets = Vec::new();
             for c in cols {
-                let t = sink.fields.iter().position(|f| f.name == *c).ok_or_else(|| {
-                    SqlError(format!(
-                        "INSERT INTO {sink_name}: column '{c}' does not exist in table '{sink_name}' (columns: {})",
+                let t = sink
+                    .fields
+                    .iter()
+                    .position(|f| f.name == *c)
+                    .ok_or_else(|| {
+                        SqlError(format!(
+                        "{what}: column '{c}' does not exist in table '{sink_name}' (columns: {})",
                         column_list(sink)
                     ))
-                })?;
+                    })?;
                 if targets.contains(&t) {
-                    return Err(SqlError(format!(
-                        "INSERT INTO {sink_name}: column '{c}' is named twice"
-                    )));
+                    return Err(SqlError(format!("{what}: column '{c}' is named twice")));
                 }
                 targets.push(t);
             }
@@ -275,7 +303,7 @@ fn plan_projection(
         let Some(from) = from else {
             if t.required {
                 return Err(SqlError(format!(
-                    "INSERT INTO {sink_name}: column '{}' ({} NOT NULL) is not filled by the INSERT, and no row could fill it",
+                    "{what}: column '{}' ({} NOT NULL) is not filled by the INSERT, and no row could fill it",
                     t.name,
                     t.field_type.sql_name()
                 )));
@@ -285,7 +313,7 @@ fn plan_projection(
         let f = &src.fields[*from];
         if !is_exact_cast(f.field_type, t.field_type) {
             return Err(SqlError(format!(
-                "INSERT INTO {sink_name}: column '{}' ({}) of '{}' cannot be written to column '{}' ({}): {}",
+                "{what}: column '{}' ({}) of '{}' cannot be written to column '{}' ({}): {}",
                 f.name,
                 f.field_type.sql_name(),
                 ins.source,
@@ -296,7 +324,7 @@ fn plan_projection(
         }
         if t.required && !f.required {
             return Err(SqlError(format!(
-                "INSERT INTO {sink_name}: column '{}' ({}) of '{}' may be NULL but column '{}' is {} NOT NULL; declare '{}' NOT NULL (a message without it is then refused) or drop NOT NULL from '{}'",
+                "{what}: column '{}' ({}) of '{}' may be NULL but column '{}' is {} NOT NULL; declare '{}' NOT NULL (a message without it is then refused) or drop NOT NULL from '{}'",
                 f.name,
                 f.field_type.sql_name(),
                 ins.source,
