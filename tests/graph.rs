@@ -99,3 +99,46 @@ fn the_example_graph_plans_like_its_sql() {
     assert_eq!(g.source.connection, p.source.connection);
     assert_eq!(g.sink.connection, p.sink.connection);
 }
+
+/// A table built from typed configs meets the builder's rules and the column rules, like
+/// a SQL table: a hand-made config cannot skip them.
+#[test]
+fn a_hand_made_config_is_checked_like_sql() {
+    use pubsub_engine::{ConnectionSchema, FieldType, GraphTable, SourceField};
+    use pubsub_schema::{PubSubTable, SinkConfig, SourceConfig};
+    let profile = pubsub_connector_core::client::emulator_profile("p", "127.0.0.1:8085");
+    let mut bad = SourceConfig::new("s");
+    bad.subscriber.parallel_pull_count = 0;
+    let cols = || ConnectionSchema::json(vec![SourceField::new("seq", FieldType::Bigint)]);
+    let e = GraphTable::new(
+        pubsub_connector_core::PubSubConnector,
+        "src",
+        profile.clone(),
+        PubSubTable::Source(bad),
+        cols(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("table 'src'")
+            && e.contains("option 'parallel_pull_count' is invalid: must be positive, was '0'"),
+        "{e}"
+    );
+    let sink_cols = ConnectionSchema::json(vec![
+        SourceField::new("seq", FieldType::Bigint),
+        SourceField::new("sub", FieldType::Text).metadata_from("subscription"),
+    ]);
+    let e = GraphTable::new(
+        pubsub_connector_core::PubSubConnector,
+        "dst",
+        profile,
+        PubSubTable::Sink(SinkConfig::new("t")),
+        sink_cols,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("a sink table can write only 'ordering-key'"),
+        "{e}"
+    );
+}

@@ -469,5 +469,9 @@ async fn await_ack_confirmation_needs_exactly_once_and_never_acks_unconfirmed() 
     assert_eq!(missing(&ids, &got), 0, "{stdout}");
     assert!(summary_count(&stdout, "acks confirmed:") >= 50, "{stdout}");
     let left = redelivered(&eo, Duration::from_secs(12)).await;
-    assert!(left.is_empty(), "confirmed acks hold: {} redelivered", left.len());
+    assert!(
+        left.is_empty(),
+        "confirmed acks hold: {} redelivered",
+        left.len()
+    );
 }

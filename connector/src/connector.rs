@@ -113,11 +113,25 @@ impl pubsub_engine::Connector for PubSubConnector {
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection> {
         let profile = profile_from_options(options)?;
-        let mut table = table_from_options(options)?;
+        let table = table_from_options(options)?;
+        if let PubSubTable::Source(config) = &table {
+            // Every rule lives in the builder; for SQL its rejection names the key.
+            PubSubSource::from_config(profile.clone(), config.clone()).map_err(sql_error)?;
+        }
+        pubsub_engine::Connector::from_config(self, name, profile, table, schema)
+    }
+
+    /// The builder's rules for a source (errors name the builder option), and the
+    /// table's columns: a sink writes only `ordering-key` metadata, `raw_string` needs one
+    /// `value TEXT` column.
+    fn check_config(
+        &self,
+        profile: &PubSubProfile,
+        table: &PubSubTable,
+        schema: &ConnectionSchema,
+    ) -> anyhow::Result<()> {
         if let PubSubTable::Source(config) = table {
-            // Every rule lives in the builder; its rejection names the SQL key.
-            let source = PubSubSource::from_config(profile.clone(), config).map_err(sql_error)?;
-            table = PubSubTable::Source(source.into_parts().1);
+            PubSubSource::from_config(profile.clone(), config.clone())?;
         }
         if matches!(table, PubSubTable::Sink(_)) {
             // Only the ordering key is writable (issue 6; attributes follow in issue 8).
@@ -153,7 +167,7 @@ impl pubsub_engine::Connector for PubSubConnector {
                 "format 'raw_string' needs exactly one non-metadata column: value TEXT"
             );
         }
-        pubsub_engine::Connector::from_config(self, name, profile, table, schema)
+        Ok(())
     }
 
     /// Rows with the same ordering key are published by one sink subtask, so that one

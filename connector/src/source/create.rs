@@ -312,7 +312,7 @@ pub async fn describe_or_create(
         Err(e) if code(&e) == Some(Code::NotFound) => {
             let Some(c) = create else {
                 anyhow::bail!(
-                    "subscription {name} does not exist: create it (gcloud pubsub subscriptions create), or let the source create it with 'scan.auto-create.topics' = '{}:TOPIC' (Rust: SubscriptionCreateOptions)",
+                    "subscription {name} does not exist: create it (gcloud pubsub subscriptions create), or let the source create it with 'scan.auto-create.topics' = '{}:TOPIC'",
                     name.rsplit('/').next().unwrap_or(name)
                 );
             };

@@ -75,7 +75,7 @@ pub fn startup_checks(
     );
     if backwards && !sub.retain_acked_messages && sub.topic_message_retention_duration.is_none() {
         warnings.push(format!(
-            "start position '{}' seeks subscription {name} back, but it retains no acknowledged messages and its topic has no retention: only messages never acknowledged come back",
+            "start position '{}' may seek subscription {name} back, but it retains no acknowledged messages and its topic has no retention: only messages never acknowledged come back",
             PubSubStartPosition::from_config(config.start_position)?.mode()
         ));
     }

@@ -83,6 +83,9 @@ pub struct SourceReader {
     rate: Option<super::rate::RateLimiter>,
     /// When reading started, and whether a checkpoint committed since.
     started: Instant,
+    /// A delivery crossed a subscriber buffer cap since the last commit: reading pauses
+    /// until a commit frees room (rejecting more would only churn redeliveries).
+    cap_reached: bool,
     committed: bool,
     last_commit: Instant,
 }
@@ -108,6 +111,7 @@ impl SourceReader {
             reported_can_pull: None,
             rate: None,
             started: Instant::now(),
+            cap_reached: false,
             committed: false,
             last_commit: Instant::now(),
         })
@@ -139,7 +143,8 @@ impl SourceReader {
     fn under_limits(&self) -> bool {
         let c = self.options.config();
         let (m, b) = self.held();
-        m < self.max_outstanding_messages
+        !self.cap_reached
+            && m < self.max_outstanding_messages
             && b < c.max_outstanding_bytes
             && c.subscriber_buffer_max_messages.is_none_or(|cap| m < cap)
             && c.subscriber_buffer_max_bytes.is_none_or(|cap| b < cap)
@@ -289,7 +294,19 @@ impl SourceReader {
             .is_some_and(|cap| held + 1 > cap)
             || c.subscriber_buffer_max_bytes
                 .is_some_and(|cap| bytes + size > cap);
+        if over && held == 0 {
+            // Nothing held to commit: this message can never fit.
+            h.nack();
+            anyhow::bail!(
+                "message {} from {} is {size} bytes, more than the subscriber buffer cap '{}' ({} bytes) allows even with nothing else held: raise the cap (the message was not acknowledged)",
+                m.message_id,
+                self.splits[split].subscription,
+                pubsub_table_options::SUBSCRIBER_BUFFER_MAX_BYTES,
+                c.subscriber_buffer_max_bytes.unwrap_or_default()
+            );
+        }
         if over {
+            self.cap_reached = true;
             h.nack();
             self.counters().rejected.add(1);
             self.counters().nacked.add(1);
@@ -419,6 +436,7 @@ impl SourceReader {
             };
         }
         self.counters().acked.add(n as u64);
+        self.cap_reached = false;
         self.committed = true;
         self.last_commit = Instant::now();
         if let (Some(wait), false) = (wait, confirmations.is_empty()) {

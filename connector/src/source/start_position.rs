@@ -136,6 +136,14 @@ pub async fn seek_once(
     let Some(time) = position.seek_time(now) else {
         return Ok(SeekOutcome::NotNeeded);
     };
+    // A seek into the future would acknowledge every message published until then.
+    if time > now {
+        anyhow::bail!(
+            "option 'scan.startup.timestamp-millis' is invalid: {} is in the future (now {}); a seek there would acknowledge every message published before it",
+            rfc3339(time),
+            rfc3339(now)
+        );
+    }
     if restored {
         tracing::info!(
             "start position '{}' was applied at the job's first start; a restore does not seek again",
@@ -260,6 +268,13 @@ mod tests {
                 .unwrap();
             assert_eq!(out, SeekOutcome::AlreadyApplied);
         }
+        let future =
+            PubSubStartPosition::from_timestamp(SystemTime::now() + Duration::from_secs(3600))
+                .unwrap();
+        let e = seek_once(&admin, &subs, future, false, SystemTime::now())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("is in the future"), "{e}");
         let out = seek_once(
             &admin,
             &subs,

@@ -84,7 +84,20 @@ pub trait Connector: Send + Sync + 'static {
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection>;
 
-    /// Builds a table from typed configs (UI and programmatic use).
+    /// Checks typed configs against the connector's rules (the same ones `from_options`
+    /// applies, named by config field instead of `WITH` key). Called by `from_config`, so a
+    /// table built from configs (a pipeline graph, the UI) is refused like a SQL table.
+    /// The default accepts everything.
+    fn check_config(
+        &self,
+        _profile: &Self::ProfileT,
+        _table: &Self::TableT,
+        _schema: &ConnectionSchema,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Builds a table from typed configs (UI and programmatic use), after `check_config`.
     fn from_config(
         &self,
         name: &str,
@@ -92,6 +105,7 @@ pub trait Connector: Send + Sync + 'static {
         table: Self::TableT,
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection> {
+        self.check_config(&profile, &table, schema)?;
         let connection_type = self.table_type(&profile, &table);
         Ok(Connection {
             connector: self.name().to_string(),
