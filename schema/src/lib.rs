@@ -75,6 +75,8 @@ pub struct PubSubProfile {
     /// Google Cloud project id that owns the topics and subscriptions.
     #[schemars(title = "Project", example = "my-project")]
     pub project: String,
+    /// How the connector reaches Pub/Sub: application default credentials, a service
+    /// account key file, or an emulator endpoint.
     #[schemars(title = "Authentication")]
     pub authentication: Authentication,
 }
@@ -461,8 +463,11 @@ mod tests {
                 props.len()
             );
             for (path, p) in props {
-                // A property that only refers to a definition is described there.
-                if p.get("$ref").is_some() && p.as_object().is_some_and(|o| o.len() == 1) {
+                // A property that only refers to a definition is described there; an enum's
+                // tag (`"const"`) is described by its variant.
+                if (p.get("$ref").is_some() && p.as_object().is_some_and(|o| o.len() == 1))
+                    || p.get("const").is_some()
+                {
                     continue;
                 }
                 assert!(p.get("title").is_some(), "{path} has no title: {p}");

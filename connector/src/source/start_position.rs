@@ -136,6 +136,13 @@ pub async fn seek_once(
     let Some(time) = position.seek_time(now) else {
         return Ok(SeekOutcome::NotNeeded);
     };
+    if restored {
+        tracing::info!(
+            "start position '{}' was applied at the job's first start; a restore does not seek again",
+            position.mode()
+        );
+        return Ok(SeekOutcome::AlreadyApplied);
+    }
     // A seek into the future would acknowledge every message published until then.
     if time > now {
         anyhow::bail!(
@@ -143,13 +150,6 @@ pub async fn seek_once(
             rfc3339(time),
             rfc3339(now)
         );
-    }
-    if restored {
-        tracing::info!(
-            "start position '{}' was applied at the job's first start; a restore does not seek again",
-            position.mode()
-        );
-        return Ok(SeekOutcome::AlreadyApplied);
     }
     let ts = wkt_timestamp(time);
     for s in subscriptions {
@@ -268,10 +268,9 @@ mod tests {
                 .unwrap();
             assert_eq!(out, SeekOutcome::AlreadyApplied);
         }
-        let future =
-            PubSubStartPosition::from_timestamp(SystemTime::now() + Duration::from_secs(3600))
-                .unwrap();
-        let e = seek_once(&admin, &subs, future, false, SystemTime::now())
+        let now = UNIX_EPOCH + Duration::from_millis(1_764_460_800_000);
+        let future = PubSubStartPosition::from_timestamp(now + Duration::from_secs(3600)).unwrap();
+        let e = seek_once(&admin, &subs, future, false, now)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("is in the future"), "{e}");
@@ -295,7 +294,7 @@ mod tests {
     async fn fake_admin_targets_of_earliest_and_timestamp() {
         let (admin, seeks) = fake();
         let subs = vec![SUBS[0].to_string()];
-        let now = UNIX_EPOCH + Duration::from_secs(100 * 24 * 3600);
+        let now = UNIX_EPOCH + Duration::from_secs(20_000 * 24 * 3600);
         seek_once(
             &admin,
             &subs,
@@ -318,7 +317,7 @@ mod tests {
         let got: Vec<_> = seeks.lock().unwrap().iter().map(seeked_to).collect();
         assert_eq!(
             got[0].1,
-            (100 - 32) * 24 * 3600,
+            (20_000 - 32) * 24 * 3600,
             "32 days back: past any retention"
         );
         assert_eq!((got[1].1, got[1].2), (1_700_000_000, 1_000_000));
