@@ -86,6 +86,21 @@ async fn two_subscriptions_of_one_topic_deliver_every_message_each_acked_on_its_
     }
 }
 
+/// Polls (bounded by `LIMIT`) until the running source has created subscription `name`.
+async fn wait_until_created(subs: &google_cloud_pubsub::client::SubscriptionAdmin, name: &str) {
+    let start = std::time::Instant::now();
+    while subs
+        .get_subscription()
+        .set_subscription(name)
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < LIMIT, "the source never created {name}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Publishes `n` messages `{"seq": i}` round-robin on `keys` ordering keys, in order.
 async fn publish_ordered(topic: &str, keys: &[&str], n: usize) {
     let publisher = client::publisher(&profile(), &client::topic_path(PROJECT, topic))
@@ -168,17 +183,7 @@ async fn per_key_ordering_keeps_each_keys_order_into_the_sink_topic() {
     let w = Workdir::new(&sql);
     let child = w.spawn(&RUN);
     let name = client::subscription_path(PROJECT, &sub);
-    let start = std::time::Instant::now();
-    while subs
-        .get_subscription()
-        .set_subscription(name.clone())
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < LIMIT, "the source never created {name}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_created(&subs, &name).await;
     let created = subs
         .get_subscription()
         .set_subscription(name.clone())
@@ -241,17 +246,7 @@ async fn auto_created_subscription_with_dead_letter_policy_forwards_bad_messages
     let child = w.spawn(&RUN);
     let subs = client::subscription_admin(&p).await.unwrap();
     let name = client::subscription_path(PROJECT, &sub);
-    let start = std::time::Instant::now();
-    while subs
-        .get_subscription()
-        .set_subscription(name.clone())
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < LIMIT, "the source never created {name}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_created(&subs, &name).await;
     let mut payloads: Vec<Vec<u8>> = (0..10)
         .map(|i| format!("{{\"seq\": {i}}}").into_bytes())
         .collect();
