@@ -24,6 +24,7 @@ pub mod backoff;
 pub mod builder;
 pub mod create;
 pub mod options;
+mod park;
 pub mod policy;
 pub mod prepare;
 mod pull;
@@ -58,6 +59,9 @@ pub const FETCHES: &str = "fetches";
 pub const ACKS_CONFIRMED: &str = "acks_confirmed";
 /// Counter: streaming pull reopen attempts after a stream ended or failed.
 pub const PULL_RECONNECTS: &str = "pull_reconnects";
+/// Counter: splits parked because they could not emit and their paused buffer was full
+/// (`scan.paused-split-buffer.*`); each reopens once it can emit again.
+pub const SPLITS_PARKED: &str = "splits_parked";
 /// Gauge: messages held (received, not yet acknowledged) by the subtask.
 pub const PENDING_ACKS: &str = "pending_acks";
 /// Gauge: payload bytes held by the subtask.

@@ -107,10 +107,12 @@ impl PubSubSubscriberOptionsBuilder {
         self
     }
 
-    /// A split holding more than this many messages while it cannot emit (back-pressure)
-    /// is parked: everything it holds is nacked, its streams are stopped, and fresh ones
-    /// open once it can emit again. Positive. Default: 2 x the effective max outstanding
-    /// messages.
+    /// While a subtask cannot emit (back-pressure), it keeps taking deliveries into each
+    /// split's paused buffer, so no stream goes unpolled past its ack deadline; the
+    /// delivery that would make a split's buffer exceed this many messages parks the split:
+    /// its paused messages (never emitted) are nacked, its streams stopped, and fresh ones
+    /// open once it can emit again (counter `splits_parked`). Positive. Default: 2 x the
+    /// effective max outstanding messages (SPEC 5.3).
     pub fn paused_split_buffer_max_messages(mut self, messages: u64) -> Self {
         self.config.paused_split_buffer_max_messages = Some(messages);
         self

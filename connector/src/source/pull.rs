@@ -396,7 +396,7 @@ fn permanent_failure(e: &google_cloud_pubsub::Error) -> Option<Pulled> {
 
 /// How long a stopping stream is drained in all, and the quiet gap that ends it early.
 const DRAIN_MAX: Duration = Duration::from_secs(1);
-const DRAIN_QUIET: Duration = Duration::from_millis(50);
+const DRAIN_QUIET: Duration = Duration::from_millis(150);
 
 /// Takes the deliveries a stopping stream has already received, until it is quiet for
 /// [`DRAIN_QUIET`] or [`DRAIN_MAX`] passed. The caller nacks them after dropping the

@@ -5,14 +5,17 @@
 //! Limits enforced here, per subtask (SPEC 5.3): flow control (held messages and bytes;
 //! reading pauses), the subscriber buffer caps (a delivery that would cross one is nacked
 //! before it is tracked), the rate limit (messages per second), the fetch size, the
-//! first-checkpoint detector, ack confirmation at commit, and the shutdown timeout.
+//! first-checkpoint detector, ack confirmation at commit, the shutdown timeout, and the
+//! paused-split caps: while a flush waits for back-pressure, deliveries keep being taken
+//! into each split's paused buffer (see [`super::park`]), and a split whose buffer would
+//! cross its cap is parked and reopened once the flush completes.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::future::BoxFuture;
+use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
 use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use pubsub_engine::format::{DeserializeError, FieldValue};
@@ -25,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::options::PubSubSubscriberOptions;
+use super::park::{Held, PausedBuffer, PausedCaps};
 use super::policy::{self, bad_message_action, should_log_bad, BadMessageAction};
 use super::pull::{self, PullStreams, Pulled, StreamSettings, Tagged};
 use super::tracker::{AckTracker, Received};
@@ -42,10 +46,26 @@ struct Split {
     index: usize,
     /// The subscription's full name.
     subscription: String,
+    /// `None` while parked (or after stopping).
     streams: Option<PullStreams>,
+    /// The tag its current streams send under: `position + splits x generation`, so
+    /// deliveries of streams stopped by a park are told apart from the fresh ones'.
+    tag: usize,
     tracker: AckTracker<Handler>,
     /// Streams currently reconnecting.
     down: HashSet<usize>,
+    /// Deliveries taken while the subtask could not emit.
+    paused: PausedBuffer,
+    /// When the split was parked, while it is.
+    parked_at: Option<Instant>,
+}
+
+/// What reopening a parked split's streams needs.
+struct Reopen {
+    subscriber: Subscriber,
+    admin: SubscriptionAdmin,
+    settings: StreamSettings,
+    tx: mpsc::Sender<Tagged>,
 }
 
 struct Counters {
@@ -60,6 +80,7 @@ struct Counters {
     fetches: Counter,
     confirmed: Counter,
     reconnects: Counter,
+    parked: Counter,
     pending_acks: Gauge,
     buffered_bytes: Gauge,
     pending_checkpoints: Gauge,
@@ -88,6 +109,13 @@ pub struct SourceReader {
     cap_reached: bool,
     committed: bool,
     last_commit: Instant,
+    /// The final barrier was seen: no stream is reopened.
+    stopping: bool,
+    paused_caps: PausedCaps,
+    reopen: Option<Reopen>,
+    /// Shutdowns of parked splits' stopped streams: each ends once the handles it leased
+    /// are acked or nacked; `on_close` awaits them within the shutdown timeout.
+    parked_shutdowns: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl SourceReader {
@@ -114,6 +142,13 @@ impl SourceReader {
             cap_reached: false,
             committed: false,
             last_commit: Instant::now(),
+            stopping: false,
+            paused_caps: PausedCaps {
+                messages: u64::MAX,
+                bytes: u64::MAX,
+            },
+            reopen: None,
+            parked_shutdowns: Vec::new(),
         })
     }
 
@@ -227,28 +262,81 @@ impl SourceReader {
         )
     }
 
-    /// Takes one event of split `split`.
+    /// The split `tag` belongs to, if it is that split's current tag. A delivery of
+    /// stopped streams (a parked split, or after the final barrier) is nacked at once.
+    fn route(&mut self, tag: usize, p: Pulled) -> Option<(usize, Pulled)> {
+        let split = tag % self.splits.len().max(1);
+        if self
+            .splits
+            .get(split)
+            .is_some_and(|s| s.tag == tag && s.streams.is_some())
+        {
+            return Some((split, p));
+        }
+        if let Pulled::Message(_, h) = p {
+            h.nack();
+            self.counters().received.add(1);
+            self.counters().nacked.add(1);
+        }
+        None
+    }
+
+    /// Takes one event of the streams tagged `tag`.
     fn on_pulled(
         &mut self,
-        split: usize,
+        tag: usize,
         p: Pulled,
         collector: &mut SourceCollector,
     ) -> anyhow::Result<()> {
-        let sub = self.splits[split].subscription.clone();
-        match p {
-            Pulled::Message(m, h) => {
-                if self.splits[split].streams.is_none() {
-                    // Forwarded before its split stopped: give it back at once.
-                    h.nack();
-                    self.counters().received.add(1);
-                    self.counters().nacked.add(1);
-                    return Ok(());
-                }
+        match self.route(tag, p) {
+            Some((split, Pulled::Message(m, h))) => {
                 if let Some(rate) = self.rate.as_mut() {
                     rate.took(Instant::now());
                 }
-                self.on_message(split, m, h, collector)
+                match self.admit(split, m, h)? {
+                    Some(held) => self.decode(split, held, collector),
+                    None => Ok(()),
+                }
             }
+            Some((split, other)) => self.on_stream_event(split, other),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes one event while a flush waits for back-pressure: a delivery goes to its
+    /// split's paused buffer. Returns the split to park when the delivery would cross its
+    /// paused cap (the delivery was nacked, untracked).
+    fn on_pulled_paused(&mut self, tag: usize, p: Pulled) -> anyhow::Result<Option<usize>> {
+        match self.route(tag, p) {
+            Some((split, Pulled::Message(m, h))) => {
+                if let Some(rate) = self.rate.as_mut() {
+                    rate.took(Instant::now());
+                }
+                let size = m.data.len() as u64;
+                if self.splits[split]
+                    .paused
+                    .would_cross(size, self.paused_caps)
+                {
+                    h.nack();
+                    self.counters().received.add(1);
+                    self.counters().nacked.add(1);
+                    return Ok(Some(split));
+                }
+                if let Some(held) = self.admit(split, m, h)? {
+                    self.splits[split].paused.push(held);
+                }
+                Ok(None)
+            }
+            Some((split, other)) => self.on_stream_event(split, other).map(|()| None),
+            None => Ok(None),
+        }
+    }
+
+    /// A stream of split `split` went down, came back, or failed for good.
+    fn on_stream_event(&mut self, split: usize, p: Pulled) -> anyhow::Result<()> {
+        let sub = self.splits[split].subscription.clone();
+        match p {
+            Pulled::Message(..) => unreachable!("deliveries are taken by the callers"),
             Pulled::Reconnecting { stream, cause } => {
                 self.splits[split].down.insert(stream);
                 let which = if stream == pull::MONITOR {
@@ -276,15 +364,10 @@ impl SourceReader {
         }
     }
 
-    /// Takes one delivery: enforces the buffer caps, tracks it, decodes it into the buffer
-    /// (first delivery only). A decode failure is handled by the failure policy.
-    fn on_message(
-        &mut self,
-        split: usize,
-        m: Message,
-        h: Handler,
-        collector: &mut SourceCollector,
-    ) -> anyhow::Result<()> {
+    /// Takes one delivery of split `split`: enforces the subscriber buffer caps and tracks
+    /// it. Returns what to decode, or `None` when it was rejected or is a redelivery of a
+    /// message still held.
+    fn admit(&mut self, split: usize, m: Message, h: Handler) -> anyhow::Result<Option<Held>> {
         self.counters().received.add(1);
         let c = self.options.config();
         let (held, bytes) = self.held();
@@ -314,7 +397,7 @@ impl SourceReader {
             if should_log_bad(n) {
                 tracing::warn!(subscription = %self.splits[split].subscription, "nacked message {} ({size} bytes) before tracking it: holding {held} messages / {bytes} bytes, it would cross the subscriber buffer cap ('{}' / '{}'); reading pauses until a commit frees room ({n} rejected so far)", m.message_id, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_MESSAGES, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_BYTES);
             }
-            return Ok(());
+            return Ok(None);
         }
         if c.await_ack_confirmation_ms.is_some() && !matches!(h, Handler::ExactlyOnce(_)) {
             // Never ack unconfirmed while confirmation was asked for: say so instead.
@@ -333,22 +416,108 @@ impl SourceReader {
             .receive(id.clone(), h, m.data.len())
             == Received::Duplicate
         {
-            return Ok(());
+            return Ok(None);
         }
-        let payload: Bytes = m.data;
-        match collector.deserialize_slice(&payload, &meta) {
+        Ok(Some(Held {
+            id,
+            payload: m.data,
+            meta,
+        }))
+    }
+
+    /// Decodes a tracked delivery into the buffer. A decode failure is handled by the
+    /// failure policy.
+    fn decode(
+        &mut self,
+        split: usize,
+        held: Held,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<()> {
+        match collector.deserialize_slice(&held.payload, &held.meta) {
             Ok(rows) => {
                 if rows == 0 {
                     self.counters().skipped.add(1);
                 }
-                self.buffered.push((split, id));
+                self.buffered.push((split, held.id));
             }
             Err(e) => {
                 self.counters().in_error.add(1);
-                self.on_bad_message(split, id, &e)?;
+                self.on_bad_message(split, held.id, &e)?;
             }
         }
         Ok(())
+    }
+
+    /// Decodes up to `max` deliveries taken while paused, oldest first per split. Until
+    /// every paused buffer is empty the streams are not read, so a split's order holds.
+    fn decode_paused(&mut self, max: usize, collector: &mut SourceCollector) -> anyhow::Result<()> {
+        let mut n = 0;
+        for split in 0..self.splits.len() {
+            while n < max {
+                let Some(held) = self.splits[split].paused.pop() else {
+                    break;
+                };
+                self.decode(split, held, collector)?;
+                n += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn any_paused(&self) -> bool {
+        self.splits.iter().any(|s| !s.paused.is_empty())
+    }
+
+    /// Parks split `split`: stops its streams, nacks its paused buffer, and leaves the
+    /// stopped streams' shutdown to a task (it ends once the handles they leased are
+    /// acked at a commit or released).
+    async fn park(&mut self, split: usize) {
+        let s = &mut self.splits[split];
+        let Some(mut streams) = s.streams.take() else {
+            return;
+        };
+        streams.stop_reading().await;
+        let ids = s.paused.take_ids();
+        for id in &ids {
+            s.tracker.release(id);
+        }
+        s.down.clear();
+        s.parked_at = Some(Instant::now());
+        self.parked_shutdowns.push(tokio::spawn(streams.shutdown()));
+        let (caps, sub) = (self.paused_caps, s.subscription.clone());
+        self.counters().nacked.add(ids.len() as u64 + 1);
+        self.counters().parked.add(1);
+        tracing::warn!(subscription = %sub, "split {} cannot emit (back-pressure) and its paused buffer is full ({} messages; caps '{}' = {}, '{}' = {} bytes): parked, {} messages nacked for redelivery and its streams stopped; fresh streams open once it can emit again", self.splits[split].index, ids.len(), pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_MESSAGES, caps.messages, pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_BYTES, caps.bytes, ids.len() + 1);
+    }
+
+    /// Opens fresh streams for every parked split (not after the final barrier).
+    fn reopen_parked(&mut self) {
+        let Some(r) = self.reopen.as_ref() else {
+            return;
+        };
+        if self.stopping {
+            return;
+        }
+        let n = self.splits.len();
+        for s in &mut self.splits {
+            let Some(since) = s.parked_at else { continue };
+            s.tag += n;
+            s.streams = Some(PullStreams::start(
+                r.subscriber.clone(),
+                r.admin.clone(),
+                &s.subscription,
+                r.settings.clone(),
+                self.counters
+                    .as_ref()
+                    .expect("set in on_start")
+                    .reconnects
+                    .clone(),
+                s.tag,
+                r.tx.clone(),
+            ));
+            s.parked_at = None;
+            tracing::info!(subscription = %s.subscription, "split {} can emit again after {:.1?} parked: fresh streams opened", s.index, since.elapsed());
+        }
     }
 
     /// Applies the bad-message policy to a message that failed to decode (nothing of it
@@ -388,12 +557,34 @@ impl SourceReader {
         }
     }
 
-    /// Emits the buffered rows, then stages their messages.
+    /// Emits the buffered rows, then stages their messages. While the emit waits for
+    /// back-pressure permits, deliveries keep being taken into the paused buffers (and a
+    /// split that would cross its cap is parked); once it completes, parked splits reopen.
     async fn flush(&mut self, collector: &mut SourceCollector) -> anyhow::Result<()> {
         if self.buffered.is_empty() {
             return Ok(());
         }
-        if let Err(e) = collector.flush_buffer().await {
+        let emitted = {
+            let mut emit = std::pin::pin!(collector.flush_buffer());
+            loop {
+                let take = !self.cap_reached && self.rx.is_some();
+                let rx = self.rx.as_mut();
+                tokio::select! {
+                    biased;
+                    r = &mut emit => break r,
+                    pulled = async { rx.expect("guarded by take").recv().await }, if take => match pulled {
+                        Some((tag, p)) => {
+                            if let Some(split) = self.on_pulled_paused(tag, p)? {
+                                self.park(split).await;
+                            }
+                        }
+                        None => self.rx = None,
+                    },
+                }
+            }
+        };
+        self.reopen_parked();
+        if let Err(e) = emitted {
             // The deserializer validates fully in `deserialize_slice`, so this is a
             // fallback: whatever the policy, a flush-time decode error fails the job.
             if let Some(d) = e.downcast_ref::<DeserializeError>() {
@@ -458,24 +649,32 @@ impl SourceReader {
         Ok(())
     }
 
-    /// Stops every split's streams and nacks whatever they forwarded but we did not take.
+    /// Stops every split's streams and nacks whatever they forwarded but we did not take,
+    /// and what waits undecoded in the paused buffers (rows after the final barrier would
+    /// never be committed).
     async fn stop_pulling(&mut self) {
+        let mut paused = 0u64;
         for s in &mut self.splits {
             if let Some(streams) = s.streams.as_mut() {
                 streams.stop_reading().await;
             }
+            for id in s.paused.take_ids() {
+                s.tracker.release(&id);
+                paused += 1;
+            }
         }
-        let Some(rx) = self.rx.as_mut() else { return };
-        let mut n = 0u64;
-        while let Ok((_, p)) = rx.try_recv() {
-            if let Pulled::Message(_, h) = p {
-                h.nack();
-                n += 1;
+        let mut forwarded = 0u64;
+        if let Some(rx) = self.rx.as_mut() {
+            while let Ok((_, p)) = rx.try_recv() {
+                if let Pulled::Message(_, h) = p {
+                    h.nack();
+                    forwarded += 1;
+                }
             }
         }
         if self.counters.is_some() {
-            self.counters().received.add(n);
-            self.counters().nacked.add(n);
+            self.counters().received.add(forwarded);
+            self.counters().nacked.add(forwarded + paused);
         }
     }
 }
@@ -511,6 +710,7 @@ impl SourceOperator for SourceReader {
             fetches: counter(FETCHES),
             confirmed: counter(ACKS_CONFIRMED),
             reconnects: counter(PULL_RECONNECTS),
+            parked: counter(SPLITS_PARKED),
             pending_acks: gauge(PENDING_ACKS),
             buffered_bytes: gauge(BUFFERED_BYTES),
             pending_checkpoints: gauge(PENDING_CHECKPOINTS),
@@ -585,6 +785,16 @@ impl SourceOperator for SourceReader {
             max_lease: period,
             max_lease_extension: self.options.lease_extension(),
         };
+        let (messages, bytes) = self
+            .options
+            .paused_split_caps(self.max_outstanding_messages);
+        self.paused_caps = PausedCaps { messages, bytes };
+        self.reopen = Some(Reopen {
+            subscriber: subscriber.clone(),
+            admin: admin.clone(),
+            settings: settings.clone(),
+            tx: tx.clone(),
+        });
         for (pos, split) in plan.iter().enumerate() {
             let s = &self.config.subscriptions[split.subscription];
             let subscription = client::subscription_path(&self.profile.project, &s.id);
@@ -601,8 +811,11 @@ impl SourceOperator for SourceReader {
                 index: split.index,
                 subscription,
                 streams: Some(streams),
+                tag: pos,
                 tracker: AckTracker::default(),
                 down: HashSet::new(),
+                paused: PausedBuffer::default(),
+                parked_at: None,
             });
         }
         tracing::debug!(
@@ -628,16 +841,26 @@ impl SourceOperator for SourceReader {
     ) -> anyhow::Result<SourceFinishType> {
         let fetch = self.options.config().max_records_per_fetch as usize;
         collector.initialize_deserializer(&self.op.schema, fetch, LINGER)?;
-        let mut stopping = false;
         loop {
             if self.counters.is_some() {
                 self.update_gauges();
             }
+            if self.any_paused() {
+                self.decode_paused(fetch, collector)?;
+                if collector.should_flush() || collector.buffered_messages() >= fetch {
+                    self.flush(collector).await?;
+                }
+            }
+            let stopping = self.stopping;
             let flush_at = collector.flush_deadline().map(Instant::from_std);
             let now = Instant::now();
             let rate_wait = self.rate.as_ref().and_then(|r| r.wait_until(now));
-            let can_pull =
-                !stopping && self.rx.is_some() && rate_wait.is_none() && self.under_limits();
+            let paused_left = self.any_paused();
+            let can_pull = !stopping
+                && !paused_left
+                && self.rx.is_some()
+                && rate_wait.is_none()
+                && self.under_limits();
             // Reading, as the idle clock sees it: not held back, no stream down.
             let all_up = self.splits.iter().all(|s| s.down.is_empty());
             let reading = stopping || self.splits.is_empty() || (can_pull && all_up);
@@ -649,8 +872,8 @@ impl SourceOperator for SourceReader {
                 ctrl = ctx.control_rx.recv() => match ctrl {
                     Some(ControlMessage::Checkpoint(barrier)) => {
                         if barrier.then_stop {
+                            self.stopping = true;
                             self.stop_pulling().await;
-                            stopping = true;
                         }
                         self.flush(collector).await?;
                         for s in &mut self.splits {
@@ -663,8 +886,8 @@ impl SourceOperator for SourceReader {
                     Some(ControlMessage::Stop { mode: StopMode::Immediate }) | None => return Ok(SourceFinishType::Immediate),
                 },
                 pulled = async { rx.expect("guarded by can_pull").recv().await }, if can_pull => match pulled {
-                    Some((split, p)) => {
-                        self.on_pulled(split, p, collector)?;
+                    Some((tag, p)) => {
+                        self.on_pulled(tag, p, collector)?;
                         if collector.should_flush() || collector.buffered_messages() >= fetch {
                             self.flush(collector).await?;
                         }
@@ -675,6 +898,7 @@ impl SourceOperator for SourceReader {
                     self.flush(collector).await?;
                 }
                 _ = tokio::time::sleep_until(rate_wait.unwrap_or_else(Instant::now)), if rate_wait.is_some() => {}
+                () = std::future::ready(()), if paused_left => {}
                 _ = tokio::time::sleep_until(first_deadline.unwrap_or_else(Instant::now)), if first_deadline.is_some() => {
                     if self.first_checkpoint_deadline().is_some_and(|d| d <= Instant::now()) {
                         return Err(self.first_checkpoint_error(ctx));
@@ -699,12 +923,17 @@ impl SourceOperator for SourceReader {
             );
         }
         let mut n = 0;
-        let mut shutdowns = Vec::new();
+        let mut shutdowns: Vec<BoxFuture<'static, ()>> = Vec::new();
         for s in &mut self.splits {
             n += s.tracker.release_all();
             if let Some(streams) = s.streams.take() {
-                shutdowns.push(streams.shutdown());
+                shutdowns.push(Box::pin(streams.shutdown()));
             }
+        }
+        for parked in self.parked_shutdowns.drain(..) {
+            shutdowns.push(Box::pin(async move {
+                let _ = parked.await;
+            }));
         }
         if self.counters.is_some() {
             self.counters().nacked.add(n as u64);
