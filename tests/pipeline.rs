@@ -61,7 +61,7 @@ async fn sigkill_before_the_first_checkpoint_acknowledges_nothing() {
     let w = Workdir::new(&pipeline_sql(
         &t,
         &endpoint(),
-        ", 'scan.ack.max-duration-per-extension' = '10s'",
+        ", 'scan.ack.max-duration-per-extension' = '10s', 'scan.first-checkpoint-timeout' = '0s'",
     ));
     let child = w.spawn(&["--checkpoint-interval", "30m"]);
     // Rows reach the sink before any checkpoint completes.

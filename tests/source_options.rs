@@ -279,7 +279,7 @@ async fn a_missing_subscription_without_create_options_names_the_fix() {
     sql = sql.replace(&t.input_sub, &gone);
     let w = Workdir::new(&sql);
     let (code, _stdout, stderr) = finish(w.spawn(&RUN), Duration::from_secs(60)).await;
-    assert_ne!(code, 0);
+    assert_eq!(code, 2, "no restart creates it: {stderr}");
     assert!(
         stderr.contains(&gone) && stderr.contains("scan.auto-create.topics"),
         "{stderr}"
@@ -330,26 +330,98 @@ async fn latest_start_position_seeks_once_at_the_first_start_and_never_on_a_rest
     assert!(stderr.contains("a restore does not seek again"), "{stderr}");
     let got = sink_ids(&t.output_sub, Some(5), Duration::from_secs(10)).await;
     assert_eq!(missing(&ids, &got), 0, "{stdout}");
+    // A restore with another mode and a subscription added to the table: only the added
+    // one is positioned; the first one is not seeked again, and a WARN names both modes.
+    let ids = publish_seq(&t.input, 10..15).await;
+    let added = unique("seek-added");
+    admin::create_subscription(&profile(), &added, &t.input, 10)
+        .await
+        .unwrap();
+    let sql = pipeline_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.startup.mode' = 'earliest-retained'",
+    )
+    .replace(
+        &format!("'subscription' = '{}'", t.input_sub),
+        &format!("'subscription' = '{};{added}'", t.input_sub),
+    );
+    std::fs::write(w.pipeline(), sql).unwrap();
+    let (code, stdout, stderr) = finish(w.spawn(&RUN), LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    let added_full = format!("projects/{PROJECT}/subscriptions/{added}");
+    assert_eq!(
+        stderr.matches("seeked subscription").count(),
+        1,
+        "one seek: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("seeked subscription {added_full} to ")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "'scan.startup.mode' is 'earliest-retained' but the job's first start applied 'latest'"
+        ),
+        "{stderr}"
+    );
+    let got = sink_ids(&t.output_sub, Some(5), Duration::from_secs(10)).await;
+    assert_eq!(missing(&ids, &got), 0, "{stdout}");
 }
 
+/// Options the job's start refuses, against the checkpoint interval or the subscription
+/// as the server describes it: `run` exits 2 (no restart can fix them) before reading
+/// anything, and `cluster` gives up at once instead of restarting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn first_checkpoint_timeout_fails_a_job_whose_checkpoints_never_complete() {
-    let t = topics("first-cp", 60).await;
+async fn configuration_refused_at_start_exits_2_and_is_not_restarted() {
+    let t = topics("refused", 10).await;
     publish_seq(&t.input, 0..20).await;
+    let interval = |d: &'static str| ["--workers", "1", "--checkpoint-interval", d];
+    for (extra, args, expect) in [
+        (
+            ", 'scan.ordering-mode' = 'per-key'",
+            interval("1s"),
+            format!("option 'scan.ordering-mode' = 'per-key' needs message ordering on subscription projects/{PROJECT}/subscriptions/{}", t.input_sub),
+        ),
+        (
+            ", 'scan.ack.max-extension-period' = '1s'",
+            interval("1s"),
+            "option 'scan.ack.max-extension-period' is invalid: must exceed the checkpoint interval (1s), or a held message's lease ends before its checkpoint commits and it is redelivered, was '1s'".to_string(),
+        ),
+        (
+            ", 'scan.first-checkpoint-timeout' = '2s'",
+            interval("20m"),
+            "option 'scan.first-checkpoint-timeout' is invalid: must exceed the checkpoint interval (1200s) or be '0s' (off): the detector would fail the job before the first checkpoint can complete, was '2s'".to_string(),
+        ),
+    ] {
+        let w = Workdir::new(&pipeline_sql(&t, &endpoint(), extra));
+        let (code, stdout, stderr) = finish(w.spawn(&args), LIMIT).await;
+        assert_eq!(code, 2, "{extra}: {stderr}");
+        assert!(stderr.contains(&expect), "{extra}: {stderr}");
+        assert_eq!(summary_count(&stdout, "messages read:"), 0, "{stdout}");
+    }
     let w = Workdir::new(&pipeline_sql(
         &t,
         &endpoint(),
-        ", 'scan.first-checkpoint-timeout' = '2s'",
+        ", 'scan.ordering-mode' = 'per-key'",
     ));
-    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "20m"]);
-    let (code, _stdout, stderr) = finish(child, LIMIT).await;
-    assert_ne!(code, 0);
-    assert!(
-        stderr.contains("checkpointing is off or too slow")
-            && stderr.contains("scan.first-checkpoint-timeout"),
-        "{stderr}"
-    );
-    // Nothing was acknowledged: all 20 come back.
+    let cluster = tokio::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .arg("cluster")
+        .arg(w.pipeline())
+        .arg("--state-dir")
+        .arg(w.state())
+        .args(["--processes", "1", "--workers", "1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (code, _stdout, stderr) = finish(cluster, LIMIT).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("a restart cannot fix this"), "{stderr}");
+    assert!(!stderr.contains("restarting all"), "{stderr}");
+    // Nothing was read, so nothing was acknowledged: all 20 are still there.
     let left = redelivered(&t.input_sub, Duration::from_secs(3)).await;
     assert_eq!(left.len(), 20);
 }
@@ -413,6 +485,19 @@ async fn bad_values_are_rejected_at_plan_time_naming_the_sql_key() {
             ", 'scan.rate-limit.messages-per-second' = '0'",
             "option 'scan.rate-limit.messages-per-second' is invalid",
         ),
+        (
+            ", 'scan.parallel-pull-count' = '1000000'",
+            "option 'scan.parallel-pull-count' is invalid: must be at most 64",
+        ),
+        // The value as written, not as the builder renders it ('0ms').
+        (
+            ", 'scan.shutdown-timeout' = '0s'",
+            "option 'scan.shutdown-timeout' is invalid: must be at least 1ms, was '0s'",
+        ),
+        (
+            ", 'scan.ack.max-duration-per-extension' = '5000ms'",
+            "must be between 10s and 600s (the client's range), was '5000ms'",
+        ),
     ] {
         let w = Workdir::new(&pipeline_sql(&t, &endpoint(), extra));
         let (code, _stdout, stderr) = finish(w.spawn(&[]), Duration::from_secs(30)).await;
@@ -432,7 +517,7 @@ async fn await_ack_confirmation_needs_exactly_once_and_never_acks_unconfirmed() 
         ", 'scan.ack.await-confirmation' = '5s'",
     ));
     let (code, _stdout, stderr) = finish(w.spawn(&RUN), Duration::from_secs(60)).await;
-    assert_ne!(code, 0);
+    assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("'scan.ack.await-confirmation' needs exactly-once delivery")
             && stderr.contains(&t.input_sub),

@@ -158,14 +158,15 @@ async fn a_second_process_on_one_state_dir_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_signal_aborts_at_once_and_releases_what_is_held() {
     // A 600 s ack deadline: only a nack brings a message back at once. The sink topic's
-    // checkpoint never completes quickly: 30 min checkpoints, so the first SIGTERM's final
-    // checkpoint is under way when the second arrives.
+    // checkpoint never completes quickly: 30 min checkpoints (the first-checkpoint
+    // detector off, as it must not exceed them), so the first SIGTERM's final checkpoint
+    // is under way when the second arrives.
     let t = topics("abort", 600).await;
     let ids = publish_seq(&t.input, 0..2_000).await;
     let w = Workdir::new(&pipeline_sql(
         &t,
         &endpoint(),
-        ", 'scan.ack.max-duration-per-extension' = '10s'",
+        ", 'scan.ack.max-duration-per-extension' = '10s', 'scan.first-checkpoint-timeout' = '0s'",
     ));
     let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "30m"]);
     let _ = sink_ids(&t.output_sub, Some(200), Duration::from_secs(60)).await;
@@ -273,6 +274,50 @@ async fn the_emulator_command_creates_what_a_pipeline_names_and_a_pipeline_runs_
     assert!(status.success());
 }
 
+/// `run --emulator` refuses a table with a service account key file (exit 2, naming it)
+/// before starting anything, and creates the subscription of a `per-key` table with
+/// message ordering, so such a pipeline runs on the private emulator as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_emulator_refuses_key_files_and_creates_ordered_subscriptions_for_per_key() {
+    let keyed = "CREATE TABLE s (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p',
+            'subscription' = 'in-sub', 'service-account-key-file' = '/nonexistent/key.json');
+         CREATE TABLE d (a BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO d SELECT a FROM s;";
+    let w = Workdir::new(keyed);
+    let (code, _stdout, stderr) = finish(w.spawn(&["--emulator"]), LIMIT).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("table 's' sets 'service-account-key-file'"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("/nonexistent"),
+        "the path is never shown: {stderr}"
+    );
+
+    let ordered = format!(
+        "CREATE TABLE s (a BIGINT, k TEXT METADATA FROM 'ordering-key') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = 'ord-sub',
+            'scan.ordering-mode' = 'per-key');
+         CREATE TABLE d (a BIGINT, k TEXT) WITH ('connector' = 'blackhole');
+         INSERT INTO d SELECT a, k FROM s;"
+    );
+    let w = Workdir::new(&ordered);
+    let child = w.spawn(&[
+        "--emulator",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "2s",
+    ]);
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("subscriptions/ord-sub (message ordering) on topic"),
+        "{stderr}"
+    );
+}
+
 fn signal_tokio(child: &tokio::process::Child, sig: &str) {
     let pid = child.id().expect("running");
     std::process::Command::new("kill")
@@ -293,11 +338,12 @@ async fn a_failed_job_releases_what_other_tables_streams_had_buffered() {
     let ep = endpoint();
     let sql = format!(
         "CREATE TABLE sa (seq BIGINT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}',
-            'subscription' = '{sa}', 'emulator-endpoint' = '{ep}');
+            'subscription' = '{sa}', 'emulator-endpoint' = '{ep}',
+            'scan.first-checkpoint-timeout' = '0s');
          CREATE TABLE sb (seq BIGINT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sb}',
             'emulator-endpoint' = '{ep}', 'scan.flow-control.max-outstanding-element-count' = '50',
-            'scan.ack.max-duration-per-extension' = '10s');
+            'scan.ack.max-duration-per-extension' = '10s', 'scan.first-checkpoint-timeout' = '0s');
          CREATE TABLE oa (seq BIGINT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{oa}', 'emulator-endpoint' = '{ep}');
          CREATE TABLE ob (seq BIGINT, mid TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{ob}', 'emulator-endpoint' = '{ep}');
          INSERT INTO oa SELECT * FROM sa;

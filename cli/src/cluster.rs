@@ -9,8 +9,8 @@
 //!
 //! Exit codes: 0 when every process exited 0 (also after one SIGINT/SIGTERM, which is
 //! forwarded to every process as SIGTERM for a graceful final checkpoint); 2 when a process
-//! exited with 2 (the pipeline file cannot be read, parsed or planned: no restart can fix
-//! that); 1 when the restart budget is spent, on a second signal (forwarded again, the
+//! exited with 2 (the pipeline file cannot be read, parsed or planned, or the job's start
+//! refused its configuration: no restart can fix that); 1 when the restart budget is spent, on a second signal (forwarded again, the
 //! processes abort) or when a process fails while the cluster is stopping.
 
 use std::collections::VecDeque;
@@ -485,6 +485,11 @@ async fn supervise(mut generation: Generation, signals: &mut Signals) -> Ended {
                     failed = Some((failure, code2));
                 } else {
                     tracing::warn!("process {i} failed too: {}", failure.status);
+                    // Process 0 refuses a bad configuration while the others still wait
+                    // to connect; whichever failed first, exit 2 means no restart helps.
+                    if code2 {
+                        failed = Some((failure, true));
+                    }
                 }
             }
             _ = signals.recv() => {

@@ -134,13 +134,21 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
 
 /// `emulator`: start, create what a pipeline names, print the endpoint, wait for Ctrl-C.
 async fn emulator_command(args: EmulatorArgs) -> anyhow::Result<()> {
+    // Refuse a pipeline it cannot create for before starting anything.
+    let sql = match &args.create {
+        Some(path) => {
+            let sql = pipeline::load(path).map_err(pipeline::BadPipeline)?;
+            pipeline::check_emulator_tables(&sql, "emulator --create")?;
+            Some(sql)
+        }
+        None => None,
+    };
     let port = args.port;
     let emu = tokio::task::spawn_blocking(move || {
         pubsub_connector_core::emulator::Emulator::start_on(port)
     })
     .await??;
-    if let Some(path) = &args.create {
-        let mut sql = pipeline::load(path)?;
+    if let Some(mut sql) = sql {
         pipeline::use_emulator(&mut sql, &emu.endpoint());
         let plan = pubsub_engine::sql::plan_pipeline(&sql, &pipeline::connectors())?;
         for line in resources::create_all(&plan).await? {
@@ -194,7 +202,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            if e.downcast_ref::<pipeline::BadPipeline>().is_some() {
+            // A pipeline that cannot be planned, or an option the job's start refused
+            // (e.g. against the checkpoint interval or the subscription): no restart helps.
+            if e.downcast_ref::<pipeline::BadPipeline>().is_some()
+                || pubsub_engine::ConfigError::is_in(&e)
+            {
                 ExitCode::from(pipeline::EXIT_BAD_PIPELINE)
             } else {
                 ExitCode::FAILURE

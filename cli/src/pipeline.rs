@@ -22,8 +22,10 @@ pub fn connectors() -> Vec<Arc<dyn ErasedConnector>> {
     ]
 }
 
-/// `run`'s exit code when the pipeline file cannot be read, parsed or planned: a restart
-/// cannot fix it, so `cluster` gives up at once instead of restarting.
+/// `run`'s exit code when the pipeline file cannot be read, parsed or planned, or the
+/// job's start refused its configuration (a `pubsub_engine::ConfigError`, e.g. an option
+/// that does not fit the checkpoint interval or the subscription): a restart cannot fix
+/// it, so `cluster` gives up at once instead of restarting.
 pub const EXIT_BAD_PIPELINE: u8 = 2;
 
 /// An error no restart can fix (the pipeline file cannot be read, parsed or planned);
@@ -46,11 +48,39 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<PipelineSql> {
     parse_pipeline(&text).with_context(|| format!("in {}", path.display()))
 }
 
-/// Points every pubsub table without an endpoint at `endpoint`.
+fn is_pubsub(t: &pubsub_engine::sql::TableDef) -> bool {
+    t.options.get("connector") == Some("pubsub")
+}
+
+/// Refuses a pipeline that `--emulator` (or `emulator --create`) cannot point at an
+/// emulator: a pubsub table with `service-account-key-file` is meant for real Pub/Sub, and
+/// running it there while the rest runs locally (or creating its resources in the real
+/// project) would surprise. The error names the table and the fix.
+pub fn check_emulator_tables(sql: &PipelineSql, flag: &str) -> Result<(), BadPipeline> {
+    let key = "service-account-key-file";
+    let keyed: Vec<&str> = sql
+        .tables
+        .iter()
+        .filter(|t| is_pubsub(t) && t.options.get(key).is_some())
+        .map(|t| t.name.as_str())
+        .collect();
+    if keyed.is_empty() {
+        return Ok(());
+    }
+    Err(BadPipeline(anyhow::anyhow!(
+        "{flag} points every pubsub table at a local emulator, but table{} '{}' set{} '{key}' (credentials for real Pub/Sub, which an emulator does not take): remove the option to run {} on the emulator, or run without {flag}",
+        if keyed.len() == 1 { "" } else { "s" },
+        keyed.join("', '"),
+        if keyed.len() == 1 { "s" } else { "" },
+        if keyed.len() == 1 { "it" } else { "them" },
+    )))
+}
+
+/// Points every pubsub table without an endpoint at `endpoint` (a table that sets its own
+/// `emulator-endpoint` keeps it). Call [`check_emulator_tables`] first.
 pub fn use_emulator(sql: &mut PipelineSql, endpoint: &str) {
     for t in &mut sql.tables {
-        let mut probe = t.options.clone();
-        if probe.pull_opt_str("connector").ok().flatten().as_deref() == Some("pubsub") {
+        if is_pubsub(t) {
             t.options.insert_if_absent("emulator-endpoint", endpoint);
         }
     }
@@ -178,6 +208,9 @@ pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let mut sql = load(&args.pipeline).map_err(BadPipeline)?;
     // Planned here too (cheap, no I/O) so that an invalid pipeline exits with 2.
     plan_pipeline(&sql, &connectors()).map_err(|e| BadPipeline(e.into()))?;
+    if args.emulator {
+        check_emulator_tables(&sql, "--emulator")?;
+    }
     let _emulator = if args.emulator {
         let emu = tokio::select! {
             emu = tokio::task::spawn_blocking(Emulator::start) => emu??,

@@ -1,9 +1,10 @@
 //! Creates the topics and subscriptions a pipeline names, on an emulator (`emulator
 //! --create`, `run --emulator`), so a pipeline can run against a fresh emulator at once.
 
-use pubsub_connector_core::admin;
+use pubsub_connector_core::source::create::describe_or_create;
+use pubsub_connector_core::{admin, client};
 use pubsub_engine::sql::{PlannedPipeline, PlannedTable};
-use pubsub_schema::{PubSubProfile, PubSubTable};
+use pubsub_schema::{OrderingMode, PubSubProfile, PubSubTable, SubscriptionCreateConfig};
 
 /// The topic a created subscription is attached to: the subscription id without a
 /// trailing `-sub` (`bids-sub` -> `bids`), else the same id.
@@ -24,8 +25,10 @@ fn pubsub_table(t: &PlannedTable) -> Option<(PubSubProfile, PubSubTable)> {
 }
 
 /// Creates every sink topic, and for every source subscription its topic (see
-/// [`topic_for_subscription`]) and the subscription itself (60 s ack deadline). Existing
-/// resources are left as they are. Returns one line per table saying what it uses.
+/// [`topic_for_subscription`]) and the subscription itself (60 s ack deadline; with
+/// message ordering for a table with `'scan.ordering-mode' = 'per-key'`, which needs it).
+/// Existing resources are left as they are. Returns one line per table saying what it
+/// uses.
 pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
     let mut done = std::collections::BTreeSet::new();
@@ -45,11 +48,13 @@ pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
                     }
                     let topic = topic_for_subscription(&sub.id);
                     admin::create_topic(&profile, topic).await?;
-                    admin::create_subscription(&profile, &sub.id, topic, 60).await?;
+                    let ordered = s.ordering_mode == OrderingMode::PerKey;
+                    create_subscription(&profile, &sub.id, topic, ordered).await?;
                     lines.push(format!(
-                        "table '{}': subscription projects/{p}/subscriptions/{} on topic projects/{p}/topics/{topic} (publish there to feed it)",
+                        "table '{}': subscription projects/{p}/subscriptions/{}{} on topic projects/{p}/topics/{topic} (publish there to feed it)",
                         t.connection.name,
                         sub.id,
+                        if ordered { " (message ordering)" } else { "" },
                         p = profile.project
                     ));
                 }
@@ -64,6 +69,33 @@ pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
         }
     }
     Ok(lines)
+}
+
+/// Creates subscription `id` on `topic` (60 s ack deadline, message ordering if
+/// `ordered`) unless it exists, through the source's own creation path.
+async fn create_subscription(
+    profile: &PubSubProfile,
+    id: &str,
+    topic: &str,
+    ordered: bool,
+) -> anyhow::Result<()> {
+    let subs = client::subscription_admin(profile).await?;
+    let name = client::subscription_path(&profile.project, id);
+    let create = SubscriptionCreateConfig {
+        topic: topic.to_string(),
+        ack_deadline_ms: Some(60_000),
+        message_ordering: ordered,
+        message_retention_ms: None,
+        retain_acked_messages: false,
+        expiration: None,
+        dead_letter: None,
+        filter: None,
+    };
+    describe_or_create(&subs, &profile.project, &name, Some(&create), |e| {
+        anyhow::anyhow!("cannot describe subscription {name}: {e}")
+    })
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
 //! `Connector` implementation: SQL options -> typed configs -> operators.
 
 use futures::future::BoxFuture;
+use pubsub_engine::{ConfigError, OptionError, PrepareContext};
 use pubsub_engine::{
     Connection, ConnectionSchema, ConnectionType, ConnectorMetadata, ConnectorOptions,
     ConstructedOperator, FieldType, Format, MetadataDef, OperatorConfig,
 };
-use pubsub_engine::{OptionError, PrepareContext};
 use pubsub_schema::{PubSubProfile, PubSubTable};
 use pubsub_table_options::{profile_from_options, sql_key, table_from_options, KNOWN_OPTIONS};
 
@@ -13,11 +13,34 @@ use crate::build_error::BuildError;
 use crate::sink::PubSubSink;
 use crate::source::{PubSubSource, SourceReader};
 
-/// A builder's rejection, renamed to the SQL key the user wrote (SPEC 8).
+/// A builder's rejection, renamed to the SQL key the user wrote (SPEC 8). The value is
+/// the builder's rendering (e.g. `0ms` for `'0s'`); [`sql_error_as_written`] shows the
+/// text of the WITH clause instead.
 pub fn sql_error(e: BuildError) -> OptionError {
     OptionError::Invalid {
         key: sql_key(e.option).to_string(),
         value: e.value.clone(),
+        reason: e.reason_with(|o| sql_key(o).to_string()),
+    }
+}
+
+/// As [`sql_error`], with the value exactly as written in the WITH clause (`written`, the
+/// table's options before they were pulled) when the key holds one value. Keys holding a
+/// list (`subscription`, `scan.auto-create.topics`) keep the builder's value: it names the
+/// one item that was rejected.
+pub fn sql_error_as_written(e: BuildError, written: &ConnectorOptions) -> OptionError {
+    let key = sql_key(e.option);
+    let list = [
+        pubsub_table_options::SUBSCRIPTION,
+        pubsub_table_options::AUTO_CREATE_TOPICS,
+    ];
+    let value = match written.get(key) {
+        Some(v) if !list.contains(&key) => v.to_string(),
+        _ => e.value.clone(),
+    };
+    OptionError::Invalid {
+        key: key.to_string(),
+        value,
         reason: e.reason_with(|o| sql_key(o).to_string()),
     }
 }
@@ -112,11 +135,14 @@ impl pubsub_engine::Connector for PubSubConnector {
         options: &mut ConnectorOptions,
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection> {
+        let written = options.clone();
         let profile = profile_from_options(options)?;
         let table = table_from_options(options)?;
         if let PubSubTable::Source(config) = &table {
-            // Every rule lives in the builder; for SQL its rejection names the key.
-            PubSubSource::from_config(profile.clone(), config.clone()).map_err(sql_error)?;
+            // Every rule lives in the builder; for SQL its rejection names the key and the
+            // value as written.
+            PubSubSource::from_config(profile.clone(), config.clone())
+                .map_err(|e| sql_error_as_written(e, &written))?;
         }
         pubsub_engine::Connector::from_config(self, name, profile, table, schema)
     }
@@ -188,8 +214,10 @@ impl pubsub_engine::Connector for PubSubConnector {
         }
     }
 
-    /// Creates missing subscriptions, runs the startup checks and applies the start
-    /// position (seek once: not on a restore) before any subtask reads (SPEC 5.4, 5.5).
+    /// Checks the options against the checkpoint interval, creates missing subscriptions,
+    /// runs the startup checks and applies the start position (seek once per subscription:
+    /// on a restore only subscriptions added since) before any subtask reads (SPEC 5.4,
+    /// 5.5). Errors no restart can fix are [`ConfigError`]s (the CLI exits 2).
     fn prepare_source(
         &self,
         profile: &PubSubProfile,
@@ -201,11 +229,15 @@ impl pubsub_engine::Connector for PubSubConnector {
         };
         let profile = profile.clone();
         Box::pin(async move {
-            let source = PubSubSource::from_config(profile, config)?;
-            // Any completed checkpoint of this source means its first start already ran
-            // (each subtask records the applied start position in its state).
-            let restored = !ctx.restored_subtasks.is_empty();
-            crate::source::prepare::prepare(&source, restored).await?;
+            let source = PubSubSource::from_config(profile, config).map_err(ConfigError::wrap)?;
+            // Each subtask records in its state which subscriptions were positioned, so a
+            // restore positions only the ones added since.
+            crate::source::prepare::prepare(
+                &source,
+                &ctx.restored_subtasks,
+                ctx.checkpoint_interval,
+            )
+            .await?;
             Ok(())
         })
     }
@@ -259,6 +291,37 @@ mod tests {
             panic!("source expected")
         };
         sql_error(PubSubSource::from_config(profile, config).unwrap_err()).to_string()
+    }
+
+    /// The error `from_options` reports: the value as written in the WITH clause.
+    fn written_error(pairs: &[(&str, &str)]) -> String {
+        let mut o =
+            ConnectorOptions::new(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let written = o.clone();
+        let profile = profile_from_options(&mut o).unwrap();
+        let PubSubTable::Source(config) = table_from_options(&mut o).unwrap() else {
+            panic!("source expected")
+        };
+        let e = PubSubSource::from_config(profile, config).unwrap_err();
+        sql_error_as_written(e, &written).to_string()
+    }
+
+    #[test]
+    fn rejections_show_the_value_as_written() {
+        let with = |k: &'static str, v: &'static str| {
+            written_error(&[("project", "p"), ("subscription", "s"), (k, v)])
+        };
+        assert_eq!(
+            with("scan.shutdown-timeout", "0s"),
+            "option 'scan.shutdown-timeout' is invalid: must be at least 1ms, was '0s'"
+        );
+        assert!(with("scan.ack.max-duration-per-extension", "5000ms").ends_with("was '5000ms'"));
+        assert!(with("scan.parallel-pull-count", " 0").ends_with("was ' 0'"));
+        // A list names the one item that was rejected, not the whole list.
+        assert!(
+            written_error(&[("project", "p"), ("subscription", "a;b;a")])
+                .ends_with("is listed twice, was 'a'"),
+        );
     }
 
     #[test]

@@ -468,21 +468,15 @@ fn auto_create(
 }
 
 /// A duration option in whole milliseconds (the config's unit; finer values are refused,
-/// never rounded).
+/// never rounded). Errors show the value as written.
 fn pull_ms(o: &mut ConnectorOptions, key: &str) -> Result<Option<u64>, OptionError> {
-    let Some(d) = o.pull_opt_duration(key)? else {
-        return Ok(None);
-    };
-    if d.subsec_nanos() % 1_000_000 != 0 {
-        return Err(invalid(
-            key,
-            format!("{d:?}"),
-            "must be a whole number of milliseconds",
-        ));
-    }
-    u64::try_from(d.as_millis())
-        .map(Some)
-        .map_err(|_| invalid(key, format!("{d:?}"), "is too long"))
+    o.pull_opt_with(key, |v| {
+        let d = pubsub_engine::duration::parse_duration(v)?;
+        if d.subsec_nanos() % 1_000_000 != 0 {
+            return Err("must be a whole number of milliseconds".to_string());
+        }
+        u64::try_from(d.as_millis()).map_err(|_| "is too long".to_string())
+    })
 }
 
 fn u32_option(key: &str, v: u64) -> Result<u32, OptionError> {

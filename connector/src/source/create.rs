@@ -296,7 +296,8 @@ fn wkt_duration(ms: u64) -> google_cloud_wkt::Duration {
 
 /// Describes subscription `name`; creates it with `create` when it does not exist
 /// (ALREADY_EXISTS from a concurrent creator counts as success), never updates it.
-/// Errors: missing without create options (naming the fix), or any admin failure.
+/// Errors: missing without create options (naming the fix; a `pubsub_engine::ConfigError`,
+/// no restart creates it), or any admin failure.
 pub async fn describe_or_create(
     admin: &SubscriptionAdmin,
     project: &str,
@@ -311,10 +312,11 @@ pub async fn describe_or_create(
         Ok(s) => Ok((s, false)),
         Err(e) if code(&e) == Some(Code::NotFound) => {
             let Some(c) = create else {
-                anyhow::bail!(
+                // A restart finds it missing again: not restartable.
+                return Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
                     "subscription {name} does not exist: create it (gcloud pubsub subscriptions create), or let the source create it with 'scan.auto-create.topics' = '{}:TOPIC'",
                     name.rsplit('/').next().unwrap_or(name)
-                );
+                )));
             };
             let req = subscription_request(project, name, c);
             let created = crate::diagnose::bounded(admin.create_subscription().with_request(req))

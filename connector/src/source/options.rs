@@ -14,6 +14,13 @@ use crate::build_error::{positive, show, whole_ms, BuildError};
 pub const LEASE_EXTENSION_RANGE: (Duration, Duration) =
     (Duration::from_secs(10), Duration::from_secs(600));
 
+/// The most StreamingPull streams per split (`parallel_pull_count`). Each stream is one
+/// open gRPC stream per split per subtask, counted against the project's StreamingPull
+/// connection quota, with its own flow control and lease bookkeeping; one subtask decodes
+/// on one thread, so beyond a few streams more only cost connections and memory. 64 is
+/// far above what one subtask can use while still catching a typo (`1000000`).
+pub const MAX_PARALLEL_PULL_COUNT: u32 = 64;
+
 /// Validated subscriber options. Build with [`PubSubSubscriberOptions::builder`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PubSubSubscriberOptions {
@@ -125,8 +132,10 @@ impl PubSubSubscriberOptionsBuilder {
         self
     }
 
-    /// StreamingPull streams per split. Positive; must be 1 with ordering `per-key`
-    /// (checked by the source builder). Default 1.
+    /// StreamingPull streams per split (per subscription per subtask). 1..=64
+    /// ([`MAX_PARALLEL_PULL_COUNT`]: each stream is an open gRPC stream counted against
+    /// the project's StreamingPull quota, and one subtask cannot use more); must be 1 with
+    /// ordering `per-key` (checked by the source builder). Default 1.
     pub fn parallel_pull_count(mut self, streams: u32) -> Self {
         self.config.parallel_pull_count = streams;
         self
@@ -211,6 +220,13 @@ impl PubSubSubscriberOptionsBuilder {
             c.paused_split_buffer_max_bytes,
         )?;
         positive("parallel_pull_count", u64::from(c.parallel_pull_count))?;
+        if c.parallel_pull_count > MAX_PARALLEL_PULL_COUNT {
+            return Err(BuildError::new(
+                "parallel_pull_count",
+                c.parallel_pull_count,
+                format!("must be at most {MAX_PARALLEL_PULL_COUNT} (streams per split, each an open StreamingPull stream; one subtask cannot use more)"),
+            ));
+        }
         positive("max_records_per_fetch", u64::from(c.max_records_per_fetch))?;
         opt_positive(
             "rate_limit_messages_per_second",
@@ -326,6 +342,11 @@ mod tests {
             err(b().parallel_pull_count(0)),
             "option 'parallel_pull_count' is invalid: must be positive, was '0'"
         );
+        assert_eq!(
+            err(b().parallel_pull_count(1_000_000)),
+            "option 'parallel_pull_count' is invalid: must be at most 64 (streams per split, each an open StreamingPull stream; one subtask cannot use more), was '1000000'"
+        );
+        assert!(b().parallel_pull_count(64).build().is_ok());
         assert!(err(b().max_outstanding_messages(0)).contains("'max_outstanding_messages'"));
         assert!(err(b().max_outstanding_bytes(0)).contains("'max_outstanding_bytes'"));
         assert!(err(b().subscriber_buffer_max_bytes(0)).contains("subscriber_buffer_max_bytes"));

@@ -716,31 +716,27 @@ impl SourceOperator for SourceReader {
             pending_checkpoints: gauge(PENDING_CHECKPOINTS),
             checkpoint_lag_ms: gauge(CHECKPOINT_LAG_MS),
         });
-        // The start position was applied (or needed nothing) before any subtask started;
-        // a restore finds this and never seeks again (SPEC 5.4).
+        // The start position was applied (or needed nothing) to every subscription before
+        // any subtask started; a restore finds the record and seeks only subscriptions
+        // added since (SPEC 5.4).
         let position = super::PubSubStartPosition::from_config(self.config.start_position)?;
         ctx.state.values.insert(
             super::start_position::STATE_KEY.to_string(),
-            serde_json::Value::String(position.mode().to_string()),
+            super::start_position::record(
+                &ctx.restored_subtasks,
+                position,
+                &self
+                    .config
+                    .subscriptions
+                    .iter()
+                    .map(|s| client::subscription_path(&self.profile.project, &s.id))
+                    .collect::<Vec<_>>(),
+            ),
         );
         let c = self.options.config().clone();
-        // Leases must outlive a checkpoint, or held messages are redelivered before their
-        // commit (SPEC 5.3). The client ends lease extension silently at max lease.
+        // The client ends lease extension silently at max lease; the job-level prepare
+        // checked it against the checkpoint interval (SPEC 5.3).
         let period = Duration::from_millis(c.max_ack_extension_period_ms);
-        let key = pubsub_table_options::MAX_ACK_EXTENSION_PERIOD;
-        if period.is_zero() {
-            tracing::warn!("'{key}' is 0: lease extension is disabled, so a message held longer than the stream's ack deadline is redelivered before its checkpoint commits (checkpoint interval {:?})", ctx.checkpoint_interval);
-        } else {
-            anyhow::ensure!(
-                period > ctx.checkpoint_interval,
-                "option '{key}' is invalid: must exceed the checkpoint interval ({:?}), was '{}'",
-                ctx.checkpoint_interval,
-                crate::build_error::show(period)
-            );
-            if period < ctx.checkpoint_interval * 2 {
-                tracing::warn!("'{key}' ({period:?}) is less than twice the checkpoint interval ({:?}): a slow checkpoint will cause redeliveries", ctx.checkpoint_interval);
-            }
-        }
         let per_key = self.config.ordering_mode == OrderingMode::PerKey;
         let plan = super::splits::splits_for(
             ctx.task_info.task_index,

@@ -1,22 +1,28 @@
 //! `PubSubStartPosition` (SPEC 5.4; the reference connector's `PubSubStartPosition`) and
-//! the seek that reaches it: once, at the job's first start, before any reader pulls
-//! (run from `Connector::prepare_source`, which the runtime calls on process 0 before any
-//! source subtask starts). A restored job never seeks again: every source subtask writes
-//! [`STATE_KEY`] into its checkpointed state, and a restore finds it there.
+//! the seek that reaches it: once per subscription, at the job's first start, before any
+//! reader pulls (run from `Connector::prepare_source`, which the runtime calls on process 0
+//! before any source subtask starts). Every source subtask writes [`STATE_KEY`] into its
+//! checkpointed state ([`record`]): the mode and the subscriptions positioned so far. A
+//! restore seeks only subscriptions added to the table since (see [`AppliedStartPosition`]).
 //!
 //! A seek moves the subscription for every consumer, other jobs included: use a start
 //! position other than `continue-from-subscription` only on a subscription the job owns.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use google_cloud_pubsub::client::SubscriptionAdmin;
 use google_cloud_pubsub::model::seek_request::Target;
+use pubsub_engine::{ConfigError, OperatorState};
 use pubsub_schema::StartPosition;
 
 use crate::build_error::BuildError;
 
-/// The key under which each source subtask's state records the start position applied at
-/// the job's first start (its mode, e.g. `"latest"`).
+/// The key under which each source subtask's state records the start position:
+/// `{"mode": "latest", "subscriptions": ["projects/p/subscriptions/a", ...]}`, the mode
+/// applied at the job's first start and every subscription positioned since (full names).
+/// Checkpoints written before subscriptions were recorded hold the mode alone, as a
+/// string; it means every subscription of the table was positioned.
 pub const STATE_KEY: &str = "start-position";
 
 /// How far back `earliest-retained` seeks: past the longest retention Pub/Sub offers
@@ -109,34 +115,132 @@ impl PubSubStartPosition {
     }
 }
 
+/// What the last completed checkpoint says about the start position: which mode was
+/// applied and which subscriptions are already positioned. Read with
+/// [`AppliedStartPosition::from_state`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedStartPosition {
+    /// The mode applied at the job's first start (`latest`, ...); `None` when the
+    /// checkpoint holds state of this source but no record (written before records).
+    pub mode: Option<String>,
+    /// Full names of the subscriptions already positioned; `None` means every
+    /// subscription (the plain-string record, which predates the list).
+    pub subscriptions: Option<BTreeSet<String>>,
+}
+
+impl AppliedStartPosition {
+    /// The record in the subtask states of the last completed checkpoint; `None` on the
+    /// job's first start (`restored` empty). Several subtasks' records are merged (they
+    /// normally agree); an unreadable or missing one counts as "every subscription".
+    pub fn from_state(restored: &BTreeMap<usize, OperatorState>) -> Option<Self> {
+        if restored.is_empty() {
+            return None;
+        }
+        let mut mode = None;
+        let mut subscriptions = Some(BTreeSet::new());
+        for state in restored.values() {
+            let v = state.values.get(STATE_KEY);
+            match v {
+                Some(serde_json::Value::String(m)) => {
+                    mode.get_or_insert_with(|| m.clone());
+                    subscriptions = None;
+                }
+                Some(serde_json::Value::Object(o)) => {
+                    if let Some(m) = o.get("mode").and_then(|m| m.as_str()) {
+                        mode.get_or_insert_with(|| m.to_string());
+                    }
+                    match (o.get("subscriptions"), subscriptions.as_mut()) {
+                        (Some(serde_json::Value::Array(a)), Some(set)) => {
+                            set.extend(a.iter().filter_map(|s| s.as_str().map(str::to_string)))
+                        }
+                        (Some(serde_json::Value::Array(_)), None) => {}
+                        _ => subscriptions = None,
+                    }
+                }
+                // No record (an older checkpoint): never seek again, as before records.
+                _ => subscriptions = None,
+            }
+        }
+        Some(AppliedStartPosition {
+            mode,
+            subscriptions,
+        })
+    }
+
+    /// Whether subscription `name` (full name) was positioned already.
+    pub fn covers(&self, name: &str) -> bool {
+        self.subscriptions.as_ref().is_none_or(|s| s.contains(name))
+    }
+}
+
+/// The value each source subtask stores under [`STATE_KEY`] once the job-level
+/// preparation positioned every subscription of the table: the recorded mode if the
+/// checkpoint it restored from has one (else the configured `position`'s), and the
+/// recorded subscriptions together with every current one (`subscriptions`, full names).
+pub fn record(
+    restored: &BTreeMap<usize, OperatorState>,
+    position: PubSubStartPosition,
+    subscriptions: &[String],
+) -> serde_json::Value {
+    let applied = AppliedStartPosition::from_state(restored);
+    let mode = applied
+        .as_ref()
+        .and_then(|a| a.mode.clone())
+        .unwrap_or_else(|| position.mode().to_string());
+    let mut all: BTreeSet<String> = applied.and_then(|a| a.subscriptions).unwrap_or_default();
+    all.extend(subscriptions.iter().cloned());
+    serde_json::json!({ "mode": mode, "subscriptions": all })
+}
+
 /// What [`seek_once`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SeekOutcome {
     /// The position needs no seek.
     NotNeeded,
-    /// A restored job: the first start already seeked.
+    /// A restored job whose every subscription was positioned already.
     AlreadyApplied,
-    /// Seeked every subscription to this time.
-    Seeked(SystemTime),
+    /// Seeked these subscriptions (full names) to this time: all of them at the job's
+    /// first start, those added since on a restore.
+    Seeked {
+        time: SystemTime,
+        subscriptions: Vec<String>,
+    },
 }
 
-/// Seeks every subscription (full names) to `position`'s time, at most once per job:
-/// not when `restored` (a checkpoint of this source exists, so its first start already
-/// ran) and not for `continue-from-subscription`. `now` pins `latest` to one instant.
-/// Errors name the subscription, the target time and the server's answer; a seek that
-/// failed may have moved some subscriptions already (each seek is idempotent, so a
-/// restart repeats them).
+/// Seeks each subscription (full names) to `position`'s time, at most once per
+/// subscription per job: at the job's first start (`applied` is `None`) all of them, on a
+/// restore only those `applied` does not cover (added to the table since), and none for
+/// `continue-from-subscription`. `now` pins `latest` to one instant for all of them.
+/// When the configured mode differs from the recorded one, logs a WARN: recorded
+/// subscriptions are not seeked a second time.
+///
+/// Errors name the subscription, the target time and the server's answer; a time in the
+/// future is refused (a [`ConfigError`]). A seek that failed may have moved some
+/// subscriptions already (each seek is idempotent, so a restart repeats them).
 pub async fn seek_once(
     admin: &SubscriptionAdmin,
     subscriptions: &[String],
     position: PubSubStartPosition,
-    restored: bool,
+    applied: Option<&AppliedStartPosition>,
     now: SystemTime,
 ) -> anyhow::Result<SeekOutcome> {
+    if let Some(recorded) = applied.and_then(|a| a.mode.as_deref()) {
+        if recorded != position.mode() {
+            tracing::warn!(
+                "'scan.startup.mode' is '{}' but the job's first start applied '{recorded}': a restore does not seek a subscription a second time, so the subscriptions positioned then stay where they are; only subscriptions added to the table since are positioned with '{}'",
+                position.mode(),
+                position.mode()
+            );
+        }
+    }
     let Some(time) = position.seek_time(now) else {
         return Ok(SeekOutcome::NotNeeded);
     };
-    if restored {
+    let todo: Vec<&String> = subscriptions
+        .iter()
+        .filter(|s| applied.is_none_or(|a| !a.covers(s)))
+        .collect();
+    if todo.is_empty() {
         tracing::info!(
             "start position '{}' was applied at the job's first start; a restore does not seek again",
             position.mode()
@@ -145,19 +249,25 @@ pub async fn seek_once(
     }
     // A seek into the future would acknowledge every message published until then.
     if time > now {
-        anyhow::bail!(
+        return Err(ConfigError::wrap(anyhow::anyhow!(
             "option 'scan.startup.timestamp-millis' is invalid: {} is in the future (now {}); a seek there would acknowledge every message published before it",
             rfc3339(time),
             rfc3339(now)
-        );
+        )));
     }
     let ts = wkt_timestamp(time);
-    for s in subscriptions {
-        let target = rfc3339(time);
+    let target = rfc3339(time);
+    for s in &todo {
+        if applied.is_some() {
+            tracing::info!(
+                "subscription {s} was added to the table since the job's first start: positioning it with start position '{}'",
+                position.mode()
+            );
+        }
         crate::diagnose::bounded(
             admin
                 .seek()
-                .set_subscription(s.clone())
+                .set_subscription(s.to_string())
                 .set_target(Target::Time(Box::new(ts.clone()))),
         )
         .send()
@@ -180,7 +290,10 @@ pub async fn seek_once(
             position.mode()
         );
     }
-    Ok(SeekOutcome::Seeked(time))
+    Ok(SeekOutcome::Seeked {
+        time,
+        subscriptions: todo.into_iter().cloned().collect(),
+    })
 }
 
 fn wkt_timestamp(t: SystemTime) -> google_cloud_wkt::Timestamp {
@@ -234,15 +347,32 @@ mod tests {
 
     const SUBS: [&str; 2] = ["projects/p/subscriptions/a", "projects/p/subscriptions/b"];
 
+    /// Subtask states of a checkpoint in which each of `n` subtasks recorded `value`.
+    fn restored(n: usize, value: serde_json::Value) -> BTreeMap<usize, OperatorState> {
+        (0..n)
+            .map(|i| {
+                let mut s = OperatorState::default();
+                s.values.insert(STATE_KEY.to_string(), value.clone());
+                (i, s)
+            })
+            .collect()
+    }
+
     #[tokio::test]
     async fn fake_admin_first_start_seeks_each_subscription_once_to_one_instant() {
         let (admin, seeks) = fake();
         let subs: Vec<String> = SUBS.iter().map(|s| s.to_string()).collect();
         let now = UNIX_EPOCH + Duration::from_millis(1_764_460_800_123);
-        let out = seek_once(&admin, &subs, PubSubStartPosition::latest(), false, now)
+        let out = seek_once(&admin, &subs, PubSubStartPosition::latest(), None, now)
             .await
             .unwrap();
-        assert_eq!(out, SeekOutcome::Seeked(now));
+        assert_eq!(
+            out,
+            SeekOutcome::Seeked {
+                time: now,
+                subscriptions: subs.clone()
+            }
+        );
         let got: Vec<_> = seeks.lock().unwrap().iter().map(seeked_to).collect();
         assert_eq!(
             got,
@@ -258,27 +388,32 @@ mod tests {
     async fn fake_admin_restore_never_seeks_again() {
         let (admin, seeks) = fake();
         let subs = vec![SUBS[0].to_string()];
+        let recorded = AppliedStartPosition::from_state(&restored(
+            2,
+            record(&BTreeMap::new(), PubSubStartPosition::latest(), &subs),
+        ));
         for p in [
             PubSubStartPosition::latest(),
             PubSubStartPosition::earliest_retained(),
             PubSubStartPosition::from_timestamp(UNIX_EPOCH + Duration::from_secs(5)).unwrap(),
         ] {
-            let out = seek_once(&admin, &subs, p, true, SystemTime::now())
+            let out = seek_once(&admin, &subs, p, recorded.as_ref(), SystemTime::now())
                 .await
                 .unwrap();
             assert_eq!(out, SeekOutcome::AlreadyApplied);
         }
         let now = UNIX_EPOCH + Duration::from_millis(1_764_460_800_000);
         let future = PubSubStartPosition::from_timestamp(now + Duration::from_secs(3600)).unwrap();
-        let e = seek_once(&admin, &subs, future, false, now)
+        let e = seek_once(&admin, &subs, future, None, now)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("is in the future"), "{e}");
+        assert!(ConfigError::is_in(&e), "no restart fixes it");
         let out = seek_once(
             &admin,
             &subs,
             PubSubStartPosition::continue_from_subscription(),
-            false,
+            None,
             SystemTime::now(),
         )
         .await
@@ -291,6 +426,124 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn fake_admin_restore_seeks_only_a_subscription_added_since() {
+        let (admin, seeks) = fake();
+        // The first start positioned `a`; the table now reads `a;b`.
+        let first = restored(
+            2,
+            record(
+                &BTreeMap::new(),
+                PubSubStartPosition::latest(),
+                &[SUBS[0].to_string()],
+            ),
+        );
+        let applied = AppliedStartPosition::from_state(&first).unwrap();
+        assert_eq!(applied.mode.as_deref(), Some("latest"));
+        let subs: Vec<String> = SUBS.iter().map(|s| s.to_string()).collect();
+        let now = UNIX_EPOCH + Duration::from_millis(1_764_460_800_456);
+        let out = seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::latest(),
+            Some(&applied),
+            now,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            out,
+            SeekOutcome::Seeked {
+                time: now,
+                subscriptions: vec![SUBS[1].to_string()]
+            }
+        );
+        let got: Vec<_> = seeks.lock().unwrap().iter().map(seeked_to).collect();
+        assert_eq!(got, vec![(SUBS[1].to_string(), 1_764_460_800, 456_000_000)]);
+        // The subtasks then record both, under the mode of the first start, so the next
+        // restore seeks nothing even with another mode configured.
+        let next = record(&first, PubSubStartPosition::earliest_retained(), &subs);
+        assert_eq!(
+            next,
+            serde_json::json!({"mode": "latest", "subscriptions": [SUBS[0], SUBS[1]]})
+        );
+        let applied = AppliedStartPosition::from_state(&restored(1, next));
+        let out = seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::earliest_retained(),
+            applied.as_ref(),
+            now,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, SeekOutcome::AlreadyApplied);
+        assert_eq!(seeks.lock().unwrap().len(), 1, "no second seek");
+    }
+
+    #[tokio::test]
+    async fn fake_admin_a_removed_subscription_stays_recorded() {
+        // `a;b` positioned, `b` removed from the table, later added back: no seek.
+        let both: Vec<String> = SUBS.iter().map(|s| s.to_string()).collect();
+        let first = restored(
+            1,
+            record(&BTreeMap::new(), PubSubStartPosition::latest(), &both),
+        );
+        let only_a = restored(1, record(&first, PubSubStartPosition::latest(), &both[..1]));
+        let (admin, seeks) = fake();
+        let applied = AppliedStartPosition::from_state(&only_a);
+        let out = seek_once(
+            &admin,
+            &both,
+            PubSubStartPosition::latest(),
+            applied.as_ref(),
+            SystemTime::now(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, SeekOutcome::AlreadyApplied);
+        assert!(seeks.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn fake_admin_the_old_plain_string_record_means_every_subscription() {
+        let (admin, seeks) = fake();
+        let subs: Vec<String> = SUBS.iter().map(|s| s.to_string()).collect();
+        let old = restored(2, serde_json::Value::String("latest".into()));
+        let applied = AppliedStartPosition::from_state(&old).unwrap();
+        assert_eq!(applied.mode.as_deref(), Some("latest"));
+        assert!(applied.covers(SUBS[1]));
+        let out = seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::latest(),
+            Some(&applied),
+            SystemTime::now(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, SeekOutcome::AlreadyApplied);
+        // A state without any record (an older checkpoint) does not seek either.
+        let none = AppliedStartPosition::from_state(&restored(1, serde_json::Value::Null));
+        let out = seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::earliest_retained(),
+            none.as_ref(),
+            SystemTime::now(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, SeekOutcome::AlreadyApplied);
+        assert!(seeks.lock().unwrap().is_empty(), "no seek");
+        // The next checkpoint records the current subscriptions under the old mode.
+        assert_eq!(
+            record(&old, PubSubStartPosition::earliest_retained(), &subs),
+            serde_json::json!({"mode": "latest", "subscriptions": [SUBS[0], SUBS[1]]})
+        );
+        assert!(AppliedStartPosition::from_state(&BTreeMap::new()).is_none());
+    }
+
+    #[tokio::test]
     async fn fake_admin_targets_of_earliest_and_timestamp() {
         let (admin, seeks) = fake();
         let subs = vec![SUBS[0].to_string()];
@@ -299,7 +552,7 @@ mod tests {
             &admin,
             &subs,
             PubSubStartPosition::earliest_retained(),
-            false,
+            None,
             now,
         )
         .await
@@ -309,7 +562,7 @@ mod tests {
             &admin,
             &subs,
             PubSubStartPosition::from_timestamp(at).unwrap(),
-            false,
+            None,
             now,
         )
         .await

@@ -149,7 +149,10 @@ pub trait Connector: Send + Sync + 'static {
     /// it into their `SourceContext::state` so that every checkpoint carries it.
     ///
     /// An error fails the job before anything is read (the runtime reports it as
-    /// `table 'NAME': <error>`); nothing was pulled, so nothing is left unacknowledged.
+    /// `table 'NAME': <error>`, keeping the error's chain); nothing was pulled, so nothing
+    /// is left unacknowledged. Wrap an error no restart can fix (an option that does not
+    /// fit `ctx.checkpoint_interval` or the resources found) in [`crate::ConfigError`]: the
+    /// CLI then exits 2 and `cluster` does not restart the job.
     /// The runtime sets no deadline of its own: the future must bound every wait it
     /// makes (RPC deadlines, retry budgets), or a start can hang. Only an abort (a second
     /// stop signal) cancels it, by dropping the future. The future owns what it needs

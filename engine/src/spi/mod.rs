@@ -3,6 +3,7 @@
 
 mod connector;
 mod context;
+mod error;
 mod metrics;
 mod operator;
 mod options;
@@ -10,6 +11,7 @@ mod types;
 
 pub use connector::*;
 pub use context::*;
+pub use error::*;
 pub use metrics::*;
 pub use operator::*;
 pub use options::*;

@@ -76,6 +76,11 @@ impl ConnectorOptions {
             .or_insert_with(|| value.to_string());
     }
 
+    /// The value of `key` as written, if present (not pulled).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.options.get(key).map(String::as_str)
+    }
+
     /// Keys still present, sorted.
     pub fn keys(&self) -> Vec<String> {
         self.options.keys().cloned().collect()
