@@ -1,9 +1,11 @@
-//! The source against a sink that stalls, on the real emulator: paused-split parking
+//! The source's run-time limits (SPEC 5.3) seen from an in-memory test sink, on the real
+//! emulator: flow control, lease extension, paused-split parking
 //! (`scan.paused-split-buffer.*`) and the first-checkpoint detector
-//! (`scan.first-checkpoint-timeout`), SPEC 5.3.
+//! (`scan.first-checkpoint-timeout`).
 //!
-//! The stall comes from a test sink, `StalledSink` (the emulator has nothing to do with
-//! it), in one of two ways:
+//! The test sink, `StalledSink` (the emulator has nothing to do with it), keeps every row
+//! and samples the source's held-message gauges at every batch. It stalls in one of two
+//! ways, or not at all (`Never`):
 //! - `UntilParked`: its first batch waits until the source reports a parked split, so the
 //!   source's emit waits for permits, its paused buffer fills, and the split is parked.
 //!   Then the sink takes everything, and the reopened split must deliver every message
@@ -19,7 +21,9 @@ use std::time::Duration;
 
 use arrow::array::{Array, Int64Array, RecordBatch};
 use async_trait::async_trait;
-use pubsub_connector_core::source::{PubSubSource, PubSubSubscriberOptions, SPLITS_PARKED};
+use pubsub_connector_core::source::{
+    PubSubSource, PubSubSubscriberOptions, BUFFERED_BYTES, PENDING_ACKS, SPLITS_PARKED,
+};
 use pubsub_connector_core::PubSubConnector;
 use pubsub_engine::runtime::{run_pipeline, JobError, JobSummary, RuntimeConfig, StopHandle};
 use pubsub_engine::{
@@ -31,12 +35,16 @@ use pubsub_schema::PubSubTable;
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(150);
+/// Checkpoint every second, stop once idle for 5 s.
+const QUICK: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(5));
 /// How long the gated sink waits for the source to park before failing the job.
 const PARK_WAIT: Duration = Duration::from_secs(60);
 
 /// How the test sink stalls.
 #[derive(Clone, Copy)]
 enum Stall {
+    /// It takes every batch at once.
+    Never,
     /// Its first batch waits until the source parked a split.
     UntilParked,
     /// Its checkpoints never finish.
@@ -48,6 +56,8 @@ enum Stall {
 struct StalledSink {
     stall: Stall,
     rows: Arc<Mutex<Vec<i64>>>,
+    /// The most messages and payload bytes the source held, sampled at every batch.
+    max_held: Arc<Mutex<(u64, u64)>>,
 }
 
 impl StalledSink {
@@ -55,6 +65,7 @@ impl StalledSink {
         StalledSink {
             stall,
             rows: Arc::default(),
+            max_held: Arc::default(),
         }
     }
 }
@@ -102,6 +113,7 @@ impl Connector for StalledSink {
         Ok(ConstructedOperator::Operator(Box::new(StalledOperator {
             stall: self.stall,
             rows: self.rows.clone(),
+            max_held: self.max_held.clone(),
             open: false,
         })))
     }
@@ -110,6 +122,7 @@ impl Connector for StalledSink {
 struct StalledOperator {
     stall: Stall,
     rows: Arc<Mutex<Vec<i64>>>,
+    max_held: Arc<Mutex<(u64, u64)>>,
     open: bool,
 }
 
@@ -132,6 +145,11 @@ impl ArrowOperator for StalledOperator {
                 "the source parked no split within {PARK_WAIT:?} of back-pressure"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        {
+            let mut m = self.max_held.lock().unwrap();
+            m.0 = m.0.max(ctx.metrics.gauge_total(PENDING_ACKS));
+            m.1 = m.1.max(ctx.metrics.gauge_total(BUFFERED_BYTES));
         }
         let seq = batch
             .column(0)
@@ -159,13 +177,15 @@ impl ArrowOperator for StalledOperator {
     }
 }
 
-/// Runs subscription `sub` -> `sink` (column `seq`) with `options`, one worker, a 1 s
-/// checkpoint interval and `max_inflight_rows` rows in flight, until idle for 5 s.
+/// Runs subscription `sub` -> `sink` (column `seq`) with `options`, one worker, a
+/// checkpoint every `interval` and `max_inflight_rows` rows in flight, until no message
+/// came for `idle`.
 async fn run_job(
     sub: &str,
     options: PubSubSubscriberOptions,
     sink: &StalledSink,
     max_inflight_rows: usize,
+    (interval, idle): (Duration, Duration),
 ) -> Result<JobSummary, JobError> {
     let source = PubSubSource::builder()
         .project(PROJECT)
@@ -193,11 +213,11 @@ async fn run_job(
     let state = tempfile::tempdir().unwrap();
     let config = RuntimeConfig {
         workers: 1,
-        checkpoint_interval: Duration::from_secs(1),
+        checkpoint_interval: interval,
         // Longer than the test: only the source's own detector may end a stalled run.
         checkpoint_timeout: Duration::from_secs(600),
         state_dir: state.path().display().to_string(),
-        stop_when_idle: Some(Duration::from_secs(5)),
+        stop_when_idle: Some(idle),
         max_inflight_rows,
         job_id: "stalled-sink".into(),
         ..RuntimeConfig::default()
@@ -233,10 +253,10 @@ async fn a_split_that_cannot_emit_is_parked_and_reopened_and_delivers_every_mess
         .unwrap();
     let sink = StalledSink::new(Stall::UntilParked);
     // A hundred rows fill the pipe: the source's next emit waits for the sink.
-    let summary = run_job(&t.input_sub, options, &sink, 100)
+    let summary = run_job(&t.input_sub, options, &sink, 100, QUICK)
         .await
         .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
-    println!("stalled_sink: {summary}");
+    println!("source_limits: {summary}");
 
     let parked = summary.other_counters.get(SPLITS_PARKED).copied();
     assert!(parked >= Some(1), "a split was parked: {summary}");
@@ -286,7 +306,7 @@ async fn a_job_whose_checkpoints_never_complete_fails_by_the_first_checkpoint_ti
         .build()
         .unwrap();
     let sink = StalledSink::new(Stall::Checkpoints);
-    let e = run_job(&t.input_sub, options, &sink, 10_000)
+    let e = run_job(&t.input_sub, options, &sink, 10_000, QUICK)
         .await
         .expect_err("no checkpoint completes, so the source's detector fails the job");
     let msg = format!("{e}");
@@ -309,4 +329,80 @@ async fn a_job_whose_checkpoints_never_complete_fails_by_the_first_checkpoint_ti
         (0..N as i64).collect::<Vec<_>>(),
         "nothing was acknowledged"
     );
+}
+
+/// Every `seq` of 0..n exactly once in `rows`, else what went wrong.
+fn each_once(rows: &[i64], n: i64) -> Result<(), String> {
+    let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
+    for r in rows {
+        *seen.entry(*r).or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
+    let absent: Vec<i64> = (0..n).filter(|i| !seen.contains_key(i)).collect();
+    if twice.is_empty() && absent.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("twice: {twice:?}, absent: {absent:?}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_bounds_what_a_subtask_holds_and_everything_arrives() {
+    const N: i64 = 600;
+    const MESSAGES: u64 = 40;
+    // Payloads `{"seq": N}` are 10..12 bytes: the byte limit binds first (~33 messages).
+    const BYTES: u64 = 400;
+    let t = topics("flow-control", 10).await;
+    publish_seq(&t.input, 0..N as usize).await;
+    let options = PubSubSubscriberOptions::builder()
+        .max_outstanding_messages(MESSAGES)
+        .max_outstanding_bytes(BYTES)
+        .build()
+        .unwrap();
+    let sink = StalledSink::new(Stall::Never);
+    let summary = run_job(&t.input_sub, options, &sink, 10_000, QUICK)
+        .await
+        .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
+    println!("source_limits: {summary}");
+    each_once(&sink.rows.lock().unwrap(), N).unwrap_or_else(|e| panic!("{e}; {summary}"));
+    let (messages, bytes) = *sink.max_held.lock().unwrap();
+    println!("source_limits: held at most {messages} messages, {bytes} bytes");
+    // Reading stops once a limit is reached, so one message may land past the byte limit.
+    assert!(
+        messages <= MESSAGES,
+        "held {messages} messages, limit {MESSAGES}"
+    );
+    assert!(bytes < BYTES + 12, "held {bytes} bytes, limit {BYTES}");
+    assert!(
+        bytes > 0,
+        "the gauges were sampled while messages were held"
+    );
+    // 600 messages through a ~33-message window take many commits.
+    assert!(summary.checkpoints_completed >= 5, "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_outlive_the_ack_deadline_until_the_checkpoint_commits() {
+    const N: i64 = 300;
+    // The subscription's and the stream's ack deadline are 10 s; a checkpoint comes every
+    // 15 s, so every message is held past its deadline and must keep its lease.
+    let t = topics("leases", 10).await;
+    publish_seq(&t.input, 0..N as usize).await;
+    let options = PubSubSubscriberOptions::builder()
+        .max_duration_per_ack_extension(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let sink = StalledSink::new(Stall::Never);
+    let timing = (Duration::from_secs(15), Duration::from_secs(20));
+    let summary = run_job(&t.input_sub, options, &sink, 10_000, timing)
+        .await
+        .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
+    println!("source_limits: {summary}");
+    each_once(&sink.rows.lock().unwrap(), N).unwrap_or_else(|e| panic!("{e}; {summary}"));
+    assert_eq!(
+        summary.messages_read, N as u64,
+        "no message was redelivered while held: {summary}"
+    );
+    assert_eq!(summary.messages_acked, N as u64, "{summary}");
+    assert!(summary.checkpoints_completed >= 1, "{summary}");
 }
