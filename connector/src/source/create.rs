@@ -309,7 +309,12 @@ pub async fn describe_or_create(
         .send()
         .await;
     match got {
-        Ok(s) => Ok((s, false)),
+        Ok(s) => {
+            if let Some(c) = create {
+                warn_if_different(&s, &subscription_request(project, name, c));
+            }
+            Ok((s, false))
+        }
         Err(e) if code(&e) == Some(Code::NotFound) => {
             let Some(c) = create else {
                 // A restart finds it missing again: not restartable.
@@ -334,6 +339,7 @@ pub async fn describe_or_create(
                     .send()
                     .await
                     .map_err(|e| describe_error(&e))?;
+                    warn_if_different(&s, &subscription_request(project, name, c));
                     Ok((s, false))
                 }
                 Err(e) => Err(anyhow::anyhow!(
@@ -344,6 +350,76 @@ pub async fn describe_or_create(
         }
         Err(e) => Err(describe_error(&e)),
     }
+}
+
+/// Logs a WARN when an existing subscription differs from what its create options ask
+/// for: it is used as it is (never updated), which a user who changed
+/// `scan.auto-create.*` may not expect.
+fn warn_if_different(existing: &Subscription, wanted: &Subscription) {
+    let diffs = differences(existing, wanted);
+    if !diffs.is_empty() {
+        tracing::warn!(
+            "subscription {} already exists and differs from its create options ({}): it is used as it is, never updated; delete it to have it created anew, or align 'scan.auto-create.*'",
+            existing.name,
+            diffs.join("; ")
+        );
+    }
+}
+
+/// The settings the create options ask for (`wanted`, from `subscription_request`) that
+/// `existing` does not have, as `field: existing X, asked Y`. Settings the options leave
+/// unset are not compared.
+pub fn differences(existing: &Subscription, wanted: &Subscription) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check = |field: &str, is: String, asked: String| {
+        if is != asked {
+            out.push(format!("{field}: existing {is}, asked {asked}"));
+        }
+    };
+    check("topic", existing.topic.clone(), wanted.topic.clone());
+    check(
+        "message ordering",
+        existing.enable_message_ordering.to_string(),
+        wanted.enable_message_ordering.to_string(),
+    );
+    check(
+        "retain acked messages",
+        existing.retain_acked_messages.to_string(),
+        wanted.retain_acked_messages.to_string(),
+    );
+    if wanted.ack_deadline_seconds != 0 {
+        check(
+            "ack deadline (s)",
+            existing.ack_deadline_seconds.to_string(),
+            wanted.ack_deadline_seconds.to_string(),
+        );
+    }
+    if let Some(d) = &wanted.message_retention_duration {
+        check(
+            "message retention (s)",
+            existing
+                .message_retention_duration
+                .as_ref()
+                .map_or("unset".into(), |e| e.seconds().to_string()),
+            d.seconds().to_string(),
+        );
+    }
+    if let Some(dl) = &wanted.dead_letter_policy {
+        let show = |p: Option<&DeadLetterPolicy>| {
+            p.map_or("none".to_string(), |p| {
+                format!("{} after {}", p.dead_letter_topic, p.max_delivery_attempts)
+            })
+        };
+        check(
+            "dead-letter policy",
+            show(existing.dead_letter_policy.as_ref()),
+            show(Some(dl)),
+        );
+    }
+    if !wanted.filter.is_empty() {
+        check("filter", existing.filter.clone(), wanted.filter.clone());
+    }
+    out
 }
 
 fn code(e: &google_cloud_pubsub::Error) -> Option<Code> {
@@ -435,5 +511,37 @@ mod tests {
             ("projects/p/topics/dead", 5)
         );
         assert_eq!(r.filter, "attributes.k = \"v\"");
+    }
+
+    #[test]
+    fn an_existing_subscription_is_compared_only_on_what_the_options_ask_for() {
+        let c = SubscriptionCreateOptions::builder()
+            .topic("t")
+            .enable_message_ordering(true)
+            .dead_letter_policy("dlq", 5)
+            .build()
+            .unwrap();
+        let wanted = subscription_request("p", "projects/p/subscriptions/s", c.config());
+        assert!(differences(&wanted, &wanted).is_empty());
+        let existing = wanted
+            .clone()
+            .set_topic("projects/p/topics/other")
+            .set_enable_message_ordering(false)
+            .set_ack_deadline_seconds(30)
+            .set_dead_letter_policy(
+                DeadLetterPolicy::new()
+                    .set_dead_letter_topic("projects/p/topics/dlq")
+                    .set_max_delivery_attempts(10),
+            );
+        let d = differences(&existing, &wanted);
+        assert_eq!(
+            d,
+            vec![
+                "topic: existing projects/p/topics/other, asked projects/p/topics/t".to_string(),
+                "message ordering: existing false, asked true".to_string(),
+                "dead-letter policy: existing projects/p/topics/dlq after 10, asked projects/p/topics/dlq after 5".to_string(),
+            ],
+            "the ack deadline is not compared: the options leave it unset"
+        );
     }
 }
