@@ -358,6 +358,18 @@ mod tests {
             .collect()
     }
 
+    /// `seek_once` at the current time, which must succeed.
+    async fn seek_now(
+        admin: &SubscriptionAdmin,
+        subs: &[String],
+        position: PubSubStartPosition,
+        applied: Option<&AppliedStartPosition>,
+    ) -> SeekOutcome {
+        seek_once(admin, subs, position, applied, SystemTime::now())
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn fake_admin_first_start_seeks_each_subscription_once_to_one_instant() {
         let (admin, seeks) = fake();
@@ -409,15 +421,13 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("is in the future"), "{e}");
         assert!(ConfigError::is_in(&e), "no restart fixes it");
-        let out = seek_once(
+        let out = seek_now(
             &admin,
             &subs,
             PubSubStartPosition::continue_from_subscription(),
             None,
-            SystemTime::now(),
         )
-        .await
-        .unwrap();
+        .await;
         assert_eq!(out, SeekOutcome::NotNeeded);
         assert!(
             seeks.lock().unwrap().is_empty(),
@@ -491,15 +501,13 @@ mod tests {
         let only_a = restored(1, record(&first, PubSubStartPosition::latest(), &both[..1]));
         let (admin, seeks) = fake();
         let applied = AppliedStartPosition::from_state(&only_a);
-        let out = seek_once(
+        let out = seek_now(
             &admin,
             &both,
             PubSubStartPosition::latest(),
             applied.as_ref(),
-            SystemTime::now(),
         )
-        .await
-        .unwrap();
+        .await;
         assert_eq!(out, SeekOutcome::AlreadyApplied);
         assert!(seeks.lock().unwrap().is_empty());
     }
@@ -512,27 +520,17 @@ mod tests {
         let applied = AppliedStartPosition::from_state(&old).unwrap();
         assert_eq!(applied.mode.as_deref(), Some("latest"));
         assert!(applied.covers(SUBS[1]));
-        let out = seek_once(
-            &admin,
-            &subs,
-            PubSubStartPosition::latest(),
-            Some(&applied),
-            SystemTime::now(),
-        )
-        .await
-        .unwrap();
+        let out = seek_now(&admin, &subs, PubSubStartPosition::latest(), Some(&applied)).await;
         assert_eq!(out, SeekOutcome::AlreadyApplied);
         // A state without any record (an older checkpoint) does not seek either.
         let none = AppliedStartPosition::from_state(&restored(1, serde_json::Value::Null));
-        let out = seek_once(
+        let out = seek_now(
             &admin,
             &subs,
             PubSubStartPosition::earliest_retained(),
             none.as_ref(),
-            SystemTime::now(),
         )
-        .await
-        .unwrap();
+        .await;
         assert_eq!(out, SeekOutcome::AlreadyApplied);
         assert!(seeks.lock().unwrap().is_empty(), "no seek");
         // The next checkpoint records the current subscriptions under the old mode.
