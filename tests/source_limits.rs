@@ -29,7 +29,7 @@ use pubsub_engine::runtime::{run_pipeline, JobError, JobSummary, RuntimeConfig, 
 use pubsub_engine::{
     ArrowOperator, CheckpointBarrier, Connection, ConnectionSchema, ConnectionType, Connector,
     ConnectorMetadata, ConnectorOptions, ConstructedOperator, FieldType, GraphTable, MetadataDef,
-    OperatorConfig, OperatorContext, PipelineGraph, SourceField,
+    OperatorConfig, OperatorContext, PipelineGraph, SourceField, ROWS_WRITTEN,
 };
 use pubsub_schema::PubSubTable;
 use support::*;
@@ -49,6 +49,8 @@ enum Stall {
     UntilParked,
     /// Its checkpoints never finish.
     Checkpoints,
+    /// Its first two checkpoints take this long each.
+    SlowCheckpoints(Duration),
 }
 
 /// A sink that keeps every `seq` it is given, in memory, and stalls. Test-only.
@@ -115,6 +117,7 @@ impl Connector for StalledSink {
             rows: self.rows.clone(),
             max_held: self.max_held.clone(),
             open: false,
+            slow_left: 2,
         })))
     }
 }
@@ -124,6 +127,8 @@ struct StalledOperator {
     rows: Arc<Mutex<Vec<i64>>>,
     max_held: Arc<Mutex<(u64, u64)>>,
     open: bool,
+    /// Slow checkpoints still to come (`SlowCheckpoints`).
+    slow_left: u32,
 }
 
 #[async_trait]
@@ -156,6 +161,7 @@ impl ArrowOperator for StalledOperator {
             .as_any()
             .downcast_ref::<Int64Array>()
             .expect("seq is BIGINT");
+        ctx.counter(ROWS_WRITTEN).add(seq.len() as u64);
         let mut rows = self.rows.lock().unwrap();
         rows.extend(
             (0..seq.len())
@@ -170,8 +176,13 @@ impl ArrowOperator for StalledOperator {
         _: CheckpointBarrier,
         _: &mut OperatorContext,
     ) -> anyhow::Result<()> {
-        if matches!(self.stall, Stall::Checkpoints) {
-            std::future::pending::<()>().await;
+        match self.stall {
+            Stall::Checkpoints => std::future::pending::<()>().await,
+            Stall::SlowCheckpoints(d) if self.slow_left > 0 => {
+                self.slow_left -= 1;
+                tokio::time::sleep(d).await;
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -352,11 +363,16 @@ async fn flow_control_bounds_what_a_subtask_holds_and_everything_arrives() {
     const MESSAGES: u64 = 40;
     // Payloads `{"seq": N}` are 10..12 bytes: the byte limit binds first (~33 messages).
     const BYTES: u64 = 400;
+    // While flow control holds taking back, deliveries wait in a paused buffer of 10.
+    const PAUSED: u64 = 10;
     let t = topics("flow-control", 10).await;
     publish_seq(&t.input, 0..N as usize).await;
     let options = PubSubSubscriberOptions::builder()
         .max_outstanding_messages(MESSAGES)
         .max_outstanding_bytes(BYTES)
+        .paused_split_buffer_max_messages(PAUSED)
+        // A park's stranded deliveries come back within this (the stream ack deadline).
+        .max_duration_per_ack_extension(Duration::from_secs(10))
         .build()
         .unwrap();
     let sink = StalledSink::new(Stall::Never);
@@ -367,12 +383,16 @@ async fn flow_control_bounds_what_a_subtask_holds_and_everything_arrives() {
     each_once(&sink.rows.lock().unwrap(), N).unwrap_or_else(|e| panic!("{e}; {summary}"));
     let (messages, bytes) = *sink.max_held.lock().unwrap();
     println!("source_limits: held at most {messages} messages, {bytes} bytes");
-    // Reading stops once a limit is reached, so one message may land past the byte limit.
+    // Taking stops once a limit is reached, so one message may land past the byte limit;
+    // the paused buffer holds at most PAUSED more (the one that would cross it parks).
     assert!(
-        messages <= MESSAGES,
-        "held {messages} messages, limit {MESSAGES}"
+        messages <= MESSAGES + PAUSED,
+        "held {messages} messages, limits {MESSAGES} + {PAUSED} paused"
     );
-    assert!(bytes < BYTES + 12, "held {bytes} bytes, limit {BYTES}");
+    assert!(
+        bytes < BYTES + 12 * (PAUSED + 1),
+        "held {bytes} bytes, limit {BYTES} + {PAUSED} paused messages"
+    );
     assert!(
         bytes > 0,
         "the gauges were sampled while messages were held"
@@ -399,10 +419,39 @@ async fn leases_outlive_the_ack_deadline_until_the_checkpoint_commits() {
         .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
     println!("source_limits: {summary}");
     each_once(&sink.rows.lock().unwrap(), N).unwrap_or_else(|e| panic!("{e}; {summary}"));
+    assert_eq!(summary.rows_written, N as u64, "{summary}");
     assert_eq!(
         summary.messages_read, N as u64,
         "no message was redelivered while held: {summary}"
     );
     assert_eq!(summary.messages_acked, N as u64, "{summary}");
     assert!(summary.checkpoints_completed >= 1, "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_held_at_flow_control_past_the_ack_deadline_writes_each_message_once() {
+    const N: i64 = 1_000;
+    // Flow control stops taking at 100 held messages; the first checkpoints take 15 s, past
+    // the 10 s ack deadline. The emulator does not enforce flow control, so deliveries keep
+    // arriving meanwhile: left unpolled in the stream they would expire, come back, and be
+    // written twice (the acks of expired copies are lost).
+    let t = topics("held-at-limit", 10).await;
+    publish_seq(&t.input, 0..N as usize).await;
+    let options = PubSubSubscriberOptions::builder()
+        .max_outstanding_messages(100)
+        .max_duration_per_ack_extension(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let sink = StalledSink::new(Stall::SlowCheckpoints(Duration::from_secs(15)));
+    let summary = run_job(&t.input_sub, options, &sink, 10_000, QUICK)
+        .await
+        .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
+    println!("source_limits: {summary}");
+    each_once(&sink.rows.lock().unwrap(), N).unwrap_or_else(|e| panic!("{e}; {summary}"));
+    let left = redelivered(&t.input_sub, Duration::from_secs(12)).await;
+    assert!(
+        left.is_empty(),
+        "{} messages were never acknowledged",
+        left.len()
+    );
 }

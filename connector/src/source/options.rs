@@ -114,12 +114,13 @@ impl PubSubSubscriberOptionsBuilder {
         self
     }
 
-    /// While a subtask cannot emit (back-pressure), it keeps taking deliveries into each
-    /// split's paused buffer, so no stream goes unpolled past its ack deadline; the
-    /// delivery that would make a split's buffer exceed this many messages parks the split:
-    /// its paused messages (never emitted) are nacked, its streams stopped, and fresh ones
-    /// open once it can emit again (counter `splits_parked`). Positive. Default: 2 x the
-    /// effective max outstanding messages (SPEC 5.3).
+    /// While a subtask cannot take deliveries into rows (back-pressure, flow control, the
+    /// rate limit), it keeps every stream polled into its split's paused buffer, so no
+    /// delivery outlives its lease unread; the delivery that would make a split's buffer
+    /// exceed this many messages parks the split: its paused messages (never emitted) are
+    /// nacked, its streams stopped, and fresh ones open once it can take again (counter
+    /// `splits_parked`). Positive. Default: 2 x the effective max outstanding messages
+    /// (SPEC 5.3).
     pub fn paused_split_buffer_max_messages(mut self, messages: u64) -> Self {
         self.config.paused_split_buffer_max_messages = Some(messages);
         self

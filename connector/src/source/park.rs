@@ -60,6 +60,15 @@ impl PausedBuffer {
         self.held.drain(..).map(|h| h.id).collect()
     }
 
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Payload bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
     }

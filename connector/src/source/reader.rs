@@ -60,6 +60,16 @@ struct Split {
     parked_at: Option<Instant>,
 }
 
+/// What `admit` decided about a delivery.
+enum Admit {
+    /// Tracked: decode it (or keep it in the paused buffer).
+    Take(Held),
+    /// A redelivery of a message still held: the tracker kept the newer handle.
+    Skip,
+    /// It would cross a subscriber buffer cap and was nacked: park its split.
+    Park,
+}
+
 /// What reopening a parked split's streams needs.
 struct Reopen {
     subscriber: Subscriber,
@@ -116,6 +126,10 @@ pub struct SourceReader {
     /// Shutdowns of parked splits' stopped streams: each ends once the handles it leased
     /// are acked or nacked; `on_close` awaits them within the shutdown timeout.
     parked_shutdowns: Vec<tokio::task::JoinHandle<()>>,
+    /// Until when deliveries a parked split's stopped streams were still being sent may
+    /// be leased to them (one stream ack deadline after the park): the subtask does not
+    /// count as idle before, so `--stop-when-idle` does not end a run while they are out.
+    stranded_until: Option<Instant>,
 }
 
 impl SourceReader {
@@ -149,6 +163,7 @@ impl SourceReader {
             },
             reopen: None,
             parked_shutdowns: Vec::new(),
+            stranded_until: None,
         })
     }
 
@@ -174,15 +189,35 @@ impl SourceReader {
         })
     }
 
-    /// Below flow control and the subscriber buffer caps: reading may go on.
+    /// Messages and payload bytes waiting in the paused buffers (tracked, not taken).
+    fn paused(&self) -> (u64, u64) {
+        self.splits.iter().fold((0, 0), |(m, b), s| {
+            (m + s.paused.len() as u64, b + s.paused.bytes())
+        })
+    }
+
+    /// Below flow control (messages taken: held minus paused) and the subscriber buffer
+    /// caps (everything held): more deliveries may be taken into rows.
     fn under_limits(&self) -> bool {
         let c = self.options.config();
         let (m, b) = self.held();
+        let (pm, pb) = self.paused();
         !self.cap_reached
-            && m < self.max_outstanding_messages
-            && b < c.max_outstanding_bytes
+            && m - pm < self.max_outstanding_messages
+            && b - pb < c.max_outstanding_bytes
             && c.subscriber_buffer_max_messages.is_none_or(|cap| m < cap)
             && c.subscriber_buffer_max_bytes.is_none_or(|cap| b < cap)
+    }
+
+    /// Whether a delivery may be taken into rows now (else deliveries wait in the paused
+    /// buffers, so the streams stay polled).
+    fn may_take(&self, now: Instant) -> bool {
+        !self.stopping
+            && self
+                .rate
+                .as_ref()
+                .is_none_or(|r| r.wait_until(now).is_none())
+            && self.under_limits()
     }
 
     fn update_gauges(&self) {
@@ -281,25 +316,27 @@ impl SourceReader {
         None
     }
 
-    /// Takes one event of the streams tagged `tag`.
+    /// Takes one event of the streams tagged `tag`. Returns the split to park when a
+    /// delivery crossed a subscriber buffer cap.
     fn on_pulled(
         &mut self,
         tag: usize,
         p: Pulled,
         collector: &mut SourceCollector,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<usize>> {
         match self.route(tag, p) {
             Some((split, Pulled::Message(m, h))) => {
                 if let Some(rate) = self.rate.as_mut() {
                     rate.took(Instant::now());
                 }
                 match self.admit(split, m, h)? {
-                    Some(held) => self.decode(split, held, collector),
-                    None => Ok(()),
+                    Admit::Take(held) => self.decode(split, held, collector).map(|()| None),
+                    Admit::Skip => Ok(None),
+                    Admit::Park => Ok(Some(split)),
                 }
             }
-            Some((split, other)) => self.on_stream_event(split, other),
-            None => Ok(()),
+            Some((split, other)) => self.on_stream_event(split, other).map(|()| None),
+            None => Ok(None),
         }
     }
 
@@ -309,9 +346,6 @@ impl SourceReader {
     fn on_pulled_paused(&mut self, tag: usize, p: Pulled) -> anyhow::Result<Option<usize>> {
         match self.route(tag, p) {
             Some((split, Pulled::Message(m, h))) => {
-                if let Some(rate) = self.rate.as_mut() {
-                    rate.took(Instant::now());
-                }
                 let size = m.data.len() as u64;
                 if self.splits[split]
                     .paused
@@ -322,10 +356,14 @@ impl SourceReader {
                     self.counters().nacked.add(1);
                     return Ok(Some(split));
                 }
-                if let Some(held) = self.admit(split, m, h)? {
-                    self.splits[split].paused.push(held);
+                match self.admit(split, m, h)? {
+                    Admit::Take(held) => {
+                        self.splits[split].paused.push(held);
+                        Ok(None)
+                    }
+                    Admit::Skip => Ok(None),
+                    Admit::Park => Ok(Some(split)),
                 }
-                Ok(None)
             }
             Some((split, other)) => self.on_stream_event(split, other).map(|()| None),
             None => Ok(None),
@@ -365,9 +403,10 @@ impl SourceReader {
     }
 
     /// Takes one delivery of split `split`: enforces the subscriber buffer caps and tracks
-    /// it. Returns what to decode, or `None` when it was rejected or is a redelivery of a
-    /// message still held.
-    fn admit(&mut self, split: usize, m: Message, h: Handler) -> anyhow::Result<Option<Held>> {
+    /// it. Returns what to decode, `Skip` for a redelivery of a message still held, or
+    /// `Park` when it would cross a cap (it was nacked): its split stops reading until a
+    /// commit frees room, instead of leaving its streams unpolled.
+    fn admit(&mut self, split: usize, m: Message, h: Handler) -> anyhow::Result<Admit> {
         self.counters().received.add(1);
         let c = self.options.config();
         let (held, bytes) = self.held();
@@ -395,9 +434,9 @@ impl SourceReader {
             self.counters().nacked.add(1);
             let n = self.counters().rejected.get();
             if should_log_bad(n) {
-                tracing::warn!(subscription = %self.splits[split].subscription, "nacked message {} ({size} bytes) before tracking it: holding {held} messages / {bytes} bytes, it would cross the subscriber buffer cap ('{}' / '{}'); reading pauses until a commit frees room ({n} rejected so far)", m.message_id, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_MESSAGES, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_BYTES);
+                tracing::warn!(subscription = %self.splits[split].subscription, "nacked message {} ({size} bytes) before tracking it: holding {held} messages / {bytes} bytes, it would cross the subscriber buffer cap ('{}' / '{}'); its split is parked until a commit frees room ({n} rejected so far)", m.message_id, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_MESSAGES, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_BYTES);
             }
-            return Ok(None);
+            return Ok(Admit::Park);
         }
         if c.await_ack_confirmation_ms.is_some() && !matches!(h, Handler::ExactlyOnce(_)) {
             // Never ack unconfirmed while confirmation was asked for: say so instead.
@@ -416,9 +455,9 @@ impl SourceReader {
             .receive(id.clone(), h, m.data.len())
             == Received::Duplicate
         {
-            return Ok(None);
+            return Ok(Admit::Skip);
         }
-        Ok(Some(Held {
+        Ok(Admit::Take(Held {
             id,
             payload: m.data,
             meta,
@@ -448,20 +487,28 @@ impl SourceReader {
         Ok(())
     }
 
-    /// Decodes up to `max` deliveries taken while paused, oldest first per split. Until
-    /// every paused buffer is empty the streams are not read, so a split's order holds.
-    fn decode_paused(&mut self, max: usize, collector: &mut SourceCollector) -> anyhow::Result<()> {
+    /// Decodes up to `max` deliveries of the paused buffers, oldest first per split, while
+    /// the limits allow; returns how many. Until every paused buffer is empty the streams
+    /// are not read into rows, so a split's (and a key's) order holds.
+    fn decode_paused(
+        &mut self,
+        max: usize,
+        collector: &mut SourceCollector,
+    ) -> anyhow::Result<usize> {
         let mut n = 0;
         for split in 0..self.splits.len() {
-            while n < max {
+            while n < max && self.may_take(Instant::now()) {
                 let Some(held) = self.splits[split].paused.pop() else {
                     break;
                 };
+                if let Some(rate) = self.rate.as_mut() {
+                    rate.took(Instant::now());
+                }
                 self.decode(split, held, collector)?;
                 n += 1;
             }
         }
-        Ok(())
+        Ok(n)
     }
 
     fn any_paused(&self) -> bool {
@@ -483,11 +530,20 @@ impl SourceReader {
         }
         s.down.clear();
         s.parked_at = Some(Instant::now());
+        let deadline = self
+            .options
+            .lease_extension()
+            .unwrap_or(pull::DEFAULT_STREAM_ACK_DEADLINE);
+        self.stranded_until = Some(Instant::now() + deadline);
         self.parked_shutdowns.push(tokio::spawn(streams.shutdown()));
         let (caps, sub) = (self.paused_caps, s.subscription.clone());
-        self.counters().nacked.add(ids.len() as u64 + 1);
+        // The delivery that triggered the park was counted where it was nacked.
+        self.counters().nacked.add(ids.len() as u64);
         self.counters().parked.add(1);
-        tracing::warn!(subscription = %sub, "split {} cannot emit (back-pressure) and its paused buffer is full ({} messages; caps '{}' = {}, '{}' = {} bytes): parked, {} messages nacked for redelivery and its streams stopped; fresh streams open once it can emit again", self.splits[split].index, ids.len(), pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_MESSAGES, caps.messages, pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_BYTES, caps.bytes, ids.len() + 1);
+        let n = self.counters().parked.get();
+        if should_log_bad(n) {
+            tracing::warn!(subscription = %sub, "split {} cannot take deliveries (back-pressure, flow control or the rate limit) and its paused buffer is full ({} messages; caps '{}' = {}, '{}' = {} bytes), or a subscriber buffer cap was reached: parked, {} messages nacked for redelivery, its streams stopped; fresh streams open once it can take again ({n} parks so far)", self.splits[split].index, ids.len(), pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_MESSAGES, caps.messages, pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_BYTES, caps.bytes, ids.len() + 1);
+        }
     }
 
     /// Opens fresh streams for every parked split (not after the final barrier).
@@ -516,7 +572,7 @@ impl SourceReader {
                 r.tx.clone(),
             ));
             s.parked_at = None;
-            tracing::info!(subscription = %s.subscription, "split {} can emit again after {:.1?} parked: fresh streams opened", s.index, since.elapsed());
+            tracing::debug!(subscription = %s.subscription, "split {} can take again after {:.1?} parked: fresh streams opened", s.index, since.elapsed());
         }
     }
 
@@ -567,7 +623,7 @@ impl SourceReader {
         let emitted = {
             let mut emit = std::pin::pin!(collector.flush_buffer());
             loop {
-                let take = !self.cap_reached && self.rx.is_some();
+                let take = self.rx.is_some();
                 let rx = self.rx.as_mut();
                 tokio::select! {
                     biased;
@@ -583,7 +639,9 @@ impl SourceReader {
                 }
             }
         };
-        self.reopen_parked();
+        if !self.any_paused() && self.may_take(Instant::now()) {
+            self.reopen_parked();
+        }
         if let Err(e) = emitted {
             // The deserializer validates fully in `deserialize_slice`, so this is a
             // fallback: whatever the policy, a flush-time decode error fails the job.
@@ -841,25 +899,31 @@ impl SourceOperator for SourceReader {
             if self.counters.is_some() {
                 self.update_gauges();
             }
-            if self.any_paused() {
-                self.decode_paused(fetch, collector)?;
-                if collector.should_flush() || collector.buffered_messages() >= fetch {
-                    self.flush(collector).await?;
-                }
+            // Deliveries taken while the subtask could not take them come first.
+            if self.any_paused()
+                && self.decode_paused(fetch, collector)? > 0
+                && (collector.should_flush() || collector.buffered_messages() >= fetch)
+            {
+                self.flush(collector).await?;
+            }
+            let now = Instant::now();
+            let may_take = self.may_take(now);
+            let paused_left = self.any_paused();
+            if may_take && !paused_left {
+                self.reopen_parked();
             }
             let stopping = self.stopping;
             let flush_at = collector.flush_deadline().map(Instant::from_std);
-            let now = Instant::now();
             let rate_wait = self.rate.as_ref().and_then(|r| r.wait_until(now));
-            let paused_left = self.any_paused();
-            let can_pull = !stopping
-                && !paused_left
-                && self.rx.is_some()
-                && rate_wait.is_none()
-                && self.under_limits();
+            let can_pull = may_take && !paused_left && self.rx.is_some();
+            // Held back by flow control, a cap or the rate limit: keep every stream polled
+            // into the paused buffers, so no delivery outlives its lease unread there.
+            let hold = !stopping && !may_take && self.rx.is_some();
             // Reading, as the idle clock sees it: not held back, no stream down.
             let all_up = self.splits.iter().all(|s| s.down.is_empty());
-            let reading = stopping || self.splits.is_empty() || (can_pull && all_up);
+            let stranded = self.stranded_until.filter(|t| *t > now);
+            let reading =
+                stopping || self.splits.is_empty() || (can_pull && all_up && stranded.is_none());
             self.report_can_pull(ctx, reading);
             let first_deadline = self.first_checkpoint_deadline();
             let rx = self.rx.as_mut();
@@ -881,9 +945,16 @@ impl SourceOperator for SourceReader {
                     Some(ControlMessage::Stop { mode: StopMode::Graceful }) => return Ok(SourceFinishType::Graceful),
                     Some(ControlMessage::Stop { mode: StopMode::Immediate }) | None => return Ok(SourceFinishType::Immediate),
                 },
-                pulled = async { rx.expect("guarded by can_pull").recv().await }, if can_pull => match pulled {
+                pulled = async { rx.expect("guarded by can_pull or hold").recv().await }, if can_pull || hold => match pulled {
                     Some((tag, p)) => {
-                        self.on_pulled(tag, p, collector)?;
+                        let park = if can_pull {
+                            self.on_pulled(tag, p, collector)?
+                        } else {
+                            self.on_pulled_paused(tag, p)?
+                        };
+                        if let Some(split) = park {
+                            self.park(split).await;
+                        }
                         if collector.should_flush() || collector.buffered_messages() >= fetch {
                             self.flush(collector).await?;
                         }
@@ -894,7 +965,8 @@ impl SourceOperator for SourceReader {
                     self.flush(collector).await?;
                 }
                 _ = tokio::time::sleep_until(rate_wait.unwrap_or_else(Instant::now)), if rate_wait.is_some() => {}
-                () = std::future::ready(()), if paused_left => {}
+                () = std::future::ready(()), if paused_left && may_take => {}
+                _ = tokio::time::sleep_until(stranded.unwrap_or_else(Instant::now)), if stranded.is_some() => {}
                 _ = tokio::time::sleep_until(first_deadline.unwrap_or_else(Instant::now)), if first_deadline.is_some() => {
                     if self.first_checkpoint_deadline().is_some_and(|d| d <= Instant::now()) {
                         return Err(self.first_checkpoint_error(ctx));
