@@ -84,7 +84,8 @@ macro_rules! ms_setter {
 
 impl PubSubSubscriberOptionsBuilder {
     /// Messages held unacknowledged per subtask, everything received since the last
-    /// completed checkpoint included; reading pauses at the limit (also sent to the
+    /// completed checkpoint included, paused ones not; taking pauses at the limit while
+    /// the streams stay polled into the paused buffers (also sent to the
     /// server as the stream's flow control; the emulator ignores it, the source enforces
     /// it itself). Positive. Default: sized from the checkpoint interval (10,000 msg/s
     /// per stream x 2.5 intervals, at least the client's 1000). Source: SPEC 5.3.
@@ -93,7 +94,7 @@ impl PubSubSubscriberOptionsBuilder {
         self
     }
 
-    /// Payload bytes held unacknowledged per subtask; reading pauses at the limit.
+    /// Payload bytes taken and unacknowledged per subtask; taking pauses at the limit.
     /// Positive. Default 100 MB (the client's default).
     pub fn max_outstanding_bytes(mut self, bytes: u64) -> Self {
         self.config.max_outstanding_bytes = bytes;
@@ -101,8 +102,8 @@ impl PubSubSubscriberOptionsBuilder {
     }
 
     /// Hard cap on messages held per subtask: the first delivery that would cross it is
-    /// nacked before it is tracked (counted in `messages_rejected`) and reading pauses
-    /// until commits free room. Positive. Default: none.
+    /// nacked before it is tracked (counted in `messages_rejected`) and its split is
+    /// parked until commits free room. Counts paused messages too. Positive. Default: none.
     pub fn subscriber_buffer_max_messages(mut self, messages: u64) -> Self {
         self.config.subscriber_buffer_max_messages = Some(messages);
         self

@@ -2,13 +2,15 @@
 //! decodes messages into rows, tracks every handle per split and acks only on `Commit`
 //! of the checkpoint a message was bound to (SPEC 5.2).
 //!
-//! Limits enforced here, per subtask (SPEC 5.3): flow control (held messages and bytes;
-//! reading pauses), the subscriber buffer caps (a delivery that would cross one is nacked
-//! before it is tracked), the rate limit (messages per second), the fetch size, the
-//! first-checkpoint detector, ack confirmation at commit, the shutdown timeout, and the
-//! paused-split caps: while a flush waits for back-pressure, deliveries keep being taken
-//! into each split's paused buffer (see [`super::park`]), and a split whose buffer would
-//! cross its cap is parked and reopened once the flush completes.
+//! Limits enforced here, per subtask (SPEC 5.3): flow control (messages and bytes taken
+//! into rows, not yet acknowledged), the subscriber buffer caps (a delivery that would
+//! cross one is nacked before it is tracked), the rate limit (messages per second), the
+//! fetch size, the first-checkpoint detector, ack confirmation at commit, the shutdown
+//! timeout, and the paused-split caps. Whenever a delivery may not be taken (back-pressure,
+//! flow control, the rate limit), the streams stay polled into each split's paused buffer
+//! (see [`super::park`]), because a delivery left unread in a stream outlives its lease;
+//! a split whose buffer would cross its cap, or a delivery crossing a subscriber buffer
+//! cap, parks the split until it may take again.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -114,8 +116,9 @@ pub struct SourceReader {
     rate: Option<super::rate::RateLimiter>,
     /// When reading started, and whether a checkpoint committed since.
     started: Instant,
-    /// A delivery crossed a subscriber buffer cap since the last commit: reading pauses
-    /// until a commit frees room (rejecting more would only churn redeliveries).
+    /// A delivery crossed a subscriber buffer cap since the last commit: taking pauses
+    /// and parked splits stay parked until a commit frees room (rejecting more would only
+    /// churn redeliveries).
     cap_reached: bool,
     committed: bool,
     last_commit: Instant,

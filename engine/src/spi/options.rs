@@ -180,14 +180,19 @@ pub fn suggest(key: &str, known: &[&str]) -> Option<String> {
     closest(key, known)
 }
 
-/// The known key within edit distance 3 of `key` (and under half its length), if any.
+/// The known key within edit distance 3 of `key` (and under half its length), if any;
+/// failing that, the same match for `key` without its first dotted segment, so a key
+/// given a namespace it does not have (`scan.subscriptionn`) still finds `subscription`.
 fn closest(key: &str, known: &[&str]) -> Option<String> {
-    known
-        .iter()
-        .map(|k| (edit_distance(key, k), *k))
-        .filter(|(d, _)| *d <= 3 && *d * 2 < key.len().max(1))
-        .min()
-        .map(|(_, k)| k.to_string())
+    let near = |key: &str| {
+        known
+            .iter()
+            .map(|k| (edit_distance(key, k), *k))
+            .filter(|(d, _)| *d <= 3 && *d * 2 < key.len().max(1))
+            .min()
+            .map(|(_, k)| k.to_string())
+    };
+    near(key).or_else(|| key.split_once('.').and_then(|(_, rest)| near(rest)))
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -210,6 +215,21 @@ mod tests {
 
     fn opts(pairs: &[(&str, &str)]) -> ConnectorOptions {
         ConnectorOptions::new(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn a_key_with_a_namespace_it_does_not_have_still_gets_a_hint() {
+        let known = ["subscription", "topic", "scan.parallel-pull-count"];
+        assert_eq!(
+            suggest("scan.subscriptionn", &known).as_deref(),
+            Some("subscription")
+        );
+        assert_eq!(suggest("sink.topic", &known).as_deref(), Some("topic"));
+        assert_eq!(
+            suggest("scan.paralel-pull-count", &known).as_deref(),
+            Some("scan.parallel-pull-count")
+        );
+        assert_eq!(suggest("scan.zzz", &known), None);
     }
 
     #[test]
