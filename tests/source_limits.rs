@@ -238,6 +238,21 @@ async fn run_job(
         .expect("the job ends within the limit")
 }
 
+/// [`run_job`], which must succeed; prints the summary.
+async fn run_ok(
+    sub: &str,
+    options: PubSubSubscriberOptions,
+    sink: &StalledSink,
+    max_inflight_rows: usize,
+    timing: (Duration, Duration),
+) -> JobSummary {
+    let summary = run_job(sub, options, sink, max_inflight_rows, timing)
+        .await
+        .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
+    println!("source_limits: {summary}");
+    summary
+}
+
 /// The `seq` values of JSON payloads.
 fn seqs<'a>(payloads: impl IntoIterator<Item = &'a Vec<u8>>) -> Vec<i64> {
     payloads
@@ -264,10 +279,7 @@ async fn a_split_that_cannot_emit_is_parked_and_reopened_and_delivers_every_mess
         .unwrap();
     let sink = StalledSink::new(Stall::UntilParked);
     // A hundred rows fill the pipe: the source's next emit waits for the sink.
-    let summary = run_job(&t.input_sub, options, &sink, 100, QUICK)
-        .await
-        .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
-    println!("source_limits: {summary}");
+    let summary = run_ok(&t.input_sub, options, &sink, 100, QUICK).await;
 
     let parked = summary.other_counters.get(SPLITS_PARKED).copied();
     assert!(parked >= Some(1), "a split was parked: {summary}");
@@ -376,10 +388,7 @@ async fn flow_control_bounds_what_a_subtask_holds_and_everything_arrives() {
         .build()
         .unwrap();
     let sink = StalledSink::new(Stall::Never);
-    let summary = run_job(&t.input_sub, options, &sink, 10_000, QUICK)
-        .await
-        .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
-    println!("source_limits: {summary}");
+    let summary = run_ok(&t.input_sub, options, &sink, 10_000, QUICK).await;
     each_once(&sink.rows.lock().unwrap(), N).unwrap_or_else(|e| panic!("{e}; {summary}"));
     let (messages, bytes) = *sink.max_held.lock().unwrap();
     println!("source_limits: held at most {messages} messages, {bytes} bytes");
@@ -414,10 +423,7 @@ async fn leases_outlive_the_ack_deadline_until_the_checkpoint_commits() {
         .unwrap();
     let sink = StalledSink::new(Stall::Never);
     let timing = (Duration::from_secs(15), Duration::from_secs(20));
-    let summary = run_job(&t.input_sub, options, &sink, 10_000, timing)
-        .await
-        .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
-    println!("source_limits: {summary}");
+    let summary = run_ok(&t.input_sub, options, &sink, 10_000, timing).await;
     each_once(&sink.rows.lock().unwrap(), N).unwrap_or_else(|e| panic!("{e}; {summary}"));
     assert_eq!(summary.rows_written, N as u64, "{summary}");
     assert_eq!(
@@ -443,10 +449,7 @@ async fn a_source_held_at_flow_control_past_the_ack_deadline_writes_each_message
         .build()
         .unwrap();
     let sink = StalledSink::new(Stall::SlowCheckpoints(Duration::from_secs(15)));
-    let summary = run_job(&t.input_sub, options, &sink, 10_000, QUICK)
-        .await
-        .unwrap_or_else(|e| panic!("the job failed: {e} ({})", e.summary));
-    println!("source_limits: {summary}");
+    let summary = run_ok(&t.input_sub, options, &sink, 10_000, QUICK).await;
     each_once(&sink.rows.lock().unwrap(), N).unwrap_or_else(|e| panic!("{e}; {summary}"));
     let left = redelivered(&t.input_sub, Duration::from_secs(12)).await;
     assert!(
