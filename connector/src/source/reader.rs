@@ -129,9 +129,10 @@ pub struct SourceReader {
     /// Shutdowns of parked splits' stopped streams: each ends once the handles it leased
     /// are acked or nacked; `on_close` awaits them within the shutdown timeout.
     parked_shutdowns: Vec<tokio::task::JoinHandle<()>>,
-    /// Until when deliveries a parked split's stopped streams were still being sent may
-    /// be leased to them (one stream ack deadline after the park): the subtask does not
-    /// count as idle before, so `--stop-when-idle` does not end a run while they are out.
+    /// Until when deliveries a closed stream (parked, failed, restarted) was still being
+    /// sent may be leased to it (one stream ack deadline after it closed): the subtask
+    /// does not count as idle before, so `--stop-when-idle` does not end a run while they
+    /// are out.
     stranded_until: Option<Instant>,
 }
 
@@ -380,6 +381,7 @@ impl SourceReader {
             Pulled::Message(..) => unreachable!("deliveries are taken by the callers"),
             Pulled::Reconnecting { stream, cause } => {
                 self.splits[split].down.insert(stream);
+                self.stream_closed();
                 let which = if stream == pull::MONITOR {
                     "streaming pull".to_string()
                 } else {
@@ -533,13 +535,10 @@ impl SourceReader {
         }
         s.down.clear();
         s.parked_at = Some(Instant::now());
-        let deadline = self
-            .options
-            .lease_extension()
-            .unwrap_or(pull::DEFAULT_STREAM_ACK_DEADLINE);
-        self.stranded_until = Some(Instant::now() + deadline);
+        let sub = s.subscription.clone();
+        self.stream_closed();
         self.parked_shutdowns.push(tokio::spawn(streams.shutdown()));
-        let (caps, sub) = (self.paused_caps, s.subscription.clone());
+        let caps = self.paused_caps;
         // The delivery that triggered the park was counted where it was nacked.
         self.counters().nacked.add(ids.len() as u64);
         self.counters().parked.add(1);
@@ -547,6 +546,17 @@ impl SourceReader {
         if should_log_bad(n) {
             tracing::warn!(subscription = %sub, "split {} cannot take deliveries (back-pressure, flow control or the rate limit) and its paused buffer is full ({} messages; caps '{}' = {}, '{}' = {} bytes), or a subscriber buffer cap was reached: parked, {} messages nacked for redelivery, its streams stopped; fresh streams open once it can take again ({n} parks so far)", self.splits[split].index, ids.len(), pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_MESSAGES, caps.messages, pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_BYTES, caps.bytes, ids.len() + 1);
         }
+    }
+
+    /// A stream closed (parked, failed or restarted): what the server was still sending on
+    /// it stays leased to it for one stream ack deadline, so the subtask is not idle
+    /// before that has passed.
+    fn stream_closed(&mut self) {
+        let deadline = self
+            .options
+            .lease_extension()
+            .unwrap_or(pull::DEFAULT_STREAM_ACK_DEADLINE);
+        self.stranded_until = Some(Instant::now() + deadline);
     }
 
     /// Opens fresh streams for every parked split (not after the final barrier).
