@@ -85,6 +85,7 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
             let (parts, up_body) = resp.into_parts();
             let Ok(down_send) = respond.send_response(Response::from_parts(parts, ()), false)
             else {
+                drain(up_body).await;
                 return;
             };
             forward_response_body(up_body, down_send).await;
@@ -121,7 +122,10 @@ async fn forward_request_body(mut body: RecvStream, mut up: SendStream<Bytes>) {
     }
 }
 
-/// Upstream response body and trailers -> downstream.
+/// Upstream response body and trailers -> downstream. When downstream fails, the upstream
+/// body is drained to its end instead of dropped: dropping it would reset the upstream
+/// stream (RST_STREAM, which the emulator mishandles) right after the request side's
+/// half-close, and the emulator would keep the dead pull.
 async fn forward_response_body(mut body: RecvStream, mut down: SendStream<Bytes>) {
     while let Some(chunk) = body.data().await {
         let Ok(chunk) = chunk else {
@@ -130,6 +134,7 @@ async fn forward_response_body(mut body: RecvStream, mut down: SendStream<Bytes>
         };
         let _ = body.flow_control().release_capacity(chunk.len());
         if send_all(&mut down, chunk).await.is_err() {
+            drain(body).await;
             return;
         }
     }
@@ -140,6 +145,13 @@ async fn forward_response_body(mut body: RecvStream, mut down: SendStream<Bytes>
         _ => {
             let _ = down.send_data(Bytes::new(), true);
         }
+    }
+}
+
+/// Reads an upstream body to its end, discarding it.
+async fn drain(mut body: RecvStream) {
+    while let Some(Ok(chunk)) = body.data().await {
+        let _ = body.flow_control().release_capacity(chunk.len());
     }
 }
 
