@@ -119,7 +119,7 @@ impl pubsub_engine::Connector for PubSubConnector {
     }
 
     fn known_options(&self) -> &'static [&'static str] {
-        KNOWN_OPTIONS
+        KNOWN_OPTIONS.as_slice()
     }
 
     fn table_type(&self, _profile: &PubSubProfile, table: &PubSubTable) -> ConnectionType {

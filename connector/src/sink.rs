@@ -99,10 +99,10 @@ impl ArrowOperator for PubSubSink {
                 )
             })?;
         let publisher = client::publisher(&self.profile, &self.topic)?
-            .set_message_count_threshold(self.config.batching_element_count_threshold)
-            .set_byte_threshold(self.config.batching_request_byte_threshold)
+            .set_message_count_threshold(self.config.publisher.batching_element_count_threshold)
+            .set_byte_threshold(self.config.publisher.batching_request_byte_threshold)
             .set_delay_threshold(Duration::from_millis(
-                self.config.batching_delay_threshold_ms,
+                self.config.publisher.batching_delay_threshold_ms,
             ))
             .build()
             .await?;
@@ -137,7 +137,7 @@ impl ArrowOperator for PubSubSink {
             // Back-pressure: at the in-flight cap, send the partial batch at once (instead
             // of after the batching delay), then wait until half the window is free. Waiting
             // for a single free slot would flush a batch of one message per publish.
-            let cap = self.config.max_in_flight_messages;
+            let cap = self.config.publisher.max_in_flight_messages;
             if self.in_flight.len() as u64 >= cap {
                 if let Some(p) = &self.publisher {
                     p.flush().await;

@@ -108,6 +108,10 @@ pub struct SourceConfig {
     #[serde(default)]
     #[schemars(title = "Subscriber options")]
     pub subscriber: SubscriberOptionsConfig,
+    /// The dead-letter queue, required with failure policy `dead-letter`.
+    #[serde(default)]
+    #[schemars(title = "Dead-letter queue")]
+    pub dead_letter: Option<DeadLetterQueueConfig>,
 }
 
 impl SourceConfig {
@@ -122,6 +126,7 @@ impl SourceConfig {
             ordering_mode: OrderingMode::default(),
             deserialization_failure_policy: DeserializationFailurePolicy::default(),
             subscriber: SubscriberOptionsConfig::default(),
+            dead_letter: None,
         }
     }
 }
@@ -355,55 +360,347 @@ pub enum DeserializationFailurePolicy {
     /// dead-letter policy on the subscription (checked at start).
     #[schemars(title = "Nack the message (dead-letter it)")]
     Nack,
+    /// The message's payload is published to the table's dead-letter queue (SPEC 6.1),
+    /// which is flushed before the checkpoint completes; the message is then acknowledged
+    /// with it. Counted in `dead_letters_published`.
+    #[schemars(title = "Publish to the dead-letter queue")]
+    DeadLetter,
 }
 
 impl DeserializationFailurePolicy {
-    /// The option value: `fail`, `drop` or `nack`.
+    /// The option value: `fail`, `drop`, `nack` or `dead-letter`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeserializationFailurePolicy::Fail => "fail",
             DeserializationFailurePolicy::Drop => "drop",
             DeserializationFailurePolicy::Nack => "nack",
+            DeserializationFailurePolicy::DeadLetter => "dead-letter",
         }
     }
 }
 
-/// Sink options (SPEC 6): publisher batching.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Sink table config (SPEC 6). Durations are milliseconds, sizes bytes. Every field maps
+/// onto a setter of the connector's `PubSubSink` / `PublisherOptions` /
+/// `TopicCreateOptions` / `PubSubDeadLetterQueue` builders, whose `build()` holds the rules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(title = "Pub/Sub sink")]
 pub struct SinkConfig {
-    /// Topic id (not the full resource name) to publish to. It must exist.
-    #[schemars(title = "Topic", example = "bids-out", extend("format" = "autocomplete"))]
+    /// Topic id (not the full resource name) to publish to.
+    #[schemars(
+        title = "Topic",
+        example = "bids-out",
+        extend("format" = "autocomplete", "x-autocomplete" = "topics")
+    )]
     pub topic: String,
-    /// Messages per publish request.
-    #[schemars(title = "Batch element count", range(min = 1, max = 1000))]
-    pub batching_element_count_threshold: u32,
-    /// Bytes per publish request.
-    #[schemars(title = "Batch request bytes", range(min = 1, max = 10_000_000))]
-    pub batching_request_byte_threshold: u32,
-    /// How long a message may wait for its batch to fill (ms).
-    #[schemars(title = "Batch delay (ms)")]
-    pub batching_delay_threshold_ms: u64,
-    /// Publishes awaiting their result per subtask; writing pauses at the limit.
-    #[schemars(title = "Max in-flight messages", range(min = 1))]
-    pub max_in_flight_messages: u64,
+    /// `create-if-needed` (default): a missing topic is created with `topicCreate`, at
+    /// start and whenever a publish finds it gone; `create-never`: a missing topic fails.
+    #[serde(default)]
+    #[schemars(title = "Create disposition")]
+    pub create_disposition: CreateDisposition,
+    /// How a topic this sink creates is configured (only with `create-if-needed`).
+    #[serde(default)]
+    #[schemars(title = "Topic create options")]
+    pub topic_create: TopicCreateConfig,
+    /// Batching, retry, ordering, in-flight caps and timeouts of the publisher.
+    #[serde(default)]
+    #[schemars(title = "Publisher options")]
+    pub publisher: PublisherConfig,
+    /// What happens to a row the encoder rejects or a message Pub/Sub rejects on its own
+    /// (over a limit, INVALID_ARGUMENT alone). Default `fail`.
+    #[serde(default)]
+    #[schemars(title = "Failure handler")]
+    pub failure_handler: FailureHandler,
+    /// The dead-letter queue, required with failure handler `dead-letter`.
+    #[serde(default)]
+    #[schemars(title = "Dead-letter queue")]
+    pub dead_letter: Option<DeadLetterQueueConfig>,
 }
 
 impl SinkConfig {
-    /// A config with the client's batching defaults (100 messages, 1 MB, 10 ms).
+    /// A config publishing to `topic` (an id) with every default of SPEC 6.
     pub fn new(topic: impl Into<String>) -> Self {
         SinkConfig {
             topic: topic.into(),
+            create_disposition: CreateDisposition::default(),
+            topic_create: TopicCreateConfig::default(),
+            publisher: PublisherConfig::default(),
+            failure_handler: FailureHandler::default(),
+            dead_letter: None,
+        }
+    }
+}
+
+/// Whether a sink creates its topic (SPEC 6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CreateDisposition {
+    /// Create the topic when it is missing (at start or mid-run), then publish.
+    #[default]
+    #[schemars(title = "Create if needed")]
+    CreateIfNeeded,
+    /// Never create: a missing topic fails the job (at start) or the checkpoint.
+    #[schemars(title = "Create never")]
+    CreateNever,
+}
+
+impl CreateDisposition {
+    /// The option value: `create-if-needed` or `create-never`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CreateDisposition::CreateIfNeeded => "create-if-needed",
+            CreateDisposition::CreateNever => "create-never",
+        }
+    }
+}
+
+/// Settings of a topic the sink creates (SPEC 6); unset fields keep Pub/Sub's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicCreateConfig {
+    /// How long the topic keeps messages (ms), 10 minutes to 31 days. Unset: not retained.
+    #[serde(default)]
+    #[schemars(
+        title = "Message retention (ms)",
+        range(min = 600_000, max = 2_678_400_000u64)
+    )]
+    pub message_retention_ms: Option<u64>,
+    /// Cloud KMS key that encrypts the topic's messages:
+    /// `projects/P/locations/L/keyRings/R/cryptoKeys/K`.
+    #[serde(default)]
+    #[schemars(
+        title = "KMS key name",
+        example = "projects/p/locations/us/keyRings/r/cryptoKeys/k"
+    )]
+    pub kms_key_name: Option<String>,
+    /// Regions where messages may be stored, e.g. `europe-west1`. Empty: any region.
+    #[serde(default)]
+    #[schemars(title = "Allowed persistence regions", example = "europe-west1")]
+    pub allowed_persistence_regions: Vec<String>,
+    /// Also restrict where messages travel in transit to the allowed regions (needs
+    /// allowed persistence regions).
+    #[serde(default)]
+    #[schemars(title = "Enforce in transit")]
+    pub enforce_in_transit: bool,
+}
+
+impl TopicCreateConfig {
+    /// Whether any create option is set.
+    pub fn is_set(&self) -> bool {
+        *self != TopicCreateConfig::default()
+    }
+}
+
+/// Publisher options (SPEC 6). Durations in ms, sizes in bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PublisherConfig {
+    /// Messages per publish request, 1..1000 (Pub/Sub's limit). Default 100.
+    #[schemars(title = "Batch element count", range(min = 1, max = 1000))]
+    pub batching_element_count_threshold: u32,
+    /// Payload bytes per publish request (the request's framing comes on top and stays
+    /// within Pub/Sub's 10 MB). Default 1000000.
+    #[schemars(title = "Batch request bytes", range(min = 1, max = 10_000_000))]
+    pub batching_request_byte_threshold: u32,
+    /// How long a message may wait for its batch to fill (ms). Default 10.
+    #[schemars(title = "Batch delay (ms)")]
+    pub batching_delay_threshold_ms: u64,
+    /// How the client retries a failed publish request.
+    #[schemars(title = "Retry")]
+    pub retry: RetryConfig,
+    /// Keep each ordering key's order (rows carrying an `ordering-key` column value need
+    /// it). Default false.
+    #[schemars(title = "Message ordering")]
+    pub message_ordering: bool,
+    /// Publishes awaiting their result per subtask; writing waits at the cap. Default 1000.
+    #[schemars(title = "Max in-flight messages", range(min = 1))]
+    pub max_in_flight_messages: u64,
+    /// Bytes of publishes awaiting their result per subtask. Default 64 MiB.
+    #[schemars(title = "Max in-flight bytes", range(min = 1))]
+    pub max_in_flight_bytes: u64,
+    /// Fail when no publish completes for this long while some are in flight (ms); every
+    /// completion restarts it; a warning comes at a tenth. Default 600000.
+    #[schemars(title = "Publish progress timeout (ms)", range(min = 1))]
+    pub publish_progress_timeout_ms: u64,
+    /// Backoff of the sink's own republish after a failed request (ms, doubling, jittered).
+    #[schemars(title = "Recovery")]
+    pub recovery: RecoveryConfig,
+    /// Messages rejected on their own in a row before the sink fails; -1: no limit.
+    /// Default 100.
+    #[schemars(title = "Max consecutive rejections", range(min = -1))]
+    pub max_consecutive_rejections: i64,
+    /// How long closing waits for publishes in flight (ms). Default 30000.
+    #[schemars(title = "Shutdown timeout (ms)", range(min = 1))]
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for PublisherConfig {
+    fn default() -> Self {
+        PublisherConfig {
             batching_element_count_threshold: 100,
             batching_request_byte_threshold: 1_000_000,
             batching_delay_threshold_ms: 10,
+            retry: RetryConfig::default(),
+            message_ordering: false,
             max_in_flight_messages: 1000,
+            max_in_flight_bytes: 64 * 1024 * 1024,
+            publish_progress_timeout_ms: 600_000,
+            recovery: RecoveryConfig::default(),
+            max_consecutive_rejections: 100,
+            shutdown_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// The client's retry of a publish request; unset fields keep the client's defaults
+/// (retryable codes for 600 s, backoff 1 s doubling to 60 s). Durations in ms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RetryConfig {
+    /// Give up retrying a request after this long (ms).
+    #[schemars(title = "Total timeout (ms)", range(min = 1))]
+    pub total_timeout_ms: Option<u64>,
+    /// Delay before the first retry (ms).
+    #[schemars(title = "Initial retry delay (ms)", range(min = 1))]
+    pub initial_delay_ms: Option<u64>,
+    /// Factor between successive retry delays, at least 1.
+    #[schemars(title = "Retry delay multiplier", range(min = 1))]
+    pub delay_multiplier: Option<f64>,
+    /// Longest delay between retries (ms).
+    #[schemars(title = "Max retry delay (ms)", range(min = 1))]
+    pub max_delay_ms: Option<u64>,
+    /// Timeout of the first attempt (ms).
+    #[schemars(title = "Initial RPC timeout (ms)", range(min = 1))]
+    pub initial_rpc_timeout_ms: Option<u64>,
+    /// Factor between successive attempts' timeouts, at least 1.
+    #[schemars(title = "RPC timeout multiplier", range(min = 1))]
+    pub rpc_timeout_multiplier: Option<f64>,
+    /// Longest attempt timeout (ms).
+    #[schemars(title = "Max RPC timeout (ms)", range(min = 1))]
+    pub max_rpc_timeout_ms: Option<u64>,
+    /// Attempts per request, the first included.
+    #[schemars(title = "Max attempts", range(min = 1))]
+    pub max_attempts: Option<u32>,
+}
+
+impl RetryConfig {
+    /// Whether a cap on retrying (total timeout or attempts) is set.
+    pub fn has_caps(&self) -> bool {
+        self.total_timeout_ms.is_some() || self.max_attempts.is_some()
+    }
+}
+
+/// The sink's own republish after a failed request (SPEC 6). Durations in ms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RecoveryConfig {
+    /// First backoff (ms). Default 500.
+    #[schemars(title = "Initial backoff (ms)", range(min = 1))]
+    pub initial_backoff_ms: u64,
+    /// Longest backoff (ms); each doubles up to it, jittered. Default 10000.
+    #[schemars(title = "Max backoff (ms)", range(min = 1))]
+    pub max_backoff_ms: u64,
+    /// Republish attempts of one failed message before the checkpoint fails. Default 10.
+    #[schemars(title = "Max attempts", range(min = 1))]
+    pub max_attempts: u32,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            initial_backoff_ms: 500,
+            max_backoff_ms: 10_000,
+            max_attempts: 10,
+        }
+    }
+}
+
+/// What the sink does with a row it cannot publish on its own (SPEC 6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureHandler {
+    /// Fail the job, naming the row and the reason.
+    #[default]
+    #[schemars(title = "Fail")]
+    Fail,
+    /// Log it (rate-limited), count it in `records_skipped` and go on.
+    #[schemars(title = "Log and drop")]
+    LogAndDrop,
+    /// Publish it to the dead-letter queue.
+    #[schemars(title = "Dead letter")]
+    DeadLetter,
+}
+
+impl FailureHandler {
+    /// The option value: `fail`, `log-and-drop` or `dead-letter`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureHandler::Fail => "fail",
+            FailureHandler::LogAndDrop => "log-and-drop",
+            FailureHandler::DeadLetter => "dead-letter",
+        }
+    }
+}
+
+/// A dead-letter queue (SPEC 6.1): a publisher to an existing topic with its own
+/// credentials. Durations in ms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterQueueConfig {
+    /// The topic: an id in the table's project, or `projects/P/topics/T`. It must exist.
+    #[schemars(
+        title = "Dead-letter topic",
+        example = "bids-dead-letters",
+        extend("format" = "autocomplete", "x-autocomplete" = "topics")
+    )]
+    pub topic: String,
+    /// How the queue reaches Pub/Sub; not inherited from the table. Default: application
+    /// default credentials.
+    #[serde(default)]
+    #[schemars(title = "Dead-letter authentication")]
+    pub authentication: Authentication,
+    /// Publishes in flight before an offer waits for them: 0 publishes each one
+    /// synchronously, -1 waits only at the checkpoint. Default 1000.
+    #[serde(default = "default_dlq_in_flight")]
+    #[schemars(title = "Max in-flight dead letters", range(min = -1))]
+    pub max_in_flight_messages: i64,
+    /// Budget of one wait for the queue's publishes (ms). Default 60000.
+    #[serde(default = "default_dlq_flush_timeout")]
+    #[schemars(title = "Flush timeout (ms)", range(min = 1))]
+    pub flush_timeout_ms: u64,
+    /// How long closing waits for the queue's publisher (ms), after the sink's own.
+    /// Default 30000.
+    #[serde(default = "default_dlq_shutdown_timeout")]
+    #[schemars(title = "Shutdown timeout (ms)", range(min = 1))]
+    pub shutdown_timeout_ms: u64,
+}
+
+fn default_dlq_in_flight() -> i64 {
+    1000
+}
+fn default_dlq_flush_timeout() -> u64 {
+    60_000
+}
+fn default_dlq_shutdown_timeout() -> u64 {
+    30_000
+}
+
+impl DeadLetterQueueConfig {
+    /// A queue publishing to `topic` with application default credentials and every
+    /// default of SPEC 6.1.
+    pub fn new(topic: impl Into<String>) -> Self {
+        DeadLetterQueueConfig {
+            topic: topic.into(),
+            authentication: Authentication::ApplicationDefault,
+            max_in_flight_messages: default_dlq_in_flight(),
+            flush_timeout_ms: default_dlq_flush_timeout(),
+            shutdown_timeout_ms: default_dlq_shutdown_timeout(),
         }
     }
 }
 
 /// A Pub/Sub table: read a subscription or write a topic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 #[schemars(title = "Pub/Sub table")]
 pub enum PubSubTable {

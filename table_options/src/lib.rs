@@ -4,9 +4,12 @@
 use pubsub_engine::{ConnectorOptions, OptionError};
 use pubsub_schema::{
     Authentication, DeadLetterConfig, DeserializationFailurePolicy, Expiration, OrderingMode,
-    PubSubProfile, PubSubTable, SinkConfig, SourceConfig, StartPosition, SubscriptionConfig,
+    PubSubProfile, PubSubTable, SourceConfig, StartPosition, SubscriptionConfig,
     SubscriptionCreateConfig,
 };
+
+mod sink;
+pub use sink::*;
 
 pub const PROJECT: &str = "project";
 pub const EMULATOR_ENDPOINT: &str = "emulator-endpoint";
@@ -48,10 +51,6 @@ pub const AUTO_CREATE_DEAD_LETTER_TOPIC: &str = "scan.auto-create.dead-letter.to
 pub const AUTO_CREATE_DEAD_LETTER_ATTEMPTS: &str =
     "scan.auto-create.dead-letter.max-delivery-attempts";
 pub const AUTO_CREATE_FILTER: &str = "scan.auto-create.filter";
-pub const BATCH_COUNT: &str = "sink.batching.element-count-threshold";
-pub const BATCH_BYTES: &str = "sink.batching.request-byte-threshold";
-pub const BATCH_DELAY: &str = "sink.batching.delay-threshold";
-pub const MAX_IN_FLIGHT_MESSAGES: &str = "sink.in-flight.max-messages";
 
 /// Source keys (SPEC 8), in README order.
 pub const SOURCE_OPTIONS: &[&str] = &[
@@ -86,15 +85,8 @@ pub const SOURCE_OPTIONS: &[&str] = &[
     AUTO_CREATE_FILTER,
 ];
 
-const SINK_ONLY: &[&str] = &[
-    BATCH_COUNT,
-    BATCH_BYTES,
-    BATCH_DELAY,
-    MAX_IN_FLIGHT_MESSAGES,
-];
-
-/// Every key this layer understands.
-pub const KNOWN_OPTIONS: &[&str] = &[
+/// The keys shared by both sides and the source keys.
+const BASE_OPTIONS: &[&str] = &[
     PROJECT,
     EMULATOR_ENDPOINT,
     SERVICE_ACCOUNT_KEY_FILE,
@@ -129,11 +121,11 @@ pub const KNOWN_OPTIONS: &[&str] = &[
     AUTO_CREATE_DEAD_LETTER_TOPIC,
     AUTO_CREATE_DEAD_LETTER_ATTEMPTS,
     AUTO_CREATE_FILTER,
-    BATCH_COUNT,
-    BATCH_BYTES,
-    BATCH_DELAY,
-    MAX_IN_FLIGHT_MESSAGES,
 ];
+
+/// Every key this layer understands.
+pub static KNOWN_OPTIONS: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(|| [BASE_OPTIONS, SOURCE_DEAD_LETTER_OPTIONS, SINK_OPTIONS].concat());
 
 /// The SQL key of a builder option (the connector's builder setter / table config field
 /// name, e.g. `parallel_pull_count`), so a builder's rejection names what the user wrote.
@@ -171,11 +163,11 @@ pub fn sql_key(option: &str) -> &str {
         "dead_letter_topic" => AUTO_CREATE_DEAD_LETTER_TOPIC,
         "max_delivery_attempts" => AUTO_CREATE_DEAD_LETTER_ATTEMPTS,
         "filter" => AUTO_CREATE_FILTER,
-        other => other,
+        other => dead_letter_sql_key("scan.", other).unwrap_or(other),
     }
 }
 
-fn invalid(key: &str, value: impl ToString, reason: &str) -> OptionError {
+pub(crate) fn invalid(key: &str, value: impl ToString, reason: &str) -> OptionError {
     OptionError::Invalid {
         key: key.into(),
         value: value.to_string(),
@@ -256,16 +248,19 @@ pub fn table_from_options(options: &mut ConnectorOptions) -> Result<PubSubTable,
             Err(OptionError::Conflict { message })
         }
         (Some(sub), None) => {
-            if let Some(k) = keys.iter().find(|k| SINK_ONLY.contains(&k.as_str())) {
+            if let Some(k) = keys.iter().find(|k| SINK_OPTIONS.contains(&k.as_str())) {
                 return Err(OptionError::Conflict { message: format!("option '{k}' applies to sinks, but this table reads subscription '{sub}'") });
             }
             source_options(options, &sub).map(PubSubTable::Source)
         }
         (None, Some(topic)) => {
-            if let Some(k) = keys.iter().find(|k| SOURCE_OPTIONS.contains(&k.as_str())) {
+            if let Some(k) = keys.iter().find(|k| {
+                SOURCE_OPTIONS.contains(&k.as_str())
+                    || SOURCE_DEAD_LETTER_OPTIONS.contains(&k.as_str())
+            }) {
                 return Err(OptionError::Conflict { message: format!("option '{k}' applies to sources, but this table writes topic '{topic}'") });
             }
-            sink_options(options, parse_id(TOPIC, topic)?).map(PubSubTable::Sink)
+            sink::sink_options(options, parse_id(TOPIC, topic)?).map(PubSubTable::Sink)
         }
     }
 }
@@ -329,6 +324,7 @@ fn source_options(
     }
     s.rate_limit_messages_per_second = o.pull_opt_u64(RATE_LIMIT)?;
     auto_create(o, &mut c.subscriptions)?;
+    c.dead_letter = sink::dead_letter_options(o, "scan.")?;
     Ok(c)
 }
 
@@ -469,7 +465,7 @@ fn auto_create(
 
 /// A duration option in whole milliseconds (the config's unit; finer values are refused,
 /// never rounded). Errors show the value as written.
-fn pull_ms(o: &mut ConnectorOptions, key: &str) -> Result<Option<u64>, OptionError> {
+pub(crate) fn pull_ms(o: &mut ConnectorOptions, key: &str) -> Result<Option<u64>, OptionError> {
     o.pull_opt_with(key, |v| {
         let d = pubsub_engine::duration::parse_duration(v)?;
         if d.subsec_nanos() % 1_000_000 != 0 {
@@ -479,7 +475,7 @@ fn pull_ms(o: &mut ConnectorOptions, key: &str) -> Result<Option<u64>, OptionErr
     })
 }
 
-fn u32_option(key: &str, v: u64) -> Result<u32, OptionError> {
+pub(crate) fn u32_option(key: &str, v: u64) -> Result<u32, OptionError> {
     u32::try_from(v).map_err(|_| invalid(key, v, "must be at most 4294967295"))
 }
 
@@ -492,53 +488,14 @@ fn parse_ordering_mode(v: &str) -> Result<OrderingMode, String> {
     }
 }
 
-fn sink_options(o: &mut ConnectorOptions, topic: String) -> Result<SinkConfig, OptionError> {
-    let mut c = SinkConfig::new(topic);
-    if let Some(v) = o.pull_opt_nonzero_u64(BATCH_COUNT)? {
-        // Pub/Sub accepts at most 1000 messages per publish request.
-        if v > 1000 {
-            return Err(invalid(
-                BATCH_COUNT,
-                v,
-                "must be at most 1000 (Pub/Sub's messages per request)",
-            ));
-        }
-        c.batching_element_count_threshold = v as u32;
-    }
-    if let Some(v) = o.pull_opt_with(BATCH_BYTES, positive_size)? {
-        // Pub/Sub's request size limit is 10 MB.
-        if v > 10_000_000 {
-            return Err(invalid(
-                BATCH_BYTES,
-                v,
-                "must be at most 10000000 (Pub/Sub's request limit)",
-            ));
-        }
-        c.batching_request_byte_threshold = v as u32;
-    }
-    if let Some(d) = o.pull_opt_duration(BATCH_DELAY)? {
-        c.batching_delay_threshold_ms = d.as_millis() as u64;
-    }
-    if let Some(v) = o.pull_opt_nonzero_u64(MAX_IN_FLIGHT_MESSAGES)? {
-        c.max_in_flight_messages = v;
-    }
-    Ok(c)
-}
-
-/// `fail` | `drop` | `nack`, case-insensitive.
+/// `fail` | `drop` | `nack` | `dead-letter`, case-insensitive.
 fn parse_failure_policy(v: &str) -> Result<DeserializationFailurePolicy, String> {
     match v.trim().to_ascii_lowercase().as_str() {
         "fail" => Ok(DeserializationFailurePolicy::Fail),
         "drop" => Ok(DeserializationFailurePolicy::Drop),
         "nack" => Ok(DeserializationFailurePolicy::Nack),
-        _ => Err("must be one of 'fail', 'drop', 'nack'".to_string()),
-    }
-}
-
-fn positive_size(v: &str) -> Result<u64, String> {
-    match pubsub_engine::duration::parse_data_size(v)? {
-        0 => Err("must be positive".to_string()),
-        n => Ok(n),
+        "dead-letter" => Ok(DeserializationFailurePolicy::DeadLetter),
+        _ => Err("must be one of 'fail', 'drop', 'nack', 'dead-letter'".to_string()),
     }
 }
 
@@ -595,7 +552,7 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("'scan.parallel-pull-count'"), "{e}");
         let e =
-            table_from_options(&mut opts(&[("topic", "t"), (BATCH_COUNT, "5000")])).unwrap_err();
+            table_from_options(&mut opts(&[("topic", "t"), (BATCH_COUNT, "many")])).unwrap_err();
         assert!(e.to_string().contains(BATCH_COUNT), "{e}");
         let e = table_from_options(&mut opts(&[("topic", "t"), (PARALLEL_PULL_COUNT, "2")]))
             .unwrap_err();

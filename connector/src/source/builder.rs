@@ -216,6 +216,7 @@ impl PubSubSourceBuilder {
                 ordering_mode: self.ordering_mode,
                 deserialization_failure_policy: self.policy,
                 subscriber: self.subscriber.config().clone(),
+                dead_letter: None,
             },
         })
     }

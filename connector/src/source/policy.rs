@@ -53,6 +53,8 @@ pub fn bad_message_action(p: DeserializationFailurePolicy) -> BadMessageAction {
         DeserializationFailurePolicy::Fail => BadMessageAction::Fail,
         DeserializationFailurePolicy::Drop => BadMessageAction::Drop,
         DeserializationFailurePolicy::Nack => BadMessageAction::Nack,
+        // Wired to the dead-letter queue in a follow-up; until then it fails.
+        DeserializationFailurePolicy::DeadLetter => BadMessageAction::Fail,
     }
 }
 
