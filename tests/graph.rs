@@ -138,7 +138,7 @@ fn a_hand_made_config_is_checked_like_sql() {
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("a sink table can write only 'ordering-key'"),
+        e.contains("a sink table writes 'attributes' and 'ordering-key'"),
         "{e}"
     );
 }

@@ -191,7 +191,15 @@ async fn sigterm_mid_stream_exits_zero_and_leaves_nothing_held() {
 async fn failed_publish_fails_the_checkpoint_and_acknowledges_nothing_of_it() {
     let t = topics("sink-fail", 600).await;
     let before = publish_seq(&t.input, 0..200).await;
-    let w = Workdir::new(&pipeline_sql(&t, &endpoint(), ""));
+    // Under create-never a deleted topic is a failure the sink cannot repair (under
+    // create-if-needed it recreates the topic: tests/sink.rs).
+    let w = Workdir::new(&pipeline_sql(&t, &endpoint(), "").replace(
+        &format!("'topic' = '{}',", t.output),
+        &format!(
+            "'topic' = '{}', 'sink.create-disposition' = 'create-never',",
+            t.output
+        ),
+    ));
     let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "1s"]);
     let got = sink_ids(&t.output_sub, Some(before.len()), Duration::from_secs(60)).await;
     assert_eq!(missing(&before, &got), 0);

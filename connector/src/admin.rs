@@ -145,6 +145,22 @@ pub async fn drain(
     expected: Option<usize>,
     idle: Duration,
 ) -> anyhow::Result<HashMap<String, Vec<u8>>> {
+    Ok(drain_messages(profile, id, streams, expected, idle)
+        .await?
+        .into_iter()
+        .map(|m| (m.message_id, m.data.to_vec()))
+        .collect())
+}
+
+/// As [`drain`], returning every distinct message whole (data, attributes, ordering
+/// key) in the order they arrived.
+pub async fn drain_messages(
+    profile: &PubSubProfile,
+    id: &str,
+    streams: usize,
+    expected: Option<usize>,
+    idle: Duration,
+) -> anyhow::Result<Vec<Message>> {
     let subscriber = client::subscriber(profile).await?;
     let name = client::subscription_path(&profile.project, id);
     let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
@@ -160,28 +176,33 @@ pub async fn drain(
         tasks.push(tokio::spawn(async move {
             while let Some(Ok((m, h))) = stream.next().await {
                 h.ack();
-                if tx.send((m.message_id, m.data.to_vec())).await.is_err() {
+                if tx.send(m).await.is_err() {
                     break;
                 }
             }
         }));
     }
     drop(tx);
-    let mut seen = HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
     loop {
         if expected.is_some_and(|e| seen.len() >= e) {
             break;
         }
         match tokio::time::timeout(idle, rx.recv()).await {
-            Ok(Some((id, data))) => {
-                seen.insert(id, data);
+            Ok(Some(m)) => {
+                if seen.insert(m.message_id.clone()) {
+                    out.push(m);
+                }
             }
             _ => break,
         }
     }
     // Ack everything already delivered, then shut down so the acks are sent.
-    while let Ok((id, data)) = rx.try_recv() {
-        seen.insert(id, data);
+    while let Ok(m) = rx.try_recv() {
+        if seen.insert(m.message_id.clone()) {
+            out.push(m);
+        }
     }
     let _ = tokio::time::timeout(
         Duration::from_secs(10),
@@ -191,5 +212,5 @@ pub async fn drain(
     for t in tasks {
         t.abort();
     }
-    Ok(seen)
+    Ok(out)
 }

@@ -7,10 +7,12 @@ use pubsub_engine::{
     ConstructedOperator, FieldType, Format, MetadataDef, OperatorConfig,
 };
 use pubsub_schema::{PubSubProfile, PubSubTable};
-use pubsub_table_options::{profile_from_options, sql_key, table_from_options, KNOWN_OPTIONS};
+use pubsub_table_options::{
+    profile_from_options, sink_sql_key, sql_key, table_from_options, KNOWN_OPTIONS,
+};
 
 use crate::build_error::BuildError;
-use crate::sink::PubSubSink;
+use crate::sink::{PubSubSink, SinkWriter};
 use crate::source::{PubSubSource, SourceReader};
 
 /// A builder's rejection, renamed to the SQL key the user wrote (SPEC 8). The value is
@@ -43,6 +45,46 @@ pub fn sql_error_as_written(e: BuildError, written: &ConnectorOptions) -> Option
         value,
         reason: e.reason_with(|o| sql_key(o).to_string()),
     }
+}
+
+/// A sink builder's rejection renamed to the SQL key, with the value as written.
+fn sink_sql_error(e: BuildError, written: &ConnectorOptions) -> OptionError {
+    let name = |o: &str| sink_sql_key(o).unwrap_or(o).to_string();
+    let key = name(e.option);
+    let value = match written.get(&key) {
+        Some(v) if key != pubsub_table_options::SINK_AUTO_CREATE_REGIONS => v.to_string(),
+        _ => e.value.clone(),
+    };
+    OptionError::Invalid {
+        reason: e.reason_with(name),
+        key,
+        value,
+    }
+}
+
+/// A sink table writes `attributes` (TEXT or JSON) and `ordering-key` (TEXT) metadata,
+/// each from at most one column; the other metadata keys are only readable.
+fn check_sink_metadata(schema: &ConnectionSchema) -> anyhow::Result<()> {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for f in &schema.fields {
+        let Some(key) = f.metadata_key.as_deref() else {
+            continue;
+        };
+        if key != ORDERING_KEY && key != ATTRIBUTES {
+            anyhow::bail!(
+                "column '{}': METADATA FROM '{key}' is only readable in a source table; a sink table writes 'attributes' and 'ordering-key'",
+                f.name
+            );
+        }
+        if let Some((other, _)) = seen.iter().find(|(_, k)| *k == key) {
+            anyhow::bail!(
+                "columns '{other}' and '{}' are both METADATA FROM '{key}': a message has one",
+                f.name
+            );
+        }
+        seen.push((&f.name, key));
+    }
+    Ok(())
 }
 
 /// Metadata key: the message id (TEXT).
@@ -138,11 +180,17 @@ impl pubsub_engine::Connector for PubSubConnector {
         let written = options.clone();
         let profile = profile_from_options(options)?;
         let table = table_from_options(options)?;
-        if let PubSubTable::Source(config) = &table {
-            // Every rule lives in the builder; for SQL its rejection names the key and the
-            // value as written.
-            PubSubSource::from_config(profile.clone(), config.clone())
-                .map_err(|e| sql_error_as_written(e, &written))?;
+        // Every rule lives in the builders; for SQL their rejection names the key and
+        // the value as written.
+        match &table {
+            PubSubTable::Source(config) => {
+                PubSubSource::from_config(profile.clone(), config.clone())
+                    .map_err(|e| sql_error_as_written(e, &written))?;
+            }
+            PubSubTable::Sink(config) => {
+                PubSubSink::from_config(profile.clone(), config.clone())
+                    .map_err(|e| sink_sql_error(e, &written))?;
+            }
         }
         pubsub_engine::Connector::from_config(self, name, profile, table, schema)
     }
@@ -156,28 +204,13 @@ impl pubsub_engine::Connector for PubSubConnector {
         table: &PubSubTable,
         schema: &ConnectionSchema,
     ) -> anyhow::Result<()> {
-        if let PubSubTable::Source(config) = table {
-            PubSubSource::from_config(profile.clone(), config.clone())?;
-        }
-        if matches!(table, PubSubTable::Sink(_)) {
-            // Only the ordering key is writable (issue 6; attributes follow in issue 8).
-            let mut keys = schema.fields.iter().filter(|f| f.metadata_key.is_some());
-            if let Some(f) = keys
-                .clone()
-                .find(|f| f.metadata_key.as_deref() != Some(ORDERING_KEY))
-            {
-                anyhow::bail!(
-                    "column '{}': METADATA FROM '{}' is only readable in a source table; a sink table can write only 'ordering-key'",
-                    f.name,
-                    f.metadata_key.as_deref().unwrap_or_default()
-                );
+        match table {
+            PubSubTable::Source(config) => {
+                PubSubSource::from_config(profile.clone(), config.clone())?;
             }
-            if let (Some(a), Some(b)) = (keys.next(), keys.next()) {
-                anyhow::bail!(
-                    "columns '{}' and '{}' are both METADATA FROM 'ordering-key': a message has one ordering key",
-                    a.name,
-                    b.name
-                );
+            PubSubTable::Sink(config) => {
+                PubSubSink::from_config(profile.clone(), config.clone())?;
+                check_sink_metadata(schema)?;
             }
         }
         if schema.format == Format::RawString {
@@ -272,7 +305,7 @@ impl pubsub_engine::Connector for PubSubConnector {
                 ConstructedOperator::Source(Box::new(SourceReader::new(profile, s, config)?))
             }
             PubSubTable::Sink(s) => {
-                ConstructedOperator::Operator(Box::new(PubSubSink::new(profile, s, config)))
+                ConstructedOperator::Operator(Box::new(SinkWriter::new(profile, s, config)?))
             }
         })
     }

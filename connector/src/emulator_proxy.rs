@@ -8,11 +8,57 @@
 //! redelivers its messages after one lease extension. HTTP/1.1 (the admin clients' REST
 //! calls) passes through as plain TCP. Real Pub/Sub needs none of this.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use bytes::Bytes;
 use futures::future::poll_fn;
 use h2::{RecvStream, SendStream};
 use http::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
+
+/// The largest Publish request (its protobuf bytes, from the gRPC frame header) any proxy
+/// of this process forwarded: tests check that the sink keeps requests within Pub/Sub's
+/// 10 MB, which the emulator does not enforce.
+/// Keyed by the request's topic (full name).
+static LARGEST_PUBLISH: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
+/// The largest Publish request to `topic` (a full name) forwarded so far, in bytes (0:
+/// none).
+pub fn largest_publish_request(topic: &str) -> usize {
+    let map = LARGEST_PUBLISH.lock().expect("proxy lock");
+    map.as_ref()
+        .and_then(|m| m.get(topic).copied())
+        .unwrap_or(0)
+}
+
+/// Records a Publish request's size from its first bytes: the gRPC frame header (flag,
+/// 4-byte big-endian length), then field 1 (the topic) of the `PublishRequest`.
+fn record_publish(head: &[u8]) {
+    if head.len() < 7 || head[5] != 0x0A {
+        return;
+    }
+    let size = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let (mut len, mut shift, mut i) = (0usize, 0, 6);
+    while i < head.len() && shift < 35 {
+        len |= ((head[i] & 0x7F) as usize) << shift;
+        shift += 7;
+        i += 1;
+        if head[i - 1] & 0x80 == 0 {
+            break;
+        }
+    }
+    let Some(topic) = head.get(i..i + len) else {
+        return;
+    };
+    let topic = String::from_utf8_lossy(topic).into_owned();
+    let mut map = LARGEST_PUBLISH.lock().expect("proxy lock");
+    let e = map
+        .get_or_insert_with(HashMap::new)
+        .entry(topic)
+        .or_insert(0);
+    *e = (*e).max(size);
+}
 
 /// Starts the proxy to `127.0.0.1:upstream_port` on its own thread and runtime; returns
 /// its port. It serves until the process ends. Errors if no port can be bound.
@@ -72,6 +118,7 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
         let upstream = upstream.clone();
         tokio::spawn(async move {
             let (parts, down_body) = req.into_parts();
+            let publish = parts.uri.path() == "/google.pubsub.v1.Publisher/Publish";
             let Ok(mut upstream) = upstream.ready().await else {
                 return;
             };
@@ -79,7 +126,7 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
             let Ok((resp_fut, up_send)) = upstream.send_request(up_req, false) else {
                 return;
             };
-            tokio::spawn(forward_request_body(down_body, up_send));
+            tokio::spawn(forward_request_body(down_body, up_send, publish));
             let mut respond = respond;
             let Ok(resp) = resp_fut.await else { return };
             let (parts, up_body) = resp.into_parts();
@@ -94,10 +141,18 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
 }
 
 /// Downstream request body -> upstream; on a downstream failure, half-close upstream.
-async fn forward_request_body(mut body: RecvStream, mut up: SendStream<Bytes>) {
+async fn forward_request_body(mut body: RecvStream, mut up: SendStream<Bytes>, publish: bool) {
+    let mut head = Vec::new();
     loop {
         match body.data().await {
             Some(Ok(chunk)) => {
+                if publish && head.len() < 512 {
+                    let before = head.len();
+                    head.extend_from_slice(&chunk[..chunk.len().min(512 - before)]);
+                    if head.len() == 512 || before == 0 {
+                        record_publish(&head);
+                    }
+                }
                 let _ = body.flow_control().release_capacity(chunk.len());
                 if send_all(&mut up, chunk).await.is_err() {
                     return;

@@ -223,7 +223,7 @@ impl PubSubSourceBuilder {
 }
 
 /// A resource id: non-blank, no surrounding whitespace, no `/` (SPEC 5.1).
-fn check_id(option: &'static str, id: &str) -> Result<(), BuildError> {
+pub(crate) fn check_id(option: &'static str, id: &str) -> Result<(), BuildError> {
     if id.trim().is_empty() || id.trim() != id || id.contains('/') {
         return Err(BuildError::new(
             option,

@@ -80,6 +80,29 @@ impl Serializer {
     /// column holding invalid JSON, or a TIMESTAMP an `epoch-*` unit would truncate. Also
     /// errors if the batch lacks a declared column or has it with another type.
     pub fn serialize(&self, batch: &RecordBatch) -> anyhow::Result<Vec<Vec<u8>>> {
+        self.serialize_rows(batch)?
+            .into_iter()
+            .enumerate()
+            .map(|(row, r)| match r {
+                Ok(p) if p.is_empty() => Err(anyhow::anyhow!(
+                    "row {row} of the batch would be an empty message (Pub/Sub rejects a message without data or attributes)"
+                )),
+                Ok(p) => Ok(p),
+                Err(e) => Err(anyhow::anyhow!("row {row} of the batch: {e}")),
+            })
+            .collect()
+    }
+
+    /// One result per row, in row order, so a sink can route the rows it cannot write
+    /// and publish the rest. A row's error says why (`column 'c' (TIMESTAMP): ...`); a
+    /// NULL or empty raw `value` is an empty payload (`Ok` of no bytes: whether the
+    /// message is empty depends on its attributes). The outer error is the batch's: the
+    /// table cannot be written in its format, or a declared column is missing or has
+    /// another type.
+    pub fn serialize_rows(
+        &self,
+        batch: &RecordBatch,
+    ) -> anyhow::Result<Vec<Result<Vec<u8>, String>>> {
         if let Some(e) = &self.unusable {
             anyhow::bail!("{e}");
         }
@@ -101,27 +124,28 @@ impl Serializer {
                 Ok(a)
             })
             .collect::<anyhow::Result<Vec<&ArrayRef>>>()?;
-        let empty = |row: usize| {
-            anyhow::anyhow!(
-                "row {row} of the batch would be an empty message (Pub/Sub rejects a message without data or attributes)"
-            )
-        };
-        match self.format {
+        Ok(match self.format {
             Format::RawString => {
                 let s = arrays[0].as_string::<i32>();
                 (0..s.len())
-                    .map(|i| match s.is_valid(i) && !s.value(i).is_empty() {
-                        true => Ok(s.value(i).as_bytes().to_vec()),
-                        false => Err(empty(i)),
+                    .map(|i| {
+                        Ok(if s.is_valid(i) {
+                            s.value(i).as_bytes().to_vec()
+                        } else {
+                            Vec::new()
+                        })
                     })
                     .collect()
             }
             Format::RawBytes => {
                 let b = arrays[0].as_binary::<i32>();
                 (0..b.len())
-                    .map(|i| match b.is_valid(i) && !b.value(i).is_empty() {
-                        true => Ok(b.value(i).to_vec()),
-                        false => Err(empty(i)),
+                    .map(|i| {
+                        Ok(if b.is_valid(i) {
+                            b.value(i).to_vec()
+                        } else {
+                            Vec::new()
+                        })
                     })
                     .collect()
             }
@@ -141,11 +165,7 @@ impl Serializer {
                             out.extend_from_slice(&c.key);
                             self.write_value(a, row, c.ty, &mut out, &mut scratch)
                                 .map_err(|e| {
-                                    anyhow::anyhow!(
-                                        "row {row} of the batch: column '{}' ({}): {e}",
-                                        c.name,
-                                        c.ty.sql_name()
-                                    )
+                                    format!("column '{}' ({}): {e}", c.name, c.ty.sql_name())
                                 })?;
                         }
                         out.push(b'}');
@@ -153,7 +173,7 @@ impl Serializer {
                     })
                     .collect()
             }
-        }
+        })
     }
 
     /// Writes the non-null value `a[row]` of SQL type `ty` as JSON.

@@ -11,7 +11,7 @@ use arrow::datatypes::SchemaRef;
 use serde_json::Value;
 use tokio::sync::{mpsc, Semaphore};
 
-use super::metrics::{Counter, Metrics};
+use super::metrics::{Counter, Gauge, Metrics};
 use super::types::{CheckpointBarrier, ConnectionSchema, ControlMessage, TaskInfo};
 use crate::format::{DeserializeError, Deserializer, FieldValue};
 use crate::runtime::{CoordEvent, Rows, SourceEvent};
@@ -36,6 +36,12 @@ impl OperatorContext {
     pub fn counter(&self, name: &str) -> Counter {
         self.metrics
             .counter(name, &self.task_info.operator_id, self.task_info.task_index)
+    }
+
+    /// This subtask's gauge `name`.
+    pub fn gauge(&self, name: &str) -> Gauge {
+        self.metrics
+            .gauge(name, &self.task_info.operator_id, self.task_info.task_index)
     }
 }
 

@@ -1,0 +1,158 @@
+//! Rows -> Pub/Sub messages: the payload by the table's format, the writable metadata
+//! columns `attributes` and `ordering-key` (SPEC 6), excluded from the payload.
+
+use std::collections::HashMap;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use pubsub_engine::format::Serializer;
+use pubsub_engine::ConnectionSchema;
+
+use crate::connector::{ATTRIBUTES, ORDERING_KEY};
+
+/// One row, ready to publish or refused by the encoder.
+pub enum Encoded {
+    Message {
+        data: Vec<u8>,
+        attributes: HashMap<String, String>,
+        ordering_key: String,
+    },
+    /// The encoder refused the row: `payload` is what it could write of it (the payload,
+    /// or empty), `reason` says why, naming the column.
+    Rejected { payload: Vec<u8>, reason: String },
+}
+
+/// Encodes the rows of a sink table.
+pub struct Encoder {
+    serializer: Serializer,
+    /// Index of the `METADATA FROM 'attributes'` column.
+    attributes: Option<usize>,
+    /// Index of the `METADATA FROM 'ordering-key'` column.
+    ordering_key: Option<usize>,
+}
+
+impl Encoder {
+    pub fn new(schema: &ConnectionSchema) -> Self {
+        let find = |key: &str| {
+            schema
+                .fields
+                .iter()
+                .position(|f| f.metadata_key.as_deref() == Some(key))
+        };
+        Encoder {
+            serializer: Serializer::new(schema),
+            attributes: find(ATTRIBUTES),
+            ordering_key: find(ORDERING_KEY),
+        }
+    }
+
+    /// One result per row, in row order. The outer error is the batch's (the table
+    /// cannot be written in its format, a column is missing): it fails the job.
+    pub fn encode(&self, batch: &RecordBatch) -> anyhow::Result<Vec<Encoded>> {
+        let payloads = self.serializer.serialize_rows(batch)?;
+        let attrs = self
+            .attributes
+            .map(|i| batch.column(i).as_string::<i32>().clone());
+        let keys = self
+            .ordering_key
+            .map(|i| batch.column(i).as_string::<i32>().clone());
+        Ok(payloads
+            .into_iter()
+            .enumerate()
+            .map(|(row, payload)| {
+                let data = match payload {
+                    Ok(d) => d,
+                    Err(reason) => {
+                        return Encoded::Rejected {
+                            payload: Vec::new(),
+                            reason,
+                        }
+                    }
+                };
+                let attributes = match attrs.as_ref().filter(|a| a.is_valid(row)) {
+                    Some(a) => match parse_attributes(a.value(row)) {
+                        Ok(m) => m,
+                        Err(reason) => {
+                            return Encoded::Rejected {
+                                payload: data,
+                                reason: format!("column METADATA FROM '{ATTRIBUTES}': {reason}"),
+                            }
+                        }
+                    },
+                    None => HashMap::new(),
+                };
+                let ordering_key = keys
+                    .as_ref()
+                    .filter(|k| k.is_valid(row))
+                    .map(|k| k.value(row).to_string())
+                    .unwrap_or_default();
+                Encoded::Message {
+                    data,
+                    attributes,
+                    ordering_key,
+                }
+            })
+            .collect())
+    }
+}
+
+/// A JSON object of strings -> attributes. Refused, never coerced: anything but an
+/// object, a NULL value, a number or other non-string value.
+pub fn parse_attributes(text: &str) -> Result<HashMap<String, String>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("is not a JSON object of strings: {e}"))?;
+    let serde_json::Value::Object(map) = v else {
+        return Err(format!(
+            "must be a JSON object of strings, was {}",
+            kind(&v)
+        ));
+    };
+    let mut out = HashMap::with_capacity(map.len());
+    for (k, v) in map {
+        match v {
+            serde_json::Value::String(s) => {
+                out.insert(k, s);
+            }
+            serde_json::Value::Null => return Err(format!("attribute '{k}' is NULL")),
+            other => {
+                return Err(format!(
+                    "attribute '{k}' must be a string, was {} {other}",
+                    kind(&other)
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_are_an_object_of_strings_exactly() {
+        let m = parse_attributes(r#"{"a":"1","é":"ü"}"#).unwrap();
+        assert_eq!(m["a"], "1");
+        assert_eq!(m["é"], "ü");
+        assert!(parse_attributes("{}").unwrap().is_empty());
+        assert_eq!(
+            parse_attributes(r#"{"a":null}"#).unwrap_err(),
+            "attribute 'a' is NULL"
+        );
+        assert!(parse_attributes(r#"{"a":1}"#)
+            .unwrap_err()
+            .contains("must be a string, was a number 1"));
+        assert!(parse_attributes("[1]").unwrap_err().contains("an array"));
+        assert!(parse_attributes("not json").is_err());
+    }
+}

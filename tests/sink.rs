@@ -1,0 +1,235 @@
+//! The sink against the real emulator (SPEC 6): metadata columns, Pub/Sub's limits,
+//! large messages, a topic deleted mid-run, a network cut.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use pubsub_connector_core::admin;
+use pubsub_connector_core::emulator_proxy::largest_publish_request;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// A source of JSON rows `{seq, attrs, k, pad}` and a sink writing `seq` and `pad` as the
+/// payload, `attrs` as attributes and `k` as ordering key.
+fn metadata_sql(t: &Topics, sink_endpoint: &str, sink_extra: &str) -> String {
+    format!(
+        "CREATE TABLE src (seq BIGINT, attrs TEXT, k TEXT, pad TEXT) WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+            'emulator-endpoint' = '{ep}', 'format' = 'json');
+         CREATE TABLE dst (seq BIGINT, pad TEXT, a TEXT METADATA FROM 'attributes',
+                           k TEXT METADATA FROM 'ordering-key') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+            'emulator-endpoint' = '{sink_endpoint}' {sink_extra});
+         INSERT INTO dst SELECT seq, pad, attrs, k FROM src;",
+        sub = t.input_sub,
+        out = t.output,
+        ep = endpoint(),
+    )
+}
+
+async fn publish_json(topic: &str, rows: &[serde_json::Value]) {
+    let payloads = rows.iter().map(|r| r.to_string().into_bytes()).collect();
+    admin::publish_all(&profile(), topic, payloads, 100)
+        .await
+        .unwrap();
+}
+
+async fn run(w: &Workdir, idle: &str) -> (i32, String, String) {
+    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", idle]);
+    finish(child, LIMIT).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attributes_and_ordering_keys_are_written_exactly_and_rows_over_a_limit_are_routed_alone() {
+    let t = topics("sink-meta", 10).await;
+    let mut rows: Vec<serde_json::Value> = (0..60)
+        .map(|i| {
+            let attrs = serde_json::json!({"n": i.to_string(), "é": "ü", "empty": ""});
+            serde_json::json!({"seq": i, "attrs": attrs.to_string(), "k": format!("k{}", i % 3)})
+        })
+        .collect();
+    // Each over one of Pub/Sub's limits, counted in UTF-8 bytes: a value of 600 'é'
+    // (1,200 bytes), a 257-byte key, 101 attributes; and one that would be empty.
+    let over: [serde_json::Value; 3] = [
+        serde_json::json!({"v": "é".repeat(600)}),
+        serde_json::json!({"k".repeat(257): "v"}),
+        serde_json::Value::Object((0..101).map(|i| (format!("a{i}"), "v".into())).collect()),
+    ];
+    for (i, a) in over.iter().enumerate() {
+        rows.insert(
+            10 + 20 * i,
+            serde_json::json!({"seq": 1000 + i, "attrs": a.to_string(), "k": "k0"}),
+        );
+    }
+    publish_json(&t.input, &rows).await;
+    let w = Workdir::new(&metadata_sql(
+        &t,
+        &endpoint(),
+        ", 'sink.message-ordering.enabled' = 'true', 'sink.failure-handler' = 'log-and-drop'",
+    ));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "records skipped:"), 3, "{stdout}");
+    assert_eq!(summary_count(&stdout, "rows written:"), 60, "{stdout}");
+    assert!(stderr.contains("1200 bytes (UTF-8)"), "{stderr}");
+    let out = admin::drain_messages(
+        &profile(),
+        &t.output_sub,
+        2,
+        Some(60),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.len(), 60);
+    for m in &out {
+        let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+        let seq = v["seq"].as_i64().unwrap();
+        // The metadata columns are not in the payload; NULL `pad` is omitted.
+        assert_eq!(v, serde_json::json!({"seq": seq}));
+        let want: HashMap<String, String> = [
+            ("n".to_string(), seq.to_string()),
+            ("é".to_string(), "ü".to_string()),
+            ("empty".to_string(), String::new()),
+        ]
+        .into();
+        assert_eq!(m.attributes, want);
+        assert_eq!(m.ordering_key, format!("k{}", seq % 3));
+    }
+    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
+        .await
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordering_key_without_message_ordering_fails_naming_the_option() {
+    let t = topics("sink-nokey", 10).await;
+    publish_json(&t.input, &[serde_json::json!({"seq": 1, "k": "a"})]).await;
+    let w = Workdir::new(&metadata_sql(&t, &endpoint(), ""));
+    let (code, _stdout, stderr) = run(&w, "5s").await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("'sink.message-ordering.enabled' is false"),
+        "{stderr}"
+    );
+    // Nothing was published, so nothing was acknowledged.
+    assert_eq!(
+        redelivered(&t.input_sub, Duration::from_secs(3))
+            .await
+            .len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_are_published_in_requests_under_10_mb_and_one_over_it_is_routed() {
+    let t = topics("sink-large", 60).await;
+    let pad = |n: usize| "x".repeat(n);
+    let mut rows: Vec<serde_json::Value> = (0..20)
+        .map(|i| serde_json::json!({"seq": i, "pad": pad(600 * 1024)}))
+        .collect();
+    rows.push(serde_json::json!({"seq": 20, "pad": pad(8 * 1024 * 1024)}));
+    // 9.9 MB fits Pub/Sub's 10,000,000-byte request; 9.9 MiB (10,380,902 bytes) does not.
+    rows.push(serde_json::json!({"seq": 21, "pad": pad(9_900_000)}));
+    rows.push(serde_json::json!({"seq": 22, "pad": pad(10_380_902)}));
+    publish_json(&t.input, &rows).await;
+    let w = Workdir::new(&metadata_sql(
+        &t,
+        &endpoint(),
+        ", 'sink.batching.request-byte-threshold' = '9900000', 'sink.failure-handler' = 'log-and-drop'",
+    ));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "rows written:"), 22, "{stdout}");
+    assert_eq!(summary_count(&stdout, "records skipped:"), 1, "{stdout}");
+    let out = admin::drain_messages(
+        &profile(),
+        &t.output_sub,
+        2,
+        Some(22),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let mut seqs: Vec<i64> = out
+        .iter()
+        .map(|m| {
+            serde_json::from_slice::<serde_json::Value>(&m.data).unwrap()["seq"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, (0..22).collect::<Vec<_>>());
+    let topic = format!("projects/{PROJECT}/topics/{}", t.output);
+    let largest = largest_publish_request(&topic);
+    assert!(largest < 10_000_000, "a request of {largest} bytes");
+    // Batching did fill requests: several 600 KiB messages shared one.
+    assert!(largest > 9_000_000, "largest request {largest} bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_deleted_mid_run_is_recreated_under_create_if_needed_and_nothing_is_lost() {
+    let t = topics("sink-recreate", 10).await;
+    let first = publish_seq(&t.input, 0..200).await;
+    let w = Workdir::new(&pipeline_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.rate-limit.messages-per-second' = '100'",
+    ));
+    let child = w.spawn(&["--checkpoint-interval", "500ms", "--stop-when-idle", "5s"]);
+    // Delete the topic while the first rows flow, then publish more.
+    let got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(30)).await;
+    assert!(got.len() >= 50);
+    admin::delete_topic(&profile(), &t.output).await.unwrap();
+    let second = publish_seq(&t.input, 200..300).await;
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("created topic"), "{stderr}");
+    assert_eq!(summary_count(&stdout, "topics created:"), 1, "{stdout}");
+    // Every row was confirmed by Pub/Sub (rows written counts confirmations) and every
+    // input message acknowledged; nothing is left to redeliver.
+    assert!(summary_count(&stdout, "rows written:") >= first.len() + second.len());
+    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
+        .await
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
+    let t = topics("sink-cut", 10).await;
+    let ids = publish_seq(&t.input, 0..1500).await;
+    let proxy = TcpProxy::start(&endpoint()).await;
+    let sql = pipeline_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.rate-limit.messages-per-second' = '200'",
+    )
+    .replacen(
+        &format!("'emulator-endpoint' = '{}');\n         INSERT", endpoint()),
+        &format!(
+            "'emulator-endpoint' = '{}');\n         INSERT",
+            proxy.endpoint()
+        ),
+        1,
+    );
+    assert!(sql.contains(&proxy.endpoint()), "{sql}");
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "10s"]);
+    let early = sink_ids(&t.output_sub, Some(200), Duration::from_secs(30)).await;
+    assert!(early.len() >= 200);
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    proxy.restore().await;
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    let mut got = early;
+    got.extend(sink_ids(&t.output_sub, None, Duration::from_secs(10)).await);
+    assert_eq!(missing(&ids, &got), 0, "{stderr}");
+    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
+        .await
+        .is_empty());
+}
