@@ -63,7 +63,8 @@ async fn two_processes_of_two_workers_agree_on_checkpoints_route_by_key_and_lose
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
             'emulator-endpoint' = '{e}', 'scan.parallel-pull-count' = '1');
          CREATE TABLE dst (seq BIGINT, mid TEXT, k TEXT METADATA FROM 'ordering-key') WITH (
-            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}', 'emulator-endpoint' = '{e}');
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}', 'emulator-endpoint' = '{e}',
+            'sink.message-ordering.enabled' = 'true');
          INSERT INTO dst SELECT seq, mid, mid FROM src;",
         sub = t.input_sub,
         out = t.output,

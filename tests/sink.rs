@@ -233,3 +233,92 @@ async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
         .await
         .is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_after_repair() {
+    let p = profile();
+    let (input, output) = (unique("sink-ord-in"), unique("sink-ord-out"));
+    let (in_sub, out_sub, out_sub2) = (
+        unique("sink-ord-in-sub"),
+        unique("sink-ord-out-sub"),
+        unique("sink-ord-out-sub2"),
+    );
+    admin::create_topic(&p, &input).await.unwrap();
+    admin::create_topic(&p, &output).await.unwrap();
+    let subs = pubsub_connector_core::client::subscription_admin(&p)
+        .await
+        .unwrap();
+    let ordered_sub = |name: &str, topic: &str| {
+        subs.create_subscription()
+            .set_name(pubsub_connector_core::client::subscription_path(
+                PROJECT, name,
+            ))
+            .set_topic(pubsub_connector_core::client::topic_path(PROJECT, topic))
+            .set_enable_message_ordering(true)
+            .set_ack_deadline_seconds(10)
+            .send()
+    };
+    ordered_sub(&in_sub, &input).await.unwrap();
+    ordered_sub(&out_sub, &output).await.unwrap();
+    publish_ordered(&input, &["a", "b", "c"], 300).await;
+    // The republish after a repair waits the recovery backoff (2-4 s here): time for the
+    // test to subscribe to the recreated topic first.
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT, k TEXT METADATA FROM 'ordering-key') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{in_sub}',
+            'emulator-endpoint' = '{e}', 'scan.ordering-mode' = 'per-key',
+            'scan.rate-limit.messages-per-second' = '40');
+         CREATE TABLE dst (seq BIGINT, k TEXT METADATA FROM 'ordering-key') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{output}',
+            'emulator-endpoint' = '{e}', 'sink.message-ordering.enabled' = 'true',
+            'sink.recovery.initial-backoff' = '4s');
+         INSERT INTO dst SELECT seq, k FROM src;",
+        e = endpoint()
+    );
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "8s"]);
+    let mut got = ordered(&out_sub, 60).await;
+    assert_eq!(got.len(), 60);
+    // Every key's next publish fails (NOT_FOUND) and pauses the key.
+    admin::delete_topic(&p, &output).await.unwrap();
+    let topics = pubsub_connector_core::client::topic_admin(&p)
+        .await
+        .unwrap();
+    let name = pubsub_connector_core::client::topic_path(PROJECT, &output);
+    let start = std::time::Instant::now();
+    while topics
+        .get_topic()
+        .set_topic(name.clone())
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < LIMIT, "the sink never recreated {name}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ordered_sub(&out_sub2, &output).await.unwrap();
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        summary_count(&stdout, "send errors NOT FOUND:") >= 1,
+        "{stdout}"
+    );
+    got.extend(ordered(&out_sub, 300).await);
+    let before = got.len();
+    got.extend(ordered(&out_sub2, 300).await);
+    assert!(
+        got.len() > before,
+        "rows after the repair reached the recreated topic"
+    );
+    let mut per_key: HashMap<String, Vec<i64>> = HashMap::new();
+    for (k, seq) in got {
+        per_key.entry(k).or_default().push(seq);
+    }
+    for (i, k) in ["a", "b", "c"].iter().enumerate() {
+        let want: Vec<i64> = (0..300).filter(|s| s % 3 == i as i64).collect();
+        assert_eq!(per_key[*k], want, "key {k}: every row, in order, once");
+    }
+    assert!(redelivered(&in_sub, Duration::from_secs(3))
+        .await
+        .is_empty());
+}

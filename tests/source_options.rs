@@ -9,7 +9,6 @@ mod support;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use google_cloud_pubsub::model::Message;
 use pubsub_connector_core::{admin, client};
 use support::*;
 
@@ -101,53 +100,6 @@ async fn wait_until_created(subs: &google_cloud_pubsub::client::SubscriptionAdmi
     }
 }
 
-/// Publishes `n` messages `{"seq": i}` round-robin on `keys` ordering keys, in order.
-async fn publish_ordered(topic: &str, keys: &[&str], n: usize) {
-    let publisher = client::publisher(&profile(), &client::topic_path(PROJECT, topic))
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
-    let futs: Vec<_> = (0..n)
-        .map(|i| {
-            publisher.publish(
-                Message::new()
-                    .set_data(format!("{{\"seq\": {i}}}"))
-                    .set_ordering_key(keys[i % keys.len()]),
-            )
-        })
-        .collect();
-    for f in futs {
-        f.await.unwrap();
-    }
-}
-
-/// Reads an ordering subscription with one stream, in delivery order: (key, seq) of each
-/// first delivery.
-async fn ordered(sub: &str, expected: usize) -> Vec<(String, i64)> {
-    let subscriber = client::subscriber(&profile()).await.unwrap();
-    let mut stream = subscriber
-        .subscribe(client::subscription_path(PROJECT, sub))
-        .set_max_lease_extension(Duration::from_secs(30))
-        .build();
-    let mut seen = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    while out.len() < expected {
-        let Ok(Some(Ok((m, h)))) =
-            tokio::time::timeout(Duration::from_secs(20), stream.next()).await
-        else {
-            break;
-        };
-        h.ack();
-        if seen.insert(m.message_id.clone()) {
-            let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
-            out.push((m.ordering_key.clone(), v["seq"].as_i64().unwrap()));
-        }
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown_token().shutdown()).await;
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_key_ordering_keeps_each_keys_order_into_the_sink_topic() {
     let p = profile();
@@ -166,7 +118,7 @@ async fn per_key_ordering_keeps_each_keys_order_into_the_sink_topic() {
             'scan.auto-create.message-ordering.enabled' = 'true');
          CREATE TABLE dst (seq BIGINT, k TEXT METADATA FROM 'ordering-key') WITH (
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{output}',
-            'emulator-endpoint' = '{e}');
+            'emulator-endpoint' = '{e}', 'sink.message-ordering.enabled' = 'true');
          INSERT INTO dst SELECT seq, k FROM src;",
         e = endpoint()
     );

@@ -298,3 +298,50 @@ pub fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
+
+/// Publishes `n` messages `{"seq": i}` round-robin on `keys` ordering keys, in order.
+pub async fn publish_ordered(topic: &str, keys: &[&str], n: usize) {
+    let publisher = client::publisher(&profile(), &client::topic_path(PROJECT, topic))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let futs: Vec<_> = (0..n)
+        .map(|i| {
+            publisher.publish(
+                google_cloud_pubsub::model::Message::new()
+                    .set_data(format!("{{\"seq\": {i}}}"))
+                    .set_ordering_key(keys[i % keys.len()]),
+            )
+        })
+        .collect();
+    for f in futs {
+        f.await.unwrap();
+    }
+}
+
+/// Reads an ordering subscription with one stream, in delivery order: (key, seq) of each
+/// first delivery.
+pub async fn ordered(sub: &str, expected: usize) -> Vec<(String, i64)> {
+    let subscriber = client::subscriber(&profile()).await.unwrap();
+    let mut stream = subscriber
+        .subscribe(client::subscription_path(PROJECT, sub))
+        .set_max_lease_extension(Duration::from_secs(30))
+        .build();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    while out.len() < expected {
+        let Ok(Some(Ok((m, h)))) =
+            tokio::time::timeout(Duration::from_secs(20), stream.next()).await
+        else {
+            break;
+        };
+        h.ack();
+        if seen.insert(m.message_id.clone()) {
+            let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+            out.push((m.ordering_key.clone(), v["seq"].as_i64().unwrap()));
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown_token().shutdown()).await;
+    out
+}

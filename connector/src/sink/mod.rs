@@ -234,6 +234,19 @@ impl SinkWriter {
             Repair::KeyPaused => self.park(p),
             Repair::TopicMissing => match self.sink.config().create_disposition {
                 CreateDisposition::CreateIfNeeded => {
+                    // An attempt like a transient failure: the republish waits the
+                    // recovery backoff, and a topic deleted again and again fails.
+                    p.attempts += 1;
+                    if p.attempts > self.options().recovery.max_attempts {
+                        self.fail(format!(
+                            "topic {} went missing {} times while republishing ('{}' = {})",
+                            self.topic,
+                            p.attempts,
+                            pubsub_table_options::RECOVERY_MAX_ATTEMPTS,
+                            self.options().recovery.max_attempts
+                        ));
+                        return;
+                    }
                     self.topic_missing = true;
                     self.park(p);
                 }
