@@ -7,6 +7,7 @@ pub mod build_error;
 pub mod client;
 mod connector;
 pub mod credentials;
+pub mod dead_letter;
 pub mod diagnose;
 pub mod emulator;
 pub mod emulator_proxy;
