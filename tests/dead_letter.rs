@@ -313,3 +313,89 @@ async fn policy_and_queue_must_come_together_at_plan_time() {
         assert!(stderr.contains(expect), "want {expect:?} in {stderr}");
     }
 }
+
+/// The queue on its own against the emulator: how `max_in_flight_messages` bounds what an
+/// offer leaves in flight, the counter, the envelope, and an offer failing under
+/// write-through once the topic is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_flight_bound_decides_when_an_offer_waits() {
+    use pubsub_connector_core::dead_letter::{DeadLetter, PubSubDeadLetterQueue};
+    let p = profile();
+    let dead = unique("dlq-bound");
+    let dead_sub = unique("dlq-bound-sub");
+    admin::create_topic(&p, &dead).await.unwrap();
+    admin::create_subscription(&p, &dead_sub, &dead, 60)
+        .await
+        .unwrap();
+    let letter = |i: usize| DeadLetter {
+        payload: bytes::Bytes::from(format!("letter {i}")),
+        connector: "pubsub-sink",
+        destination: client::topic_path(PROJECT, "meant-for"),
+        error: "é".repeat(600),
+        subtask: 1,
+    };
+    let open = |max: i64| {
+        let dead = dead.clone();
+        async move {
+            let mut q = PubSubDeadLetterQueue::builder()
+                .project(PROJECT)
+                .topic(dead)
+                .emulator_endpoint(endpoint())
+                .max_in_flight_messages(max)
+                .build()
+                .unwrap();
+            let c = pubsub_engine::Counter::default();
+            q.set_counter(c.clone());
+            q.open().await.unwrap();
+            (q, c)
+        }
+    };
+    // Write-through: every offer waits for its own publish.
+    let (mut q, c) = open(0).await;
+    for i in 0..3 {
+        q.offer(letter(i)).await.unwrap();
+        assert_eq!(q.in_flight(), 0);
+        assert_eq!(c.get(), i as u64 + 1);
+    }
+    q.close().await;
+    // A bound of 2: the second offer waits for both.
+    let (mut q, c) = open(2).await;
+    q.offer(letter(3)).await.unwrap();
+    assert_eq!(q.in_flight(), 1);
+    q.offer(letter(4)).await.unwrap();
+    assert_eq!((q.in_flight(), c.get()), (0, 2));
+    q.close().await;
+    // Unbounded: nothing waits until the flush.
+    let (mut q, c) = open(-1).await;
+    for i in 5..10 {
+        q.offer(letter(i)).await.unwrap();
+    }
+    assert_eq!(q.in_flight(), 5);
+    q.flush().await.unwrap();
+    assert_eq!((q.in_flight(), c.get()), (0, 5));
+
+    let got = pull_until(&dead_sub, Duration::from_secs(10), |m| m.len() >= 10).await;
+    let mut payloads: Vec<String> = got
+        .iter()
+        .map(|m| String::from_utf8(m.data.to_vec()).unwrap())
+        .collect();
+    payloads.sort();
+    payloads.dedup();
+    assert_eq!(payloads.len(), 10, "{payloads:?}");
+    for m in &got {
+        assert_eq!(m.attributes[ATTR_CONNECTOR], "pubsub-sink");
+        assert_eq!(m.attributes[ATTR_SUBTASK], "1");
+        // 600 two-byte characters cut to 512 of them: 1024 bytes, valid UTF-8.
+        assert_eq!(m.attributes[ATTR_ERROR], "é".repeat(512));
+    }
+
+    // Write-through to a deleted topic: the offer itself fails, naming topic and status.
+    let (mut q, _) = open(0).await;
+    admin::delete_topic(&p, &dead).await.unwrap();
+    let e = q.offer(letter(10)).await.unwrap_err().to_string();
+    assert!(
+        e.contains(&client::topic_path(PROJECT, &dead)) && e.contains("NOT_FOUND"),
+        "{e}"
+    );
+    q.close().await;
+}
