@@ -1,31 +1,760 @@
-//! Placeholder of the dead-letter queue (SPEC 6.1) while it is built on its own branch.
+//! The dead-letter queue (SPEC 6.1) shared by the source (`scan.deserialization-failure-policy
+//! = 'dead-letter'`) and the sink (`sink.failure-handler = 'dead-letter'`): a standalone
+//! publisher to an **existing** topic (never created: a dead-letter destination created on
+//! the fly is one nothing consumes), with credentials of its own (never inherited from the
+//! table: a dead-letter topic may use another identity).
+//!
+//! Semantics follow the reference connector's `PubSubDeadLetterQueue`:
+//! - [`PubSubDeadLetterQueue::offer`] may buffer; once `max_in_flight_messages` publishes
+//!   are in flight it waits for all of them (`0`, write-through: after each one; `-1`:
+//!   never, until the flush), each wait bounded by `flush_timeout`;
+//! - [`PubSubDeadLetterQueue::flush`] runs at every checkpoint barrier and makes every
+//!   offered letter durable within `flush_timeout`, or fails (failing the checkpoint);
+//! - [`PubSubDeadLetterQueue::close`] is best effort within `shutdown_timeout`; nothing
+//!   relies on it.
+//!
+//! An expired wait cancels nothing: the client may still deliver those publishes later, a
+//! duplicate the dead-letter contract already asks consumers to expect.
+//!
+//! A dead letter is the original payload as data and exactly five attributes, see
+//! [`DeadLetter::into_message`].
 
-use pubsub_schema::DeadLetterQueueConfig;
+use std::fmt;
+use std::time::{Duration, SystemTime};
 
-use crate::build_error::BuildError;
+use futures::stream::{FuturesUnordered, StreamExt};
+use google_cloud_pubsub::client::Publisher;
+use google_cloud_pubsub::error::PublishError;
+use google_cloud_pubsub::model::Message;
+use google_cloud_pubsub::publisher::PublishFuture;
+use pubsub_engine::Counter;
+use pubsub_schema::{Authentication, DeadLetterQueueConfig, PubSubProfile};
 
-pub struct PubSubDeadLetterQueue;
+use crate::build_error::{show, whole_ms, BuildError};
+use crate::client;
+use crate::diagnose::{self, Cause, Resource};
 
+/// Counter: dead letters whose publish the server confirmed.
+pub const DEAD_LETTERS_PUBLISHED: &str = "dead_letters_published";
+
+/// Attribute: which connector produced the letter (`pubsub-source`, `pubsub-sink`).
+pub const ATTR_CONNECTOR: &str = "dlq-connector";
+/// Attribute: the full subscription the message was read from, or topic it was meant for.
+pub const ATTR_DESTINATION: &str = "dlq-destination";
+/// Attribute: why it was dead-lettered, at most [`MAX_ERROR_BYTES`] UTF-8 bytes.
+pub const ATTR_ERROR: &str = "dlq-error";
+/// Attribute: when it was dead-lettered, RFC 3339 UTC with milliseconds
+/// (`2026-11-30T18:00:00.123Z`).
+pub const ATTR_TIMESTAMP: &str = "dlq-timestamp";
+/// Attribute: the index of the subtask that dead-lettered it, in decimal.
+pub const ATTR_SUBTASK: &str = "dlq-subtask";
+/// Pub/Sub's limit of an attribute value, in bytes: longer reasons are cut on a character
+/// boundary.
+pub const MAX_ERROR_BYTES: usize = 1024;
+
+/// `max_in_flight_messages`: publish each letter synchronously.
+pub const WRITE_THROUGH: i64 = 0;
+/// `max_in_flight_messages`: buffer every letter until the flush (memory not bounded by
+/// the queue).
+pub const UNBOUNDED: i64 = -1;
+/// Default `max_in_flight_messages`.
+pub const DEFAULT_MAX_IN_FLIGHT: i64 = 1000;
+/// Default `flush_timeout`.
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `shutdown_timeout`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One element to dead-letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {
+    /// The original payload (a source message's data, a sink's encoded row); may be empty.
     pub payload: bytes::Bytes,
+    /// Which connector produced it: `pubsub-source` or `pubsub-sink`.
     pub connector: &'static str,
+    /// The full subscription name it was read from, or the full topic name it was meant for.
     pub destination: String,
+    /// Why it failed (cut to [`MAX_ERROR_BYTES`] in the envelope).
     pub error: String,
+    /// The index of the subtask that failed it.
     pub subtask: usize,
 }
 
+impl DeadLetter {
+    /// The envelope published for this letter at `now`: the payload as data and exactly
+    /// the attributes [`ATTR_CONNECTOR`], [`ATTR_DESTINATION`], [`ATTR_ERROR`] (cut to
+    /// [`MAX_ERROR_BYTES`] on a character boundary), [`ATTR_TIMESTAMP`] (RFC 3339 UTC,
+    /// milliseconds) and [`ATTR_SUBTASK`]. An empty payload is fine: the attributes make
+    /// the message non-empty.
+    pub fn into_message(self, now: SystemTime) -> Message {
+        Message::new().set_data(self.payload).set_attributes([
+            (ATTR_CONNECTOR, self.connector.to_string()),
+            (ATTR_DESTINATION, self.destination),
+            (
+                ATTR_ERROR,
+                truncate_utf8(&self.error, MAX_ERROR_BYTES).to_string(),
+            ),
+            (ATTR_TIMESTAMP, rfc3339_millis(now)),
+            (ATTR_SUBTASK, self.subtask.to_string()),
+        ])
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+pub fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// `t` as RFC 3339 UTC with milliseconds (`2026-11-30T18:00:00.123Z`; whole seconds as
+/// `...:00Z`).
+pub fn rfc3339_millis(t: SystemTime) -> String {
+    let d = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    let ts = google_cloud_wkt::Timestamp::clamp(
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        (d.subsec_millis() * 1_000_000) as i32,
+    );
+    String::from(ts)
+}
+
+/// A validated dead-letter queue; open it with [`PubSubDeadLetterQueue::open`] before
+/// offering. `Debug` never shows the key file's path.
+pub struct PubSubDeadLetterQueue {
+    config: DeadLetterQueueConfig,
+    /// The project the queue's clients bill to and the topic lives in, with the queue's
+    /// own authentication.
+    profile: PubSubProfile,
+    /// The full topic name.
+    topic: String,
+    publisher: Option<Publisher>,
+    in_flight: FuturesUnordered<PublishFuture>,
+    published: Counter,
+}
+
+impl fmt::Debug for PubSubDeadLetterQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PubSubDeadLetterQueue")
+            .field("topic", &self.topic)
+            // `Authentication`'s Debug redacts the key file path.
+            .field("authentication", &self.config.authentication)
+            .field(
+                "max_in_flight_messages",
+                &self.config.max_in_flight_messages,
+            )
+            .field("flush_timeout_ms", &self.config.flush_timeout_ms)
+            .field("shutdown_timeout_ms", &self.config.shutdown_timeout_ms)
+            .field("open", &self.publisher.is_some())
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
 impl PubSubDeadLetterQueue {
-    pub fn from_config(_project: &str, _c: &DeadLetterQueueConfig) -> Result<Self, BuildError> {
-        Ok(PubSubDeadLetterQueue)
+    pub fn builder() -> PubSubDeadLetterQueueBuilder {
+        PubSubDeadLetterQueueBuilder::default()
     }
+
+    /// Validates a table's queue config through the builder; `project` is the table's
+    /// project, in which a topic id resolves. Errors name the option (`dead_letter.topic`,
+    /// ...) and the value, never a key file path.
+    pub fn from_config(project: &str, c: &DeadLetterQueueConfig) -> Result<Self, BuildError> {
+        let mut b = Self::builder()
+            .project(project)
+            .topic(c.topic.clone())
+            .max_in_flight_messages(c.max_in_flight_messages)
+            .flush_timeout(Duration::from_millis(c.flush_timeout_ms))
+            .shutdown_timeout(Duration::from_millis(c.shutdown_timeout_ms));
+        b = match &c.authentication {
+            Authentication::ApplicationDefault => b,
+            Authentication::ServiceAccountKeyFile { path } => b.service_account_key_file(path),
+            Authentication::Emulator { endpoint } => b.emulator_endpoint(endpoint),
+        };
+        b.build()
+    }
+
+    /// The table config this queue was built from (topic as given).
+    pub fn config(&self) -> &DeadLetterQueueConfig {
+        &self.config
+    }
+
+    /// The full topic name, `projects/P/topics/T`.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Counts confirmed publishes into `c` (the subtask's [`DEAD_LETTERS_PUBLISHED`]).
+    pub fn set_counter(&mut self, c: Counter) {
+        self.published = c;
+    }
+
+    /// Publishes not yet confirmed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Checks that the topic exists with one bounded `GetTopic` (see
+    /// [`diagnose::bounded`]). Errors: the topic is missing (the queue never creates one;
+    /// a [`pubsub_engine::ConfigError`], no restart fixes it), or unreachable, refused
+    /// credentials, denied permission, each naming the topic.
+    pub async fn check_topic(&self) -> anyhow::Result<()> {
+        let admin = client::topic_admin(&self.profile)
+            .await
+            .map_err(|e| e.context(format!("dead-letter topic {}", self.topic)))?;
+        match diagnose::bounded(admin.get_topic().set_topic(self.topic.clone()))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if diagnose::cause(&e) == Cause::NotFound => {
+                Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+                    "dead-letter topic {} does not exist (NOT_FOUND at {}): the dead-letter queue never creates its topic; create it first (gcloud pubsub topics create {}) or fix option 'dead-letter.topic'",
+                    self.topic,
+                    diagnose::endpoint(&self.profile),
+                    self.topic.rsplit('/').next().unwrap_or(&self.topic)
+                )))
+            }
+            Err(e) => Err(anyhow::anyhow!(
+                "dead-letter queue: {}",
+                diagnose::startup_error(&self.profile, Resource::Topic(&self.topic), &e)
+            )),
+        }
+    }
+
+    /// Checks that the topic exists ([`Self::check_topic`]) and builds the publisher.
+    /// Errors as `check_topic`, or when the queue's key file cannot be used (named by its
+    /// option, never by its path).
     pub async fn open(&mut self) -> anyhow::Result<()> {
-        anyhow::bail!("the dead-letter queue is not built yet")
-    }
-    pub async fn offer(&mut self, _letter: DeadLetter) -> anyhow::Result<()> {
+        self.check_topic().await?;
+        let publisher = client::publisher(&self.profile, &self.topic)?
+            .build()
+            .await
+            .map_err(|e| diagnose::client_build_error(&self.profile, e))?;
+        self.publisher = Some(publisher);
         Ok(())
     }
+
+    /// Publishes `letter` (see [`DeadLetter::into_message`]). Once `max_in_flight_messages`
+    /// publishes are in flight (every one under write-through, never under unbounded) it
+    /// waits for all of them, within `flush_timeout`. Errors: the queue is not open, a
+    /// publish failed (naming the topic and the gRPC status), or the wait expired.
+    pub async fn offer(&mut self, letter: DeadLetter) -> anyhow::Result<()> {
+        let Some(publisher) = self.publisher.as_ref() else {
+            anyhow::bail!(
+                "dead-letter queue for topic {} is not open: a letter was offered before open() or after close()",
+                self.topic
+            );
+        };
+        self.in_flight
+            .push(publisher.publish(letter.into_message(SystemTime::now())));
+        let max = self.config.max_in_flight_messages;
+        if max != UNBOUNDED && self.in_flight.len() as i64 >= max.max(1) {
+            self.await_all("an offer").await?;
+        }
+        Ok(())
+    }
+
+    /// Sends everything buffered and awaits every outstanding publish within
+    /// `flush_timeout` (one deadline for the whole wait). Runs at every checkpoint barrier;
+    /// an error fails that checkpoint. Errors: a publish failed (naming the topic and the
+    /// gRPC status) or the wait expired (the publishes are not cancelled).
     pub async fn flush(&mut self) -> anyhow::Result<()> {
-        Ok(())
+        if self.in_flight.is_empty() {
+            return Ok(());
+        }
+        self.await_all("the checkpoint flush").await
     }
-    pub async fn close(&mut self) {}
+
+    /// Best effort: flushes within `shutdown_timeout`, then drops the publisher. Failures
+    /// are logged, never returned: nothing relies on a close (every letter that matters was
+    /// made durable by a flush).
+    pub async fn close(&mut self) {
+        let Some(publisher) = self.publisher.take() else {
+            return;
+        };
+        let timeout = Duration::from_millis(self.config.shutdown_timeout_ms);
+        let n = self.in_flight.len();
+        let in_flight = &mut self.in_flight;
+        let published = &self.published;
+        let drained = tokio::time::timeout(timeout, async {
+            publisher.flush().await;
+            let mut failed = 0usize;
+            while let Some(r) = in_flight.next().await {
+                match r {
+                    Ok(_) => published.add(1),
+                    Err(_) => failed += 1,
+                }
+            }
+            failed
+        })
+        .await;
+        match drained {
+            Ok(0) => {}
+            Ok(failed) => tracing::warn!(
+                "dead-letter queue: {failed} of {n} publishes to {} failed while closing (they belonged to no completed checkpoint)",
+                self.topic
+            ),
+            Err(_) => tracing::warn!(
+                "dead-letter queue: {} of {n} publishes to {} still outstanding after the shutdown timeout ({}) while closing",
+                self.in_flight.len(),
+                self.topic,
+                show(timeout)
+            ),
+        }
+        self.in_flight = FuturesUnordered::new();
+    }
+
+    /// Flushes the publisher and awaits every outstanding publish, all within one
+    /// `flush_timeout`. `during` names the caller in errors.
+    async fn await_all(&mut self, during: &str) -> anyhow::Result<()> {
+        let timeout = Duration::from_millis(self.config.flush_timeout_ms);
+        let n = self.in_flight.len();
+        let topic = &self.topic;
+        let publisher = self.publisher.as_ref();
+        let in_flight = &mut self.in_flight;
+        let published = &self.published;
+        let waited = tokio::time::timeout(timeout, async {
+            if let Some(p) = publisher {
+                p.flush().await;
+            }
+            while let Some(r) = in_flight.next().await {
+                match r {
+                    Ok(_) => published.add(1),
+                    Err(e) => return Err(publish_error(topic, &e)),
+                }
+            }
+            Ok(())
+        })
+        .await;
+        match waited {
+            Ok(r) => r.map_err(|e| anyhow::anyhow!("{e} during {during}; the checkpoint in progress fails and none of its messages is acknowledged")),
+            Err(_) => Err(anyhow::anyhow!(
+                "dead-letter queue: {} of {n} publishes to topic {topic} were not confirmed within the flush timeout ({}, option 'dead-letter.flush-timeout') during {during}; the checkpoint in progress fails and none of its messages is acknowledged",
+                self.in_flight.len(),
+                show(timeout)
+            )),
+        }
+    }
+}
+
+/// A failed publish, naming the topic and the gRPC status.
+fn publish_error(topic: &str, e: &PublishError) -> String {
+    let status = match e {
+        PublishError::Rpc(err) => err.status().map(|s| (s.code, s.message.clone())),
+        _ => None,
+    };
+    match status {
+        Some((code, message)) => format!(
+            "dead-letter queue: publish to topic {topic} failed with status {code}: {message}"
+        ),
+        None => format!("dead-letter queue: publish to topic {topic} failed: {e}"),
+    }
+}
+
+/// Builder of [`PubSubDeadLetterQueue`]; every rule is checked in [`Self::build`].
+/// `Debug` never shows the key file's path.
+#[derive(Clone, Default)]
+pub struct PubSubDeadLetterQueueBuilder {
+    topic: Option<String>,
+    project: Option<String>,
+    key_file: Option<String>,
+    emulator_endpoint: Option<String>,
+    max_in_flight_messages: Option<i64>,
+    flush_timeout: Option<Duration>,
+    shutdown_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for PubSubDeadLetterQueueBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PubSubDeadLetterQueueBuilder")
+            .field("topic", &self.topic)
+            .field("project", &self.project)
+            .field(
+                "service_account_key_file",
+                &self.key_file.as_ref().map(|_| "<redacted>"),
+            )
+            .field("emulator_endpoint", &self.emulator_endpoint)
+            .field("max_in_flight_messages", &self.max_in_flight_messages)
+            .field("flush_timeout", &self.flush_timeout)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .finish()
+    }
+}
+
+const TOPIC: &str = "dead_letter.topic";
+const KEY_FILE: &str = "dead_letter.service_account_key_file";
+const ENDPOINT: &str = "dead_letter.emulator_endpoint";
+const MAX_IN_FLIGHT: &str = "dead_letter.max_in_flight_messages";
+const FLUSH_TIMEOUT: &str = "dead_letter.flush_timeout";
+const SHUTDOWN_TIMEOUT: &str = "dead_letter.shutdown_timeout";
+
+impl PubSubDeadLetterQueueBuilder {
+    /// The topic every dead letter is published to: an id (resolved in [`Self::project`])
+    /// or a full name `projects/P/topics/T`. Required; it must exist (never created).
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self
+    }
+
+    /// The project a topic id resolves in (the table's project). Needed unless the topic
+    /// is a full name, whose project then wins.
+    pub fn project(mut self, project: impl Into<String>) -> Self {
+        self.project = Some(project.into());
+        self
+    }
+
+    /// Authenticates with the service-account JSON key at `path` (read when the queue
+    /// opens) instead of application default credentials. Not inherited from the table;
+    /// cannot be combined with [`Self::emulator_endpoint`]. The path never appears in an
+    /// error or a log line.
+    pub fn service_account_key_file(mut self, path: impl Into<String>) -> Self {
+        self.key_file = Some(path.into());
+        self
+    }
+
+    /// Publishes to a Pub/Sub emulator at `host:port` (port 1..65535) over plaintext,
+    /// without credentials. Checked in `build()`.
+    pub fn emulator_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.emulator_endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// Publishes in flight before an offer waits for them all: positive, [`WRITE_THROUGH`]
+    /// (0: each offer waits for its own publish) or [`UNBOUNDED`] (-1: only the flush
+    /// waits; memory not bounded by the queue). Default 1000.
+    pub fn max_in_flight_messages(mut self, n: i64) -> Self {
+        self.max_in_flight_messages = Some(n);
+        self
+    }
+
+    /// The budget of one wait for the queue's publishes (a flush, or an offer at the
+    /// in-flight bound): positive, whole milliseconds. On expiry the wait fails. Default
+    /// 60 s.
+    pub fn flush_timeout(mut self, d: Duration) -> Self {
+        self.flush_timeout = Some(d);
+        self
+    }
+
+    /// How long closing waits for the queue's publisher, after the host connector's own
+    /// shutdown: positive, whole milliseconds. Default 30 s.
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.shutdown_timeout = Some(d);
+        self
+    }
+
+    /// Validates: a topic, a valid id (with a project) or full name; key file and emulator
+    /// endpoint not both; the endpoint `host:port` with port 1..65535; in-flight >= -1;
+    /// timeouts positive whole milliseconds. Errors name the option
+    /// (`dead_letter.topic`, ...) and the value; a key file path is never shown.
+    pub fn build(self) -> Result<PubSubDeadLetterQueue, BuildError> {
+        let given = self.topic.unwrap_or_default();
+        if given.is_empty() {
+            return Err(BuildError::new(
+                TOPIC,
+                "",
+                "is required: the dead-letter topic (an id or projects/P/topics/T)",
+            ));
+        }
+        let (project, id) = match given.strip_prefix("projects/") {
+            Some(rest) => {
+                let parts: Vec<&str> = rest.split('/').collect();
+                match parts.as_slice() {
+                    [p, "topics", t] if valid_id(p) && valid_id(t) => {
+                        (p.to_string(), t.to_string())
+                    }
+                    _ => {
+                        return Err(BuildError::new(
+                            TOPIC,
+                            &given,
+                            "must be a topic id or a full name projects/P/topics/T",
+                        ))
+                    }
+                }
+            }
+            None => {
+                if !valid_id(&given) {
+                    return Err(BuildError::new(
+                        TOPIC,
+                        &given,
+                        "must be a topic id without '/' or surrounding spaces, or a full name projects/P/topics/T",
+                    ));
+                }
+                let project = self.project.clone().unwrap_or_default();
+                if !valid_id(&project) {
+                    return Err(BuildError::new(
+                        "project",
+                        &project,
+                        "must be a non-blank id without '/' or surrounding spaces (the project the dead-letter topic id resolves in)",
+                    ));
+                }
+                (project, given.clone())
+            }
+        };
+        let authentication = match (self.key_file, self.emulator_endpoint) {
+            (Some(_), Some(endpoint)) => {
+                return Err(BuildError::between(
+                    ENDPOINT,
+                    KEY_FILE,
+                    endpoint,
+                    "cannot be combined with {other}: an emulator's plaintext channel carries no credentials",
+                ))
+            }
+            (Some(path), None) => {
+                if path.trim().is_empty() {
+                    return Err(BuildError::new(KEY_FILE, "", "must be a non-blank path"));
+                }
+                Authentication::ServiceAccountKeyFile { path }
+            }
+            (None, Some(endpoint)) => {
+                pubsub_schema::check_endpoint(&endpoint)
+                    .map_err(|why| BuildError::new(ENDPOINT, &endpoint, why))?;
+                Authentication::Emulator { endpoint }
+            }
+            (None, None) => Authentication::ApplicationDefault,
+        };
+        let max_in_flight_messages = self.max_in_flight_messages.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+        if max_in_flight_messages < UNBOUNDED {
+            return Err(BuildError::new(
+                MAX_IN_FLIGHT,
+                max_in_flight_messages,
+                "must be positive, 0 (write-through) or -1 (unbounded until the flush)",
+            ));
+        }
+        let flush_timeout_ms = timeout_ms(
+            FLUSH_TIMEOUT,
+            self.flush_timeout.unwrap_or(DEFAULT_FLUSH_TIMEOUT),
+        )?;
+        let shutdown_timeout_ms = timeout_ms(
+            SHUTDOWN_TIMEOUT,
+            self.shutdown_timeout.unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
+        )?;
+        let topic = client::topic_path(&project, &id);
+        Ok(PubSubDeadLetterQueue {
+            config: DeadLetterQueueConfig {
+                topic: given,
+                authentication: authentication.clone(),
+                max_in_flight_messages,
+                flush_timeout_ms,
+                shutdown_timeout_ms,
+            },
+            profile: PubSubProfile {
+                project,
+                authentication,
+            },
+            topic,
+            publisher: None,
+            in_flight: FuturesUnordered::new(),
+            published: Counter::default(),
+        })
+    }
+}
+
+/// A resource id: non-blank, no surrounding whitespace, no `/` (SPEC 5.1).
+fn valid_id(id: &str) -> bool {
+    !id.trim().is_empty() && id.trim() == id && !id.contains('/')
+}
+
+fn timeout_ms(option: &'static str, d: Duration) -> Result<u64, BuildError> {
+    let ms = whole_ms(option, d)?;
+    if ms == 0 {
+        return Err(BuildError::new(option, show(d), "must be positive"));
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> PubSubDeadLetterQueueBuilder {
+        PubSubDeadLetterQueue::builder()
+            .project("p")
+            .topic("dead")
+            .emulator_endpoint("localhost:8085")
+    }
+
+    fn err(b: PubSubDeadLetterQueueBuilder) -> BuildError {
+        b.build().unwrap_err()
+    }
+
+    #[test]
+    fn error_is_cut_on_a_char_boundary() {
+        let s = "é".repeat(600);
+        assert_eq!(s.len(), 1200);
+        let cut = truncate_utf8(&s, MAX_ERROR_BYTES);
+        assert_eq!(cut.len(), 1024);
+        assert!(cut.chars().all(|c| c == 'é'));
+        // An odd limit lands inside a character: the cut goes below it.
+        assert_eq!(truncate_utf8(&s, 1023).len(), 1022);
+        assert_eq!(truncate_utf8("abc", 1024), "abc");
+        let euro = "€".repeat(400); // 3 bytes each
+        let cut = truncate_utf8(&euro, MAX_ERROR_BYTES);
+        assert_eq!(cut.len(), 1023);
+        assert!(std::str::from_utf8(cut.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn envelope_has_exactly_the_five_attributes() {
+        let letter = DeadLetter {
+            payload: bytes::Bytes::new(),
+            connector: "pubsub-source",
+            destination: "projects/p/subscriptions/s".into(),
+            error: "é".repeat(600),
+            subtask: 3,
+        };
+        let now = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_061_600_123);
+        let m = letter.into_message(now);
+        assert!(m.data.is_empty());
+        let mut keys: Vec<&str> = m.attributes.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                ATTR_CONNECTOR,
+                ATTR_DESTINATION,
+                ATTR_ERROR,
+                ATTR_SUBTASK,
+                ATTR_TIMESTAMP
+            ]
+        );
+        assert_eq!(m.attributes[ATTR_CONNECTOR], "pubsub-source");
+        assert_eq!(m.attributes[ATTR_DESTINATION], "projects/p/subscriptions/s");
+        assert_eq!(m.attributes[ATTR_ERROR].len(), 1024);
+        assert_eq!(m.attributes[ATTR_TIMESTAMP], "2026-11-30T18:00:00.123Z");
+        assert_eq!(m.attributes[ATTR_SUBTASK], "3");
+        assert_eq!(
+            rfc3339_millis(SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_061_600)),
+            "2026-11-30T18:00:00Z"
+        );
+    }
+
+    #[test]
+    fn builds_with_defaults_and_resolves_the_topic() {
+        let q = base().build().unwrap();
+        assert_eq!(q.topic(), "projects/p/topics/dead");
+        let c = q.config();
+        assert_eq!(c.topic, "dead");
+        assert_eq!(c.max_in_flight_messages, 1000);
+        assert_eq!(c.flush_timeout_ms, 60_000);
+        assert_eq!(c.shutdown_timeout_ms, 30_000);
+        // A full name keeps its own project.
+        let q = base().topic("projects/other/topics/d").build().unwrap();
+        assert_eq!(q.topic(), "projects/other/topics/d");
+        // ... and needs no project.
+        let q = PubSubDeadLetterQueue::builder()
+            .topic("projects/other/topics/d")
+            .build()
+            .unwrap();
+        assert_eq!(q.topic(), "projects/other/topics/d");
+        for n in [UNBOUNDED, WRITE_THROUGH, 1, 5000] {
+            assert_eq!(
+                base()
+                    .max_in_flight_messages(n)
+                    .build()
+                    .unwrap()
+                    .config()
+                    .max_in_flight_messages,
+                n
+            );
+        }
+        // Round trip through the config.
+        let c = base()
+            .flush_timeout(Duration::from_millis(1500))
+            .build()
+            .unwrap()
+            .config()
+            .clone();
+        let again = PubSubDeadLetterQueue::from_config("p", &c).unwrap();
+        assert_eq!(again.config(), &c);
+        assert_eq!(again.topic(), "projects/p/topics/dead");
+    }
+
+    #[test]
+    fn rejections_name_the_option_and_value() {
+        let e = err(PubSubDeadLetterQueue::builder().project("p"));
+        assert_eq!(e.option, "dead_letter.topic");
+        assert!(e.to_string().contains("is required"), "{e}");
+        for bad in [
+            "a/b",
+            " dead",
+            "projects/p/topics/",
+            "projects/p/subscriptions/s",
+            "projects//topics/t",
+            "projects/p/topics/t/x",
+        ] {
+            let e = err(base().topic(bad));
+            assert_eq!((e.option, e.value.as_str()), ("dead_letter.topic", bad));
+        }
+        let e = err(PubSubDeadLetterQueue::builder().topic("dead"));
+        assert_eq!(e.option, "project");
+        let e = err(base().emulator_endpoint("nope"));
+        assert_eq!(
+            (e.option, e.value.as_str()),
+            ("dead_letter.emulator_endpoint", "nope")
+        );
+        assert!(err(base().emulator_endpoint("h:0"))
+            .to_string()
+            .contains("1..65535"));
+        assert!(err(base().emulator_endpoint("h:65536"))
+            .to_string()
+            .contains("1..65535"));
+        let e = err(base().service_account_key_file("/secret/k-9f3a.json"));
+        assert_eq!(e.option, "dead_letter.emulator_endpoint");
+        assert_eq!(e.other, Some("dead_letter.service_account_key_file"));
+        assert!(!e.to_string().contains("9f3a"), "{e}");
+        let e = err(base().max_in_flight_messages(-2));
+        assert_eq!(
+            e.to_string(),
+            "option 'dead_letter.max_in_flight_messages' is invalid: must be positive, 0 (write-through) or -1 (unbounded until the flush), was '-2'"
+        );
+        let e = err(base().flush_timeout(Duration::ZERO));
+        assert_eq!(
+            (e.option, e.value.as_str()),
+            ("dead_letter.flush_timeout", "0s")
+        );
+        let e = err(base().flush_timeout(Duration::from_micros(1500)));
+        assert!(
+            e.to_string().contains("whole number of milliseconds"),
+            "{e}"
+        );
+        let e = err(base().shutdown_timeout(Duration::ZERO));
+        assert_eq!(e.option, "dead_letter.shutdown_timeout");
+    }
+
+    #[test]
+    fn debug_never_shows_the_key_file() {
+        let b = PubSubDeadLetterQueue::builder()
+            .project("p")
+            .topic("dead")
+            .service_account_key_file("/secret/k-9f3a.json");
+        assert!(!format!("{b:?}").contains("9f3a"));
+        let q = b.build().unwrap();
+        assert!(!format!("{q:?}").contains("9f3a"), "{q:?}");
+        assert_eq!(q.topic(), "projects/p/topics/dead");
+    }
+
+    #[test]
+    fn an_offer_before_open_is_an_error() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut q = base().build().unwrap();
+        let e = rt
+            .block_on(q.offer(DeadLetter {
+                payload: bytes::Bytes::from_static(b"x"),
+                connector: "pubsub-sink",
+                destination: "projects/p/topics/t".into(),
+                error: "bad".into(),
+                subtask: 0,
+            }))
+            .unwrap_err();
+        assert!(e.to_string().contains("projects/p/topics/dead"), "{e}");
+        assert!(rt.block_on(q.flush()).is_ok());
+    }
 }

@@ -44,6 +44,7 @@ impl FailureRoute {
     pub async fn open(&mut self, ctx: &OperatorContext) -> anyhow::Result<()> {
         self.subtask = ctx.task_info.task_index;
         if let Some(q) = &mut self.queue {
+            q.set_counter(ctx.counter(crate::dead_letter::DEAD_LETTERS_PUBLISHED));
             q.open().await?;
         }
         Ok(())

@@ -14,6 +14,7 @@ use super::options::PubSubSubscriberOptions;
 use super::start_position::PubSubStartPosition;
 use crate::build_error::BuildError;
 use crate::client;
+use crate::dead_letter::PubSubDeadLetterQueue;
 
 /// A validated Pub/Sub source table: profile (project, credentials) and source config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +37,9 @@ impl PubSubSource {
             .deserialization_failure_policy(config.deserialization_failure_policy)
             .subscriber_options(PubSubSubscriberOptions::from_config(&config.subscriber)?);
         b.authentication = profile.authentication.clone();
+        if let Some(d) = &config.dead_letter {
+            b = b.dead_letter_queue(PubSubDeadLetterQueue::from_config(&profile.project, d)?);
+        }
         for s in &config.subscriptions {
             b = match &s.create {
                 Some(c) => b.subscription_with_create(
@@ -80,6 +84,7 @@ pub struct PubSubSourceBuilder {
     ordering_mode: OrderingMode,
     policy: DeserializationFailurePolicy,
     subscriber: PubSubSubscriberOptions,
+    dead_letter: Option<pubsub_schema::DeadLetterQueueConfig>,
 }
 
 impl PubSubSourceBuilder {
@@ -155,12 +160,44 @@ impl PubSubSourceBuilder {
         self
     }
 
+    /// The dead-letter queue that policy `DeadLetter` publishes undecodable messages to
+    /// (SPEC 6.1): its own topic and credentials, never the table's. Required by, and only
+    /// allowed with, [`DeserializationFailurePolicy::DeadLetter`]. A topic id resolves in
+    /// the queue's own project (give the table's project when building it).
+    pub fn dead_letter_queue(mut self, q: PubSubDeadLetterQueue) -> Self {
+        self.dead_letter = Some(q.config().clone());
+        self
+    }
+
     /// Validates: a project; at least one subscription, ids well-formed and distinct; the
     /// emulator endpoint; per-key ordering with one stream per split and, on subscriptions
-    /// it would create, message ordering. Errors name the setter and the value.
+    /// it would create, message ordering; policy `dead-letter` with a dead-letter queue,
+    /// and a queue only with that policy. Errors name the setter and the value.
     pub fn build(self) -> Result<PubSubSource, BuildError> {
         let project = self.project.unwrap_or_default();
         check_id("project", &project)?;
+        match (&self.dead_letter, self.policy) {
+            (None, DeserializationFailurePolicy::DeadLetter) => {
+                return Err(BuildError::between(
+                    "deserialization_failure_policy",
+                    "dead_letter.topic",
+                    "dead-letter",
+                    "needs a dead-letter queue: set {other}",
+                ))
+            }
+            (Some(d), p) if p != DeserializationFailurePolicy::DeadLetter => {
+                return Err(BuildError::between(
+                    "dead_letter.topic",
+                    "deserialization_failure_policy",
+                    &d.topic,
+                    format!(
+                        "is set, but {{other}} is '{}', so nothing would be dead-lettered: set {{other}} to 'dead-letter' or remove the dead-letter queue",
+                        p.as_str()
+                    ),
+                ))
+            }
+            _ => {}
+        }
         if let Authentication::Emulator { endpoint } = &self.authentication {
             pubsub_schema::check_endpoint(endpoint)
                 .map_err(|why| BuildError::new("emulator_endpoint", endpoint, why))?;
@@ -216,7 +253,7 @@ impl PubSubSourceBuilder {
                 ordering_mode: self.ordering_mode,
                 deserialization_failure_policy: self.policy,
                 subscriber: self.subscriber.config().clone(),
-                dead_letter: None,
+                dead_letter: self.dead_letter,
             },
         })
     }
@@ -293,5 +330,73 @@ mod tests {
             .subscription_with_create("a", unordered)
             .ordering_mode(OrderingMode::PerKey))
         .contains("would be created without it"));
+    }
+
+    fn queue(topic: &str) -> PubSubDeadLetterQueue {
+        PubSubDeadLetterQueue::builder()
+            .project("p")
+            .topic(topic)
+            .emulator_endpoint("localhost:8086")
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn dead_letter_policy_and_queue_go_together() {
+        let s = base()
+            .subscription("a")
+            .deserialization_failure_policy(DeserializationFailurePolicy::DeadLetter)
+            .dead_letter_queue(queue("dead"))
+            .build()
+            .unwrap();
+        let d = s.config().dead_letter.as_ref().unwrap();
+        assert_eq!(d.topic, "dead");
+        // The queue keeps its own endpoint, not the table's.
+        assert_eq!(
+            d.authentication,
+            Authentication::Emulator {
+                endpoint: "localhost:8086".into()
+            }
+        );
+        let (profile, config) = s.clone().into_parts();
+        assert_eq!(PubSubSource::from_config(profile, config).unwrap(), s);
+
+        let e = base()
+            .subscription("a")
+            .deserialization_failure_policy(DeserializationFailurePolicy::DeadLetter)
+            .build()
+            .unwrap_err();
+        assert_eq!(e.option, "deserialization_failure_policy");
+        assert_eq!(
+            crate::sql_error(e).to_string(),
+            "option 'scan.deserialization-failure-policy' is invalid: needs a dead-letter queue: set 'scan.dead-letter.topic', was 'dead-letter'"
+        );
+        let e = base()
+            .subscription("a")
+            .deserialization_failure_policy(DeserializationFailurePolicy::Drop)
+            .dead_letter_queue(queue("dead"))
+            .build()
+            .unwrap_err();
+        assert_eq!((e.option, e.value.as_str()), ("dead_letter.topic", "dead"));
+        let e = crate::sql_error(e).to_string();
+        assert!(
+            e.starts_with("option 'scan.dead-letter.topic' is invalid: is set, but 'scan.deserialization-failure-policy' is 'drop'"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn queue_rules_are_checked_by_from_config_with_sql_keys() {
+        let mut config = SourceConfig::new("a");
+        config.deserialization_failure_policy = DeserializationFailurePolicy::DeadLetter;
+        let mut d = pubsub_schema::DeadLetterQueueConfig::new("dead");
+        d.max_in_flight_messages = -5;
+        config.dead_letter = Some(d);
+        let profile = crate::client::emulator_profile("p", "localhost:8085");
+        let e = PubSubSource::from_config(profile, config).unwrap_err();
+        assert_eq!(
+            crate::sql_error(e).to_string(),
+            "option 'scan.dead-letter.max-in-flight-messages' is invalid: must be positive, 0 (write-through) or -1 (unbounded until the flush), was '-5'"
+        );
     }
 }

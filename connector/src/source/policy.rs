@@ -46,6 +46,9 @@ pub enum BadMessageAction {
     Drop,
     /// Nack it now; count it.
     Nack,
+    /// Offer it to the table's dead-letter queue, then stage it like `Drop`; the queue is
+    /// flushed before the checkpoint that acks it is reported.
+    DeadLetter,
 }
 
 pub fn bad_message_action(p: DeserializationFailurePolicy) -> BadMessageAction {
@@ -53,8 +56,7 @@ pub fn bad_message_action(p: DeserializationFailurePolicy) -> BadMessageAction {
         DeserializationFailurePolicy::Fail => BadMessageAction::Fail,
         DeserializationFailurePolicy::Drop => BadMessageAction::Drop,
         DeserializationFailurePolicy::Nack => BadMessageAction::Nack,
-        // Wired to the dead-letter queue in a follow-up; until then it fails.
-        DeserializationFailurePolicy::DeadLetter => BadMessageAction::Fail,
+        DeserializationFailurePolicy::DeadLetter => BadMessageAction::DeadLetter,
     }
 }
 
@@ -109,6 +111,10 @@ mod tests {
         assert_eq!(
             bad_message_action(DeserializationFailurePolicy::Nack),
             BadMessageAction::Nack
+        );
+        assert_eq!(
+            bad_message_action(DeserializationFailurePolicy::DeadLetter),
+            BadMessageAction::DeadLetter
         );
     }
 

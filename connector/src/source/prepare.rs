@@ -25,7 +25,8 @@ use crate::diagnose::{self, Resource};
 /// Errors name the option or the subscription and the fix. Those no restart can fix are
 /// [`ConfigError`]s: an option that does not fit the checkpoint interval (see
 /// [`interval_checks`]), a missing subscription without create options, a failed
-/// [`startup_checks`] rule, a start timestamp in the future. Server failures are not.
+/// [`startup_checks`] rule, a start timestamp in the future, a missing dead-letter topic.
+/// Server failures are not.
 pub async fn prepare(
     source: &PubSubSource,
     restored: &BTreeMap<usize, OperatorState>,
@@ -36,6 +37,13 @@ pub async fn prepare(
     // No server needed: refuse before any connection.
     for warning in interval_checks(config, checkpoint_interval)? {
         tracing::warn!("{warning}");
+    }
+    // The dead-letter topic must exist: the queue never creates it (SPEC 6.1).
+    if let Some(d) = &config.dead_letter {
+        crate::dead_letter::PubSubDeadLetterQueue::from_config(&profile.project, d)
+            .map_err(ConfigError::wrap)?
+            .check_topic()
+            .await?;
     }
     let applied = AppliedStartPosition::from_state(restored);
     let admin = client::subscription_admin(profile).await?;

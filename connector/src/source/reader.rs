@@ -36,6 +36,7 @@ use super::pull::{self, PullStreams, Pulled, StreamSettings, Tagged};
 use super::tracker::{AckTracker, Received};
 use super::*;
 use crate::client;
+use crate::dead_letter::{DeadLetter, PubSubDeadLetterQueue, DEAD_LETTERS_PUBLISHED};
 
 /// The longest a decoded row waits to be emitted.
 const LINGER: Duration = Duration::from_millis(50);
@@ -134,7 +135,17 @@ pub struct SourceReader {
     /// does not count as idle before, so `--stop-when-idle` does not end a run while they
     /// are out.
     stranded_until: Option<Instant>,
+    /// The dead-letter queue of policy `dead-letter` (opened in `on_start`).
+    dead_letter: Option<PubSubDeadLetterQueue>,
+    /// Letters of messages that failed to decode, not yet offered to the queue (decoding
+    /// is synchronous; the run loop offers them right after).
+    letters: Vec<DeadLetter>,
+    /// The subtask's index (for `dlq-subtask`).
+    subtask: usize,
 }
+
+/// `dlq-connector` of the source's dead letters.
+pub const DEAD_LETTER_CONNECTOR: &str = "pubsub-source";
 
 impl SourceReader {
     /// A subtask of the source `config` (validated by `PubSubSource::from_config`).
@@ -144,6 +155,11 @@ impl SourceReader {
         op: OperatorConfig,
     ) -> anyhow::Result<Self> {
         let options = PubSubSubscriberOptions::from_config(&config.subscriber)?;
+        let dead_letter = config
+            .dead_letter
+            .as_ref()
+            .map(|d| PubSubDeadLetterQueue::from_config(&profile.project, d))
+            .transpose()?;
         Ok(SourceReader {
             profile,
             config,
@@ -168,6 +184,9 @@ impl SourceReader {
             reopen: None,
             parked_shutdowns: Vec::new(),
             stranded_until: None,
+            dead_letter,
+            letters: Vec::new(),
+            subtask: 0,
         })
     }
 
@@ -486,7 +505,7 @@ impl SourceReader {
             }
             Err(e) => {
                 self.counters().in_error.add(1);
-                self.on_bad_message(split, held.id, &e)?;
+                self.on_bad_message(split, held.id, held.payload, &e)?;
             }
         }
         Ok(())
@@ -593,10 +612,13 @@ impl SourceReader {
     /// was buffered). `fail`: the job fails (close nacks the handle). `drop`: the message
     /// is staged now (it emits no rows) so it is bound at the next barrier and acked on
     /// commit. `nack`: it is nacked at once, for the subscription's dead-letter policy.
+    /// `dead-letter`: its payload is queued for the dead-letter queue (offered by the run
+    /// loop, flushed before the next checkpoint is reported) and it is staged like `drop`.
     fn on_bad_message(
         &mut self,
         split: usize,
         id: String,
+        payload: bytes::Bytes,
         e: &DeserializeError,
     ) -> anyhow::Result<()> {
         let sub = self.splits[split].subscription.clone();
@@ -623,7 +645,53 @@ impl SourceReader {
                 }
                 Ok(())
             }
+            BadMessageAction::DeadLetter => {
+                self.splits[split].tracker.stage([&id]);
+                let error = format!(
+                    "message {id} could not be decoded as {:?}: {}",
+                    self.op.format, e.reason
+                );
+                self.letters.push(DeadLetter {
+                    payload,
+                    connector: DEAD_LETTER_CONNECTOR,
+                    destination: sub.clone(),
+                    error,
+                    subtask: self.subtask,
+                });
+                let n = self.counters().in_error.get();
+                if should_log_bad(n) {
+                    let topic = self.dead_letter.as_ref().map_or("", |q| q.topic());
+                    tracing::warn!(subscription = %sub, "dead-lettering message {id} to {topic}: it could not be decoded as {:?}: {} (policy 'dead-letter': acknowledged with the checkpoint after its dead letter is published; {n} messages in error so far)", self.op.format, e.reason);
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// Offers the dead letters decoding produced to the queue (an offer may wait for
+    /// publishes at the queue's in-flight bound, within its flush timeout). Errors fail
+    /// the job: the messages are staged but never bound, so close nacks them.
+    async fn offer_letters(&mut self) -> anyhow::Result<()> {
+        if self.letters.is_empty() {
+            return Ok(());
+        }
+        let Some(q) = self.dead_letter.as_mut() else {
+            anyhow::bail!("policy 'dead-letter' without a dead-letter queue");
+        };
+        for letter in self.letters.drain(..) {
+            q.offer(letter).await?;
+        }
+        Ok(())
+    }
+
+    /// Before a checkpoint is reported: offers what is left and makes every dead letter
+    /// durable. An error fails the job, so none of the checkpoint's messages is acked.
+    async fn flush_dead_letters(&mut self) -> anyhow::Result<()> {
+        self.offer_letters().await?;
+        if let Some(q) = self.dead_letter.as_mut() {
+            q.flush().await?;
+        }
+        Ok(())
     }
 
     /// Emits the buffered rows, then stages their messages. While the emit waits for
@@ -787,6 +855,12 @@ impl SourceOperator for SourceReader {
             pending_checkpoints: gauge(PENDING_CHECKPOINTS),
             checkpoint_lag_ms: gauge(CHECKPOINT_LAG_MS),
         });
+        self.subtask = ctx.task_info.task_index;
+        if let Some(q) = self.dead_letter.as_mut() {
+            // Fails fast on a missing topic (never created) or unusable credentials.
+            q.set_counter(ctx.counter(DEAD_LETTERS_PUBLISHED));
+            q.open().await?;
+        }
         // The start position was applied (or needed nothing) to every subscription before
         // any subtask started; a restore finds the record and seeks only subscriptions
         // added since (SPEC 5.4).
@@ -919,6 +993,7 @@ impl SourceOperator for SourceReader {
             {
                 self.flush(collector).await?;
             }
+            self.offer_letters().await?;
             let now = Instant::now();
             let may_take = self.may_take(now);
             let paused_left = self.any_paused();
@@ -949,6 +1024,9 @@ impl SourceOperator for SourceReader {
                             self.stop_pulling().await;
                         }
                         self.flush(collector).await?;
+                        // Every staged bad message's dead letter is durable before the
+                        // checkpoint that acks it is reported.
+                        self.flush_dead_letters().await?;
                         for s in &mut self.splits {
                             s.tracker.bind(barrier.epoch);
                         }
@@ -968,6 +1046,7 @@ impl SourceOperator for SourceReader {
                         if let Some(split) = park {
                             self.park(split).await;
                         }
+                        self.offer_letters().await?;
                         if collector.should_flush() || collector.buffered_messages() >= fetch {
                             self.flush(collector).await?;
                         }
@@ -1028,6 +1107,11 @@ impl SourceOperator for SourceReader {
             .is_err()
         {
             tracing::warn!("subscriber shutdown did not finish within the shutdown timeout ({timeout:?}); messages not yet released return after their ack deadline");
+        }
+        // Last, with a budget of its own: best effort, nothing relies on it (every letter
+        // of a completed checkpoint was flushed before it was reported).
+        if let Some(q) = self.dead_letter.as_mut() {
+            q.close().await;
         }
         Ok(())
     }

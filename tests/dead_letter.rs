@@ -1,0 +1,401 @@
+//! The source's `dead-letter` deserialization failure policy against the real emulator
+//! (SPEC 5.3, 6.1): undecodable messages are published to the table's dead-letter topic
+//! in the documented envelope and acknowledged with the checkpoint after that publish;
+//! a dead-letter topic that disappears fails the job without acknowledging them; a
+//! missing one fails the start, naming it.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use google_cloud_pubsub::model::Message;
+use pubsub_connector_core::dead_letter::{
+    ATTR_CONNECTOR, ATTR_DESTINATION, ATTR_ERROR, ATTR_SUBTASK, ATTR_TIMESTAMP, MAX_ERROR_BYTES,
+};
+use pubsub_connector_core::{admin, client};
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(150);
+const RUN: [&str; 6] = [
+    "--workers",
+    "2",
+    "--checkpoint-interval",
+    "1s",
+    "--stop-when-idle",
+    "5s",
+];
+
+/// A real Cloud Build status message (pretty-printed JSON).
+fn good_payload() -> Vec<u8> {
+    let path = format!(
+        "{}/../../shared/fixtures/payloads/cloud-build-success.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
+}
+
+/// Payloads the table cannot decode, each distinct: not JSON, truncated JSON, not UTF-8,
+/// and JSON missing the `NOT NULL` column.
+fn bad_payloads() -> Vec<Vec<u8>> {
+    vec![
+        b"this is not json".to_vec(),
+        b"{\"id\": \"truncated".to_vec(),
+        vec![0xff, 0xfe, 0x00, 0x01],
+        b"{\"status\": \"SUCCESS\"}".to_vec(),
+        b"<xml>nope</xml>".to_vec(),
+    ]
+}
+
+/// The source (a Cloud Build table) -> sink pipeline with the dead-letter policy and
+/// `dead` as its queue, on the emulator.
+fn sql(t: &Topics, dead: &str, extra: &str) -> String {
+    let e = endpoint();
+    format!(
+        "CREATE TABLE builds (id TEXT NOT NULL, status TEXT,
+                              mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+            'emulator-endpoint' = '{e}', 'format' = 'json',
+            'scan.deserialization-failure-policy' = 'dead-letter',
+            'scan.dead-letter.topic' = '{dead}',
+            'scan.dead-letter.emulator-endpoint' = '{e}' {extra});
+         CREATE TABLE out (id TEXT, status TEXT, mid TEXT) WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+            'emulator-endpoint' = '{e}');
+         INSERT INTO out SELECT id, status, mid FROM builds;",
+        sub = t.input_sub,
+        out = t.output
+    )
+}
+
+/// Reads `sub` (acking everything) until `done` holds for what arrived or nothing arrived
+/// for `idle`; one stream kept in its own task (`next()` is not cancel-safe).
+async fn pull_until(
+    sub: &str,
+    idle: Duration,
+    mut done: impl FnMut(&[Message]) -> bool,
+) -> Vec<Message> {
+    let subscriber = client::subscriber(&profile()).await.unwrap();
+    let mut stream = subscriber
+        .subscribe(client::subscription_path(PROJECT, sub))
+        .set_max_lease_extension(Duration::from_secs(10))
+        .build();
+    let token = stream.shutdown_token();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let task = tokio::spawn(async move {
+        while let Some(Ok((m, h))) = stream.next().await {
+            h.ack();
+            if tx.send(m).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut got = Vec::new();
+    while !done(&got) {
+        match tokio::time::timeout(idle, rx.recv()).await {
+            Ok(Some(m)) => got.push(m),
+            _ => break,
+        }
+    }
+    while let Ok(m) = rx.try_recv() {
+        got.push(m);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), token.shutdown()).await;
+    task.abort();
+    got
+}
+
+/// An input topic + subscription, an output topic + subscription, and a dead-letter topic
+/// with a subscription to read it.
+async fn setup(name: &str) -> (Topics, String, String) {
+    let p = profile();
+    let t = topics(name, 10).await;
+    let dead = unique(&format!("{name}-dead"));
+    let dead_sub = unique(&format!("{name}-dead-sub"));
+    admin::create_topic(&p, &dead).await.unwrap();
+    admin::create_subscription(&p, &dead_sub, &dead, 60)
+        .await
+        .unwrap();
+    (t, dead, dead_sub)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_messages_reach_the_dead_letter_topic_in_their_envelope_and_are_acked() {
+    let p = profile();
+    let (t, dead, dead_sub) = setup("dlq-ok").await;
+    let good = good_payload();
+    let bad = bad_payloads();
+    // Good and bad interleaved.
+    let mut payloads = Vec::new();
+    for b in &bad {
+        payloads.push(good.clone());
+        payloads.push(b.clone());
+    }
+    let ids = admin::publish_all(&p, &t.input, payloads.clone(), 100)
+        .await
+        .unwrap();
+    let good_ids: Vec<String> = ids.iter().step_by(2).cloned().collect();
+    // Bad payload -> its message id.
+    let bad_ids: HashMap<Vec<u8>, String> = ids
+        .iter()
+        .zip(&payloads)
+        .skip(1)
+        .step_by(2)
+        .map(|(id, p)| (p.clone(), id.clone()))
+        .collect();
+
+    let w = Workdir::new(&sql(&t, &dead, ""));
+    let (code, stdout, stderr) = finish(w.spawn(&RUN), LIMIT).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert_eq!(
+        summary_count(&stdout, "dead letters published:"),
+        bad.len(),
+        "{stdout}"
+    );
+
+    // Good rows reach the sink.
+    let got = sink_ids(&t.output_sub, Some(good_ids.len()), Duration::from_secs(10)).await;
+    assert_eq!(missing(&good_ids, &got), 0, "good rows: {got:?}");
+    assert_eq!(got.len(), good_ids.len(), "only good rows: {got:?}");
+
+    // Every bad message is on the dead-letter topic, once, in its envelope.
+    let letters = pull_until(&dead_sub, Duration::from_secs(10), |m| m.len() >= bad.len()).await;
+    assert_eq!(letters.len(), bad.len(), "{letters:?}");
+    let destination = client::subscription_path(PROJECT, &t.input_sub);
+    let mut seen = HashSet::new();
+    for m in &letters {
+        let payload = m.data.to_vec();
+        let id = bad_ids
+            .get(&payload)
+            .unwrap_or_else(|| panic!("unexpected dead letter {payload:?}"));
+        assert!(
+            seen.insert(payload.clone()),
+            "dead-lettered twice: {payload:?}"
+        );
+        let mut keys: Vec<&str> = m.attributes.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                ATTR_CONNECTOR,
+                ATTR_DESTINATION,
+                ATTR_ERROR,
+                ATTR_SUBTASK,
+                ATTR_TIMESTAMP
+            ],
+            "exactly the five attributes"
+        );
+        assert_eq!(m.attributes[ATTR_CONNECTOR], "pubsub-source");
+        assert_eq!(m.attributes[ATTR_DESTINATION], destination);
+        let error = &m.attributes[ATTR_ERROR];
+        assert!(
+            !error.is_empty() && error.len() <= MAX_ERROR_BYTES,
+            "{error}"
+        );
+        assert!(
+            error.contains(id.as_str()),
+            "the error names the message: {error}"
+        );
+        let ts = &m.attributes[ATTR_TIMESTAMP];
+        assert!(
+            ts.ends_with('Z') && google_cloud_wkt::Timestamp::try_from(ts.as_str()).is_ok(),
+            "RFC 3339 UTC: {ts}"
+        );
+        let subtask: usize = m.attributes[ATTR_SUBTASK].parse().unwrap();
+        assert!(subtask < 2, "subtask {subtask}");
+    }
+
+    // Nothing is left on the input subscription: every message, good or bad, was acked.
+    let left = redelivered(&t.input_sub, Duration::from_secs(12)).await;
+    assert!(left.is_empty(), "redelivered: {:?}", left.keys());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_dead_letter_topic_fails_the_job_and_acks_none_of_the_bad_messages() {
+    let p = profile();
+    let (t, dead, _dead_sub) = setup("dlq-gone").await;
+    let w = Workdir::new(&sql(&t, &dead, ""));
+    let child = w.spawn(&[
+        "--workers",
+        "2",
+        "--checkpoint-interval",
+        "30s",
+        "--stop-when-idle",
+        "5s",
+    ]);
+    // Once a good row went through, the queue is open (it opens before reading).
+    let first = admin::publish_all(&p, &t.input, vec![good_payload()], 10)
+        .await
+        .unwrap();
+    let got = sink_ids(&t.output_sub, Some(1), Duration::from_secs(60)).await;
+    assert_eq!(missing(&first, &got), 0, "the pipeline runs: {got:?}");
+
+    admin::delete_topic(&p, &dead).await.unwrap();
+    let bad = bad_payloads();
+    let bad_ids = admin::publish_all(&p, &t.input, bad.clone(), 100)
+        .await
+        .unwrap();
+
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_ne!(code, 0, "the job fails: {stderr}");
+    let full = client::topic_path(PROJECT, &dead);
+    assert!(
+        stderr.contains(&full) && stderr.contains("dead-letter") && stderr.contains("NOT_FOUND"),
+        "the error names the dead-letter topic and the status: {stderr}"
+    );
+
+    // None of the bad messages was acknowledged: they come back on the input.
+    let back = redelivered(&t.input_sub, Duration::from_secs(15)).await;
+    assert_eq!(
+        missing(&bad_ids, &back.keys().cloned().collect()),
+        0,
+        "bad messages redelivered: {:?}",
+        back.keys()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_dead_letter_topic_fails_the_start_naming_it_and_reads_nothing() {
+    let p = profile();
+    let t = topics("dlq-missing", 10).await;
+    let never = unique("dlq-never-made");
+    let ids = admin::publish_all(&p, &t.input, vec![good_payload(), b"junk".to_vec()], 10)
+        .await
+        .unwrap();
+    let w = Workdir::new(&sql(&t, &never, ""));
+    let (code, _stdout, stderr) = finish(w.spawn(&RUN), Duration::from_secs(60)).await;
+    assert_eq!(code, 2, "no restart creates it: {stderr}");
+    assert!(
+        stderr.contains(&client::topic_path(PROJECT, &never)) && stderr.contains("never creates"),
+        "{stderr}"
+    );
+    // Nothing was read: both messages are still there.
+    let left = admin::drain(
+        &p,
+        &t.input_sub,
+        1,
+        Some(ids.len()),
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap();
+    assert_eq!(missing(&ids, &left.keys().cloned().collect()), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_and_queue_must_come_together_at_plan_time() {
+    let t = Topics {
+        input: "i".into(),
+        input_sub: "s".into(),
+        output: "o".into(),
+        output_sub: "os".into(),
+    };
+    let no_queue = sql(&t, "d", "")
+        .replace("'scan.dead-letter.topic' = 'd',", "")
+        .replace(
+            &format!("'scan.dead-letter.emulator-endpoint' = '{}'", endpoint()),
+            "'scan.max-records-per-fetch' = '10'",
+        );
+    let no_policy =
+        sql(&t, "d", "").replace("'scan.deserialization-failure-policy' = 'dead-letter',", "");
+    let bad_endpoint = sql(&t, "d", "").replace(
+        &format!("'scan.dead-letter.emulator-endpoint' = '{}'", endpoint()),
+        "'scan.dead-letter.emulator-endpoint' = 'localhost:0'",
+    );
+    for (pipeline, expect) in [
+        (no_queue, "option 'scan.deserialization-failure-policy' is invalid: needs a dead-letter queue: set 'scan.dead-letter.topic'"),
+        (no_policy, "option 'scan.dead-letter.topic' is invalid: is set, but 'scan.deserialization-failure-policy' is 'fail'"),
+        (bad_endpoint, "option 'scan.dead-letter.emulator-endpoint' is invalid: port must be 1..65535, was 'localhost:0'"),
+    ] {
+        let w = Workdir::new(&pipeline);
+        let (code, _stdout, stderr) = finish(w.spawn(&[]), Duration::from_secs(30)).await;
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(expect), "want {expect:?} in {stderr}");
+    }
+}
+
+/// The queue on its own against the emulator: how `max_in_flight_messages` bounds what an
+/// offer leaves in flight, the counter, the envelope, and an offer failing under
+/// write-through once the topic is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_flight_bound_decides_when_an_offer_waits() {
+    use pubsub_connector_core::dead_letter::{DeadLetter, PubSubDeadLetterQueue};
+    let p = profile();
+    let dead = unique("dlq-bound");
+    let dead_sub = unique("dlq-bound-sub");
+    admin::create_topic(&p, &dead).await.unwrap();
+    admin::create_subscription(&p, &dead_sub, &dead, 60)
+        .await
+        .unwrap();
+    let letter = |i: usize| DeadLetter {
+        payload: bytes::Bytes::from(format!("letter {i}")),
+        connector: "pubsub-sink",
+        destination: client::topic_path(PROJECT, "meant-for"),
+        error: "é".repeat(600),
+        subtask: 1,
+    };
+    let open = |max: i64| {
+        let dead = dead.clone();
+        async move {
+            let mut q = PubSubDeadLetterQueue::builder()
+                .project(PROJECT)
+                .topic(dead)
+                .emulator_endpoint(endpoint())
+                .max_in_flight_messages(max)
+                .build()
+                .unwrap();
+            let c = pubsub_engine::Counter::default();
+            q.set_counter(c.clone());
+            q.open().await.unwrap();
+            (q, c)
+        }
+    };
+    // Write-through: every offer waits for its own publish.
+    let (mut q, c) = open(0).await;
+    for i in 0..3 {
+        q.offer(letter(i)).await.unwrap();
+        assert_eq!(q.in_flight(), 0);
+        assert_eq!(c.get(), i as u64 + 1);
+    }
+    q.close().await;
+    // A bound of 2: the second offer waits for both.
+    let (mut q, c) = open(2).await;
+    q.offer(letter(3)).await.unwrap();
+    assert_eq!(q.in_flight(), 1);
+    q.offer(letter(4)).await.unwrap();
+    assert_eq!((q.in_flight(), c.get()), (0, 2));
+    q.close().await;
+    // Unbounded: nothing waits until the flush.
+    let (mut q, c) = open(-1).await;
+    for i in 5..10 {
+        q.offer(letter(i)).await.unwrap();
+    }
+    assert_eq!(q.in_flight(), 5);
+    q.flush().await.unwrap();
+    assert_eq!((q.in_flight(), c.get()), (0, 5));
+
+    let got = pull_until(&dead_sub, Duration::from_secs(10), |m| m.len() >= 10).await;
+    let mut payloads: Vec<String> = got
+        .iter()
+        .map(|m| String::from_utf8(m.data.to_vec()).unwrap())
+        .collect();
+    payloads.sort();
+    payloads.dedup();
+    assert_eq!(payloads.len(), 10, "{payloads:?}");
+    for m in &got {
+        assert_eq!(m.attributes[ATTR_CONNECTOR], "pubsub-sink");
+        assert_eq!(m.attributes[ATTR_SUBTASK], "1");
+        // 600 two-byte characters cut to 512 of them: 1024 bytes, valid UTF-8.
+        assert_eq!(m.attributes[ATTR_ERROR], "é".repeat(512));
+    }
+
+    // Write-through to a deleted topic: the offer itself fails, naming topic and status.
+    let (mut q, _) = open(0).await;
+    admin::delete_topic(&p, &dead).await.unwrap();
+    let e = q.offer(letter(10)).await.unwrap_err().to_string();
+    assert!(
+        e.contains(&client::topic_path(PROJECT, &dead)) && e.contains("NOT_FOUND"),
+        "{e}"
+    );
+    q.close().await;
+}
