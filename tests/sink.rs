@@ -261,7 +261,7 @@ async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_aft
     ordered_sub(&in_sub, &input).await.unwrap();
     ordered_sub(&out_sub, &output).await.unwrap();
     publish_ordered(&input, &["a", "b", "c"], 300).await;
-    // The republish after a repair waits the recovery backoff (2-4 s here): time for the
+    // The republish after a repair waits the recovery backoff (3-6 s here): time for the
     // test to subscribe to the recreated topic first.
     let sql = format!(
         "CREATE TABLE src (seq BIGINT, k TEXT METADATA FROM 'ordering-key') WITH (
@@ -271,7 +271,7 @@ async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_aft
          CREATE TABLE dst (seq BIGINT, k TEXT METADATA FROM 'ordering-key') WITH (
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{output}',
             'emulator-endpoint' = '{e}', 'sink.message-ordering.enabled' = 'true',
-            'sink.recovery.initial-backoff' = '4s');
+            'sink.recovery.initial-backoff' = '6s');
          INSERT INTO dst SELECT seq, k FROM src;",
         e = endpoint()
     );
@@ -321,4 +321,98 @@ async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_aft
     assert!(redelivered(&in_sub, Duration::from_secs(3))
         .await
         .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_rows_reach_the_dead_letter_topic_with_five_attributes_and_a_flush_failure_fails_the_checkpoint(
+) {
+    let t = topics("sink-dlq", 10).await;
+    let (dlq, dlq_sub) = (unique("sink-dlq-dead"), unique("sink-dlq-dead-sub"));
+    admin::create_topic(&profile(), &dlq).await.unwrap();
+    admin::create_subscription(&profile(), &dlq_sub, &dlq, 60)
+        .await
+        .unwrap();
+    // 40 good rows; 2 over a limit (a 1,200-byte value, a 257-byte key) and 1 whose
+    // attributes column is not an object of strings.
+    let mut rows: Vec<serde_json::Value> = (0..40)
+        .map(|i| serde_json::json!({"seq": i, "attrs": "{\"ok\":\"1\"}"}))
+        .collect();
+    rows.push(serde_json::json!({"seq": 100, "attrs": serde_json::json!({"v": "é".repeat(600)}).to_string()}));
+    rows.push(serde_json::json!({"seq": 101, "attrs": serde_json::json!({"k".repeat(257): "v"}).to_string()}));
+    rows.push(serde_json::json!({"seq": 102, "attrs": "{\"n\": 7}"}));
+    publish_json(&t.input, &rows).await;
+    let dlq_opts = format!(
+        ", 'sink.failure-handler' = 'dead-letter', 'sink.dead-letter.topic' = '{dlq}', 'sink.dead-letter.emulator-endpoint' = '{}'",
+        endpoint()
+    );
+    let w = Workdir::new(&metadata_sql(&t, &endpoint(), &dlq_opts));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "rows written:"), 40, "{stdout}");
+    assert_eq!(
+        summary_count(&stdout, "dead letters published:"),
+        3,
+        "{stdout}"
+    );
+    let letters = admin::drain_messages(&profile(), &dlq_sub, 1, Some(3), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 3);
+    let topic = format!("projects/{PROJECT}/topics/{}", t.output);
+    let mut seqs = Vec::new();
+    for m in &letters {
+        let mut keys: Vec<&str> = m.attributes.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "dlq-connector",
+                "dlq-destination",
+                "dlq-error",
+                "dlq-subtask",
+                "dlq-timestamp"
+            ]
+        );
+        assert_eq!(m.attributes["dlq-connector"], "pubsub-sink");
+        assert_eq!(m.attributes["dlq-destination"], topic);
+        let err = &m.attributes["dlq-error"];
+        assert!(!err.is_empty() && err.len() <= 1024, "{err}");
+        assert!(m.attributes["dlq-timestamp"].ends_with('Z'));
+        m.attributes["dlq-subtask"].parse::<usize>().unwrap();
+        // The original payload: the row as the sink encoded it.
+        let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+        seqs.push(v["seq"].as_i64().unwrap());
+    }
+    seqs.sort();
+    assert_eq!(seqs, [100, 101, 102]);
+    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
+        .await
+        .is_empty());
+
+    // The dead-letter topic deleted: the next flush fails the checkpoint, and the rows of
+    // that checkpoint are not acknowledged.
+    admin::delete_topic(&profile(), &dlq).await.unwrap();
+    publish_json(
+        &t.input,
+        &[serde_json::json!({"seq": 200, "attrs": "{\"n\": 7}"})],
+    )
+    .await;
+    let w = Workdir::new(&metadata_sql(&t, &endpoint(), &dlq_opts));
+    let (code, _stdout, stderr) = run(&w, "5s").await;
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&dlq),
+        "the error names the dead-letter topic: {stderr}"
+    );
+    // Released by the failed run, or back after its lease (up to one 60 s extension).
+    let back = admin::drain(
+        &profile(),
+        &t.input_sub,
+        1,
+        Some(1),
+        Duration::from_secs(70),
+    )
+    .await
+    .unwrap();
+    assert_eq!(back.len(), 1, "{stderr}");
 }
