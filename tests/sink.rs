@@ -416,3 +416,61 @@ async fn rejected_rows_reach_the_dead_letter_topic_with_five_attributes_and_a_fl
     .unwrap();
     assert_eq!(back.len(), 1, "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_rejections_in_a_row_fail_the_job_naming_the_option() {
+    let t = topics("sink-rejections", 10).await;
+    let rows: Vec<serde_json::Value> = (0..5)
+        .map(|i| serde_json::json!({"seq": i, "attrs": "{\"n\": 1}"}))
+        .collect();
+    publish_json(&t.input, &rows).await;
+    let w = Workdir::new(&metadata_sql(
+        &t,
+        &endpoint(),
+        ", 'sink.failure-handler' = 'log-and-drop', 'sink.max-consecutive-rejections' = '3'",
+    ));
+    let (code, _stdout, stderr) = run(&w, "5s").await;
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("more than 'sink.max-consecutive-rejections' = 3"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_is_created_at_start_with_the_create_options() {
+    let t = topics("sink-create", 10).await;
+    admin::delete_topic(&profile(), &t.output).await.unwrap();
+    publish_seq(&t.input, 0..10).await;
+    let w = Workdir::new(&pipeline_sql(&t, &endpoint(), "").replace(
+        &format!("'topic' = '{}',", t.output),
+        &format!(
+            "'topic' = '{}', 'sink.auto-create.message-retention' = '1 day',
+             'sink.auto-create.allowed-persistence-regions' = 'europe-west1,europe-west4',
+             'sink.auto-create.enforce-in-transit' = 'true',",
+            t.output
+        ),
+    ));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "topics created:"), 1, "{stdout}");
+    let topics = pubsub_connector_core::client::topic_admin(&profile())
+        .await
+        .unwrap();
+    let created = topics
+        .get_topic()
+        .set_topic(format!("projects/{PROJECT}/topics/{}", t.output))
+        .send()
+        .await
+        .unwrap();
+    let policy = created.message_storage_policy.expect("a storage policy");
+    assert_eq!(
+        policy.allowed_persistence_regions,
+        ["europe-west1", "europe-west4"]
+    );
+    assert!(policy.enforce_in_transit);
+    assert_eq!(
+        created.message_retention_duration.map(|d| d.seconds()),
+        Some(86_400)
+    );
+}
