@@ -63,8 +63,9 @@ fn sink_sql_error(e: BuildError, written: &ConnectorOptions) -> OptionError {
 }
 
 /// A sink table writes `attributes` (TEXT or JSON) and `ordering-key` (TEXT) metadata,
-/// each from at most one column; the other metadata keys are only readable.
-fn check_sink_metadata(schema: &ConnectionSchema) -> anyhow::Result<()> {
+/// each from at most one column, the ordering key only with message ordering on; the
+/// other metadata keys are only readable.
+fn check_sink_metadata(schema: &ConnectionSchema, ordering: bool) -> anyhow::Result<()> {
     let mut seen: Vec<(&str, &str)> = Vec::new();
     for f in &schema.fields {
         let Some(key) = f.metadata_key.as_deref() else {
@@ -74,6 +75,13 @@ fn check_sink_metadata(schema: &ConnectionSchema) -> anyhow::Result<()> {
             anyhow::bail!(
                 "column '{}': METADATA FROM '{key}' is only readable in a source table; a sink table writes 'attributes' and 'ordering-key'",
                 f.name
+            );
+        }
+        if key == ORDERING_KEY && !ordering {
+            anyhow::bail!(
+                "column '{}' is METADATA FROM 'ordering-key', but '{}' is false: enable it to publish ordering keys (Pub/Sub keeps a key's order only for a publisher that orders)",
+                f.name,
+                pubsub_table_options::MESSAGE_ORDERING
             );
         }
         if let Some((other, _)) = seen.iter().find(|(_, k)| *k == key) {
@@ -210,7 +218,7 @@ impl pubsub_engine::Connector for PubSubConnector {
             }
             PubSubTable::Sink(config) => {
                 PubSubSink::from_config(profile.clone(), config.clone())?;
-                check_sink_metadata(schema)?;
+                check_sink_metadata(schema, config.publisher.message_ordering)?;
             }
         }
         if schema.format == Format::RawString {

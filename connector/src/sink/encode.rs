@@ -96,22 +96,15 @@ impl Encoder {
 }
 
 /// A JSON object of strings -> attributes. Refused, never coerced: anything but an
-/// object, a NULL value, a number or other non-string value.
+/// object, a NULL value, a number or other non-string value, a key given twice (which a
+/// map would silently collapse to its last value).
 pub fn parse_attributes(text: &str) -> Result<HashMap<String, String>, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("is not a JSON object of strings: {e}"))?;
-    let serde_json::Value::Object(map) = v else {
-        return Err(format!(
-            "must be a JSON object of strings, was {}",
-            kind(&v)
-        ));
-    };
-    let mut out = HashMap::with_capacity(map.len());
-    for (k, v) in map {
-        match v {
-            serde_json::Value::String(s) => {
-                out.insert(k, s);
-            }
+    let v: Entries =
+        serde_json::from_str(text).map_err(|e| format!("must be a JSON object of strings: {e}"))?;
+    let mut out = HashMap::with_capacity(v.0.len());
+    for (k, v) in v.0 {
+        let s = match v {
+            serde_json::Value::String(s) => s,
             serde_json::Value::Null => return Err(format!("attribute '{k}' is NULL")),
             other => {
                 return Err(format!(
@@ -119,9 +112,38 @@ pub fn parse_attributes(text: &str) -> Result<HashMap<String, String>, String> {
                     kind(&other)
                 ))
             }
+        };
+        if out.insert(k.clone(), s).is_some() {
+            return Err(format!("attribute '{k}' is given twice"));
         }
     }
     Ok(out)
+}
+
+/// The entries of a JSON object in order, duplicates kept.
+struct Entries(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Entries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Entries, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = m.next_entry()? {
+                    v.push(e);
+                }
+                Ok(Entries(v))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 fn kind(v: &serde_json::Value) -> &'static str {
@@ -152,7 +174,13 @@ mod tests {
         assert!(parse_attributes(r#"{"a":1}"#)
             .unwrap_err()
             .contains("must be a string, was a number 1"));
-        assert!(parse_attributes("[1]").unwrap_err().contains("an array"));
+        assert!(parse_attributes("[1]")
+            .unwrap_err()
+            .contains("expected an object"));
+        assert_eq!(
+            parse_attributes(r#"{"a":"x","a":"y"}"#).unwrap_err(),
+            "attribute 'a' is given twice"
+        );
         assert!(parse_attributes("not json").is_err());
     }
 }
