@@ -3,11 +3,13 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use pubsub_connector_core::admin;
-use pubsub_connector_core::emulator_proxy::largest_publish_request;
+use pubsub_connector_core::emulator_proxy::{
+    largest_publish_request, publish_requests, refuse_publish_containing,
+};
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(240);
@@ -46,6 +48,35 @@ async fn publish_json(topic: &str, rows: &[serde_json::Value]) {
     admin::publish_all(&profile(), topic, payloads, 100)
         .await
         .unwrap();
+}
+
+/// [`pipeline_sql`] with the sink behind `sink_endpoint` (a [`TcpProxy`]) and
+/// `sink_extra` options; `src_extra` goes to the source.
+fn via_sql(t: &Topics, sink_endpoint: &str, src_extra: &str, sink_extra: &str) -> String {
+    let sql = pipeline_sql(t, &endpoint(), src_extra);
+    let sink = format!("'emulator-endpoint' = '{}');\n         INSERT", endpoint());
+    assert!(sql.contains(&sink), "{sql}");
+    sql.replacen(
+        &sink,
+        &format!("'emulator-endpoint' = '{sink_endpoint}' {sink_extra});\n         INSERT"),
+        1,
+    )
+}
+
+/// Asserts that every input message acknowledged upstream (not redelivered within 15 s,
+/// longer than the 10 s ack deadline) was published to the output.
+async fn nothing_acknowledged_unpublished(t: &Topics, ids: &[String], published: &HashSet<String>) {
+    let back = redelivered(&t.input_sub, Duration::from_secs(15)).await;
+    let lost: Vec<&String> = ids
+        .iter()
+        .filter(|id| !back.contains_key(*id) && !published.contains(*id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged but never published, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
 }
 
 async fn run(w: &Workdir, idle: &str) -> (i32, String, String) {
@@ -215,20 +246,12 @@ async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
     let t = topics("sink-cut", 10).await;
     let ids = publish_seq(&t.input, 0..1500).await;
     let proxy = TcpProxy::start(&endpoint()).await;
-    let sql = pipeline_sql(
+    let sql = via_sql(
         &t,
-        &endpoint(),
+        &proxy.endpoint(),
         ", 'scan.rate-limit.messages-per-second' = '200'",
-    )
-    .replacen(
-        &format!("'emulator-endpoint' = '{}');\n         INSERT", endpoint()),
-        &format!(
-            "'emulator-endpoint' = '{}');\n         INSERT",
-            proxy.endpoint()
-        ),
-        1,
+        "",
     );
-    assert!(sql.contains(&proxy.endpoint()), "{sql}");
     let w = Workdir::new(&sql);
     let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "10s"]);
     let early = sink_ids(&t.output_sub, Some(200), Duration::from_secs(30)).await;
@@ -242,6 +265,105 @@ async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
     got.extend(sink_ids(&t.output_sub, None, Duration::from_secs(10)).await);
     assert_eq!(missing(&ids, &got), 0, "{stderr}");
     assert!(redelivered(&t.input_sub, Duration::from_secs(3))
+        .await
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_after_repair() {
+    let p = profile();
+    let (input, output) = (unique("sink-ord-in"), unique("sink-ord-out"));
+    let (in_sub, out_sub, out_sub2) = (
+        unique("sink-ord-in-sub"),
+        unique("sink-ord-out-sub"),
+        unique("sink-ord-out-sub2"),
+    );
+    admin::create_topic(&p, &input).await.unwrap();
+    admin::create_topic(&p, &output).await.unwrap();
+    let subs = pubsub_connector_core::client::subscription_admin(&p)
+        .await
+        .unwrap();
+    let ordered_sub = |name: &str, topic: &str| {
+        subs.create_subscription()
+            .set_name(pubsub_connector_core::client::subscription_path(
+                PROJECT, name,
+            ))
+            .set_topic(pubsub_connector_core::client::topic_path(PROJECT, topic))
+            .set_enable_message_ordering(true)
+            .set_ack_deadline_seconds(10)
+            .send()
+    };
+    ordered_sub(&in_sub, &input).await.unwrap();
+    ordered_sub(&out_sub, &output).await.unwrap();
+    publish_ordered(&input, &["a", "b", "c"], 300).await;
+    // One worker, so one sink subtask: the first publish after the deletion fails, that
+    // subtask recreates the topic, and its republish waits the recovery backoff (4-8 s
+    // here), time for the test to subscribe to the recreated topic first. With two
+    // subtasks the other one would publish to the recreated topic at once, before any
+    // subscription exists, and Pub/Sub keeps no message for a topic without one.
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT, k TEXT METADATA FROM 'ordering-key') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{in_sub}',
+            'emulator-endpoint' = '{e}', 'scan.ordering-mode' = 'per-key',
+            'scan.rate-limit.messages-per-second' = '40');
+         CREATE TABLE dst (seq BIGINT, k TEXT METADATA FROM 'ordering-key') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{output}',
+            'emulator-endpoint' = '{e}', 'sink.message-ordering.enabled' = 'true',
+            'sink.recovery.initial-backoff' = '8s', 'sink.recovery.max-backoff' = '20s');
+         INSERT INTO dst SELECT seq, k FROM src;",
+        e = endpoint()
+    );
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&[
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "8s",
+    ]);
+    let mut got = ordered(&out_sub, 60).await;
+    assert_eq!(got.len(), 60);
+    // Every key's next publish fails (NOT_FOUND) and pauses the key.
+    admin::delete_topic(&p, &output).await.unwrap();
+    let topics = pubsub_connector_core::client::topic_admin(&p)
+        .await
+        .unwrap();
+    let name = pubsub_connector_core::client::topic_path(PROJECT, &output);
+    let start = std::time::Instant::now();
+    while topics
+        .get_topic()
+        .set_topic(name.clone())
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < LIMIT, "the sink never recreated {name}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ordered_sub(&out_sub2, &output).await.unwrap();
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        summary_count(&stdout, "send errors NOT FOUND:") >= 1,
+        "{stdout}"
+    );
+    got.extend(ordered(&out_sub, 300).await);
+    let before = got.len();
+    got.extend(ordered(&out_sub2, 300).await);
+    assert!(
+        got.len() > before,
+        "rows after the repair reached the recreated topic"
+    );
+    let mut per_key: HashMap<String, Vec<i64>> = HashMap::new();
+    for (k, seq) in got {
+        per_key.entry(k).or_default().push(seq);
+    }
+    for (i, k) in ["a", "b", "c"].iter().enumerate() {
+        let want: Vec<i64> = (0..300).filter(|s| s % 3 == i as i64).collect();
+        assert_eq!(per_key[*k], want, "key {k}: every row, in order, once");
+    }
+    assert!(redelivered(&in_sub, Duration::from_secs(3))
         .await
         .is_empty());
 }
@@ -370,7 +492,8 @@ async fn a_missing_topic_is_created_at_start_with_the_create_options() {
         &format!(
             "'topic' = '{}', 'sink.auto-create.message-retention' = '1 day',
              'sink.auto-create.allowed-persistence-regions' = 'europe-west1,europe-west4',
-             'sink.auto-create.enforce-in-transit' = 'true',",
+             'sink.auto-create.enforce-in-transit' = 'true',
+             'sink.auto-create.kms-key-name' = '{KMS_KEY}',",
             t.output
         ),
     ));
@@ -395,5 +518,254 @@ async fn a_missing_topic_is_created_at_start_with_the_create_options() {
     assert_eq!(
         created.message_retention_duration.map(|d| d.seconds()),
         Some(86_400)
+    );
+    // The emulator stores the key name (it encrypts nothing).
+    assert_eq!(created.kms_key_name, KMS_KEY);
+}
+
+const KMS_KEY: &str = "projects/test/locations/europe-west1/keyRings/ring/cryptoKeys/key";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_argument_from_a_fake_proxy_republishes_the_batch_alone_and_routes_only_the_message_refused_on_its_own(
+) {
+    let t = topics("sink-invalid", 10).await;
+    let (dlq, dlq_sub) = (unique("sink-inv-dead"), unique("sink-inv-dead-sub"));
+    admin::create_topic(&profile(), &dlq).await.unwrap();
+    admin::create_subscription(&profile(), &dlq_sub, &dlq, 60)
+        .await
+        .unwrap();
+    let topic = format!("projects/{PROJECT}/topics/{}", t.output);
+    // The emulator refuses no request (see `sink::limits`): the test's proxy refuses
+    // every Publish request to the output topic that carries the marker, as Pub/Sub
+    // refuses a request with a message it finds invalid.
+    refuse_publish_containing(&topic, b"POISON");
+    let rows: Vec<serde_json::Value> = (0..60)
+        .map(|i| {
+            let pad = if i == 17 || i == 42 { "POISON" } else { "fine" };
+            serde_json::json!({"seq": i, "pad": pad})
+        })
+        .collect();
+    publish_json(&t.input, &rows).await;
+    let dlq_opts = format!(
+        ", 'sink.failure-handler' = 'dead-letter', 'sink.dead-letter.topic' = '{dlq}', 'sink.dead-letter.emulator-endpoint' = '{}'",
+        endpoint()
+    );
+    let w = Workdir::new(&metadata_sql(&t, &endpoint(), &dlq_opts));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "rows written:"), 58, "{stdout}");
+    assert_eq!(
+        summary_count(&stdout, "dead letters published:"),
+        2,
+        "{stdout}"
+    );
+    // At least one refused batch and the two messages refused on their own.
+    assert!(
+        summary_count(&stdout, "send errors INVALID ARGUMENT:") >= 3,
+        "{stdout}"
+    );
+    let out = admin::drain_messages(
+        &profile(),
+        &t.output_sub,
+        1,
+        Some(58),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let mut seqs: Vec<i64> = out
+        .iter()
+        .map(|m| {
+            serde_json::from_slice::<serde_json::Value>(&m.data).unwrap()["seq"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    seqs.sort();
+    let want: Vec<i64> = (0..60).filter(|i| *i != 17 && *i != 42).collect();
+    assert_eq!(seqs, want, "every good row once, the refused ones not");
+    let letters = admin::drain_messages(&profile(), &dlq_sub, 1, Some(2), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut dead: Vec<i64> = letters
+        .iter()
+        .map(|m| {
+            let err = &m.attributes["dlq-error"];
+            assert!(
+                err.contains("refused the message on its own (INVALID_ARGUMENT)"),
+                "{err}"
+            );
+            serde_json::from_slice::<serde_json::Value>(&m.data).unwrap()["seq"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    dead.sort();
+    assert_eq!(dead, [17, 42]);
+    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
+        .await
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_caps_bound_the_messages_and_bytes_outstanding() {
+    // One message in flight at a time: every message goes in a request of its own,
+    // where the defaults would batch them.
+    let t = topics("sink-inflight-n", 10).await;
+    let rows: Vec<serde_json::Value> = (0..30).map(|i| serde_json::json!({"seq": i})).collect();
+    publish_json(&t.input, &rows).await;
+    let w = Workdir::new(&metadata_sql(
+        &t,
+        &endpoint(),
+        ", 'sink.in-flight.max-messages' = '1'",
+    ));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "rows written:"), 30, "{stdout}");
+    let topic = format!("projects/{PROJECT}/topics/{}", t.output);
+    assert_eq!(publish_requests(&topic).len(), 30);
+
+    // 400 KiB in flight: 300 KiB messages go one at a time.
+    let t = topics("sink-inflight-b", 10).await;
+    let pad = "x".repeat(300 * 1024);
+    let rows: Vec<serde_json::Value> = (0..10)
+        .map(|i| serde_json::json!({"seq": i, "pad": pad}))
+        .collect();
+    publish_json(&t.input, &rows).await;
+    let w = Workdir::new(&metadata_sql(
+        &t,
+        &endpoint(),
+        ", 'sink.in-flight.max-bytes' = '400 KiB'",
+    ));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "rows written:"), 10, "{stdout}");
+    let topic = format!("projects/{PROJECT}/topics/{}", t.output);
+    let requests = publish_requests(&topic);
+    assert_eq!(requests.len(), 10);
+    assert!(requests.iter().all(|b| *b < 400 * 1024), "{requests:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_publish_that_makes_no_progress_fails_at_the_progress_timeout_and_acknowledges_nothing_unpublished(
+) {
+    let t = topics("sink-stall", 10).await;
+    let ids = publish_seq(&t.input, 0..600).await;
+    let proxy = TcpProxy::start(&endpoint()).await;
+    // With ordering the client retries without end; only the progress timeout ends it.
+    let sql = via_sql(
+        &t,
+        &proxy.endpoint(),
+        ", 'scan.rate-limit.messages-per-second' = '100'",
+        ", 'sink.message-ordering.enabled' = 'true', 'sink.publish-progress-timeout' = '5s'",
+    );
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "30s"]);
+    let mut published = sink_ids(&t.output_sub, Some(100), Duration::from_secs(30)).await;
+    assert!(published.len() >= 100);
+    proxy.cut();
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("completed for 5s ('sink.publish-progress-timeout')"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("(a tenth of 'sink.publish-progress-timeout' = 5s)"),
+        "{stderr}"
+    );
+    published.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
+    nothing_acknowledged_unpublished(&t, &ids, &published).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_and_recovery_caps_end_a_publish_that_cannot_reach_pubsub_naming_the_option() {
+    let t = topics("sink-retry", 10).await;
+    let ids = publish_seq(&t.input, 0..600).await;
+    let proxy = TcpProxy::start(&endpoint()).await;
+    // Without the retry caps the client would retry for its default 600 s; with them each
+    // publish gives up within about 2 s, and the sink republishes twice before failing.
+    let sql = via_sql(
+        &t,
+        &proxy.endpoint(),
+        ", 'scan.rate-limit.messages-per-second' = '100'",
+        ", 'sink.retry.total-timeout' = '2s', 'sink.retry.max-attempts' = '4',
+           'sink.retry.initial-delay' = '100ms', 'sink.retry.delay-multiplier' = '2',
+           'sink.retry.max-delay' = '400ms', 'sink.retry.initial-rpc-timeout' = '500ms',
+           'sink.retry.rpc-timeout-multiplier' = '1.5', 'sink.retry.max-rpc-timeout' = '1s',
+           'sink.recovery.initial-backoff' = '100ms', 'sink.recovery.max-backoff' = '200ms',
+           'sink.recovery.max-attempts' = '2'",
+    );
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "30s"]);
+    let mut published = sink_ids(&t.output_sub, Some(100), Duration::from_secs(30)).await;
+    assert!(published.len() >= 100);
+    proxy.cut();
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("failed 3 times in a row ('sink.recovery.max-attempts' = 2)"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("'sink.publish-progress-timeout'"),
+        "{stderr}"
+    );
+    published.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
+    nothing_acknowledged_unpublished(&t, &ids, &published).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_under_create_never_or_a_missing_dead_letter_topic_is_refused_at_start_with_exit_2(
+) {
+    let t = topics("sink-refused", 10).await;
+    admin::delete_topic(&profile(), &t.output).await.unwrap();
+    publish_seq(&t.input, 0..5).await;
+    let sql = pipeline_sql(&t, &endpoint(), "");
+    let out = format!("'topic' = '{}',", t.output);
+    let w = Workdir::new(&sql.replace(
+        &out,
+        &format!("{out} 'sink.create-disposition' = 'create-never',"),
+    ));
+    let (code, _stdout, stderr) = run(&w, "5s").await;
+    // A configuration error: no restart fixes it, so `cluster` does not retry it.
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("'sink.create-disposition' is 'create-never'"),
+        "{stderr}"
+    );
+
+    let w = Workdir::new(&sql.replace(
+        &out,
+        &format!(
+            "{out} 'sink.failure-handler' = 'dead-letter', 'sink.dead-letter.topic' = 'no-such-dead-letters',
+             'sink.dead-letter.emulator-endpoint' = '{}',",
+            endpoint()
+        ),
+    ));
+    let (code, _stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("fix option 'sink.dead-letter.topic'"),
+        "{stderr}"
+    );
+    // Refused before the output topic was created.
+    let topics = pubsub_connector_core::client::topic_admin(&profile())
+        .await
+        .unwrap();
+    let missing = topics
+        .get_topic()
+        .set_topic(format!("projects/{PROJECT}/topics/{}", t.output))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(format!("{missing:?}").contains("NotFound"), "{missing:?}");
+    // Nothing is lost: the five messages are all still there (redelivered within one
+    // ack deadline if the source had read them).
+    assert_eq!(
+        redelivered(&t.input_sub, Duration::from_secs(12))
+            .await
+            .len(),
+        5
     );
 }

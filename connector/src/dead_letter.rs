@@ -136,6 +136,8 @@ pub struct PubSubDeadLetterQueue {
     publisher: Option<Publisher>,
     in_flight: FuturesUnordered<PublishFuture>,
     published: Counter,
+    /// Put before the option names in runtime errors: `sink.` or `scan.` for a table.
+    key_prefix: &'static str,
 }
 
 impl fmt::Debug for PubSubDeadLetterQueue {
@@ -179,6 +181,13 @@ impl PubSubDeadLetterQueue {
         b.build()
     }
 
+    /// Names options in runtime errors by their SQL key under `prefix` (`sink.` or
+    /// `scan.`: `'sink.dead-letter.topic'`); without it, as `'dead-letter.topic'`.
+    pub fn with_key_prefix(mut self, prefix: &'static str) -> Self {
+        self.key_prefix = prefix;
+        self
+    }
+
     /// The table config this queue was built from (topic as given).
     pub fn config(&self) -> &DeadLetterQueueConfig {
         &self.config
@@ -214,10 +223,11 @@ impl PubSubDeadLetterQueue {
             Ok(_) => Ok(()),
             Err(e) if diagnose::cause(&e) == Cause::NotFound => {
                 Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
-                    "dead-letter topic {} does not exist (NOT_FOUND at {}): the dead-letter queue never creates its topic; create it first (gcloud pubsub topics create {}) or fix option 'dead-letter.topic'",
+                    "dead-letter topic {} does not exist (NOT_FOUND at {}): the dead-letter queue never creates its topic; create it first (gcloud pubsub topics create {}) or fix option '{}dead-letter.topic'",
                     self.topic,
                     diagnose::endpoint(&self.profile),
-                    self.topic.rsplit('/').next().unwrap_or(&self.topic)
+                    self.topic.rsplit('/').next().unwrap_or(&self.topic),
+                    self.key_prefix
                 )))
             }
             Err(e) => Err(anyhow::anyhow!(
@@ -335,9 +345,10 @@ impl PubSubDeadLetterQueue {
         match waited {
             Ok(r) => r.map_err(|e| anyhow::anyhow!("{e} during {during}; the checkpoint in progress fails and none of its messages is acknowledged")),
             Err(_) => Err(anyhow::anyhow!(
-                "dead-letter queue: {} of {n} publishes to topic {topic} were not confirmed within the flush timeout ({}, option 'dead-letter.flush-timeout') during {during}; the checkpoint in progress fails and none of its messages is acknowledged",
+                "dead-letter queue: {} of {n} publishes to topic {topic} were not confirmed within the flush timeout ({}, option '{}dead-letter.flush-timeout') during {during}; the checkpoint in progress fails and none of its messages is acknowledged",
                 self.in_flight.len(),
-                show(timeout)
+                show(timeout),
+                self.key_prefix
             )),
         }
     }
@@ -551,6 +562,7 @@ impl PubSubDeadLetterQueueBuilder {
             publisher: None,
             in_flight: FuturesUnordered::new(),
             published: Counter::default(),
+            key_prefix: "",
         })
     }
 }

@@ -17,26 +17,51 @@ use h2::{RecvStream, SendStream};
 use http::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
 
-/// The largest Publish request (its protobuf bytes, from the gRPC frame header) any proxy
-/// of this process forwarded: tests check that the sink keeps requests within Pub/Sub's
-/// 10 MB, which the emulator does not enforce.
-/// Keyed by the request's topic (full name).
-static LARGEST_PUBLISH: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+/// The size of every Publish request (its protobuf bytes, from the gRPC frame header) the
+/// proxies of this process forwarded, by the request's topic (full name): tests check that
+/// the sink keeps requests within Pub/Sub's 10 MB, which the emulator does not enforce,
+/// and how many requests it sent.
+static PUBLISH_REQUESTS: Mutex<Option<HashMap<String, Vec<usize>>>> = Mutex::new(None);
+
+/// A named fake for what the emulator never does: refuse a Publish request with
+/// INVALID_ARGUMENT. Publish requests to a topic (full name) that contain the marker bytes
+/// get that status instead of being forwarded.
+static REFUSALS: Mutex<Vec<(String, Vec<u8>)>> = Mutex::new(Vec::new());
 
 /// The largest Publish request to `topic` (a full name) forwarded so far, in bytes (0:
 /// none).
 pub fn largest_publish_request(topic: &str) -> usize {
-    let map = LARGEST_PUBLISH.lock().expect("proxy lock");
-    map.as_ref()
-        .and_then(|m| m.get(topic).copied())
-        .unwrap_or(0)
+    publish_requests(topic).into_iter().max().unwrap_or(0)
 }
 
-/// Records a Publish request's size from its first bytes: the gRPC frame header (flag,
-/// 4-byte big-endian length), then field 1 (the topic) of the `PublishRequest`.
-fn record_publish(head: &[u8]) {
+/// The size in bytes of every Publish request to `topic` (a full name) forwarded so far,
+/// in arrival order.
+pub fn publish_requests(topic: &str) -> Vec<usize> {
+    let map = PUBLISH_REQUESTS.lock().expect("proxy lock");
+    map.as_ref()
+        .and_then(|m| m.get(topic).cloned())
+        .unwrap_or_default()
+}
+
+/// From now on, every Publish request to `topic` (a full name) whose bytes contain
+/// `marker` is refused with INVALID_ARGUMENT, as Pub/Sub refuses a request it finds
+/// invalid; the emulator itself refuses none (see `sink::limits`).
+pub fn refuse_publish_containing(topic: &str, marker: &[u8]) {
+    assert!(
+        !marker.is_empty(),
+        "an empty marker would refuse everything"
+    );
+    REFUSALS
+        .lock()
+        .expect("proxy lock")
+        .push((topic.to_string(), marker.to_vec()));
+}
+
+/// The topic and size of a Publish request from its first bytes: the gRPC frame header
+/// (flag, 4-byte big-endian length), then field 1 (the topic) of the `PublishRequest`.
+fn publish_head(head: &[u8]) -> Option<(String, usize)> {
     if head.len() < 7 || head[5] != 0x0A {
-        return;
+        return None;
     }
     let size = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
     let (mut len, mut shift, mut i) = (0usize, 0, 6);
@@ -48,16 +73,31 @@ fn record_publish(head: &[u8]) {
             break;
         }
     }
-    let Some(topic) = head.get(i..i + len) else {
+    let topic = head.get(i..i + len)?;
+    Some((String::from_utf8_lossy(topic).into_owned(), size))
+}
+
+fn record_publish(head: &[u8]) {
+    let Some((topic, size)) = publish_head(head) else {
         return;
     };
-    let topic = String::from_utf8_lossy(topic).into_owned();
-    let mut map = LARGEST_PUBLISH.lock().expect("proxy lock");
-    let e = map
-        .get_or_insert_with(HashMap::new)
+    let mut map = PUBLISH_REQUESTS.lock().expect("proxy lock");
+    map.get_or_insert_with(HashMap::new)
         .entry(topic)
-        .or_insert(0);
-    *e = (*e).max(size);
+        .or_default()
+        .push(size);
+}
+
+/// Whether a whole Publish request (gRPC frame included) is to be refused.
+fn refused(request: &[u8]) -> bool {
+    let Some((topic, _)) = publish_head(request) else {
+        return false;
+    };
+    REFUSALS
+        .lock()
+        .expect("proxy lock")
+        .iter()
+        .any(|(t, m)| *t == topic && request.windows(m.len()).any(|w| w == m.as_slice()))
 }
 
 /// Starts the proxy to `127.0.0.1:upstream_port` on its own thread and runtime; returns
@@ -119,6 +159,20 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
         tokio::spawn(async move {
             let (parts, down_body) = req.into_parts();
             let publish = parts.uri.path() == "/google.pubsub.v1.Publisher/Publish";
+            let mut respond = respond;
+            // Under a refusal rule, a (unary) Publish request is read whole to decide.
+            let body = if publish && !REFUSALS.lock().expect("proxy lock").is_empty() {
+                let Some(request) = read_all(down_body).await else {
+                    return;
+                };
+                if refused(&request) {
+                    let _ = respond.send_response(invalid_argument(), true);
+                    return;
+                }
+                Ok(request)
+            } else {
+                Err(down_body)
+            };
             let Ok(mut upstream) = upstream.ready().await else {
                 return;
             };
@@ -126,8 +180,20 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
             let Ok((resp_fut, up_send)) = upstream.send_request(up_req, false) else {
                 return;
             };
-            tokio::spawn(forward_request_body(down_body, up_send, publish));
-            let mut respond = respond;
+            match body {
+                Ok(request) => {
+                    tokio::spawn(async move {
+                        record_publish(&request);
+                        let mut up = up_send;
+                        if send_all(&mut up, Bytes::from(request)).await.is_ok() {
+                            let _ = up.send_data(Bytes::new(), true);
+                        }
+                    });
+                }
+                Err(down_body) => {
+                    tokio::spawn(forward_request_body(down_body, up_send, publish));
+                }
+            }
             let Ok(resp) = resp_fut.await else { return };
             let (parts, up_body) = resp.into_parts();
             let Ok(down_send) = respond.send_response(Response::from_parts(parts, ()), false)
@@ -201,6 +267,31 @@ async fn forward_response_body(mut body: RecvStream, mut down: SendStream<Bytes>
             let _ = down.send_data(Bytes::new(), true);
         }
     }
+}
+
+/// A whole request body, or `None` when the client went away.
+async fn read_all(mut body: RecvStream) -> Option<Vec<u8>> {
+    let mut all = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.ok()?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        all.extend_from_slice(&chunk);
+    }
+    Some(all)
+}
+
+/// A trailers-only gRPC response with status 3 (INVALID_ARGUMENT).
+fn invalid_argument() -> Response<()> {
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .header("grpc-status", "3")
+        .header(
+            "grpc-message",
+            "refused by the test proxy (a named fake: the emulator refuses no request)",
+        )
+        .body(())
+        .expect("static response")
 }
 
 /// Reads an upstream body to its end, discarding it.

@@ -318,3 +318,158 @@ fn pull_i64(o: &mut ConnectorOptions, key: &str) -> Result<Option<i64>, OptionEr
             .map_err(|_| "must be an integer".to_string())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pubsub_schema::PubSubTable;
+
+    fn sink(pairs: &[(&str, &str)]) -> Result<SinkConfig, OptionError> {
+        let mut o = ConnectorOptions::new(
+            [("project", "p"), ("topic", "out")]
+                .iter()
+                .chain(pairs)
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        match crate::table_from_options(&mut o)? {
+            PubSubTable::Sink(s) => Ok(s),
+            PubSubTable::Source(_) => panic!("sink expected"),
+        }
+    }
+
+    #[test]
+    fn every_sink_key_maps_onto_its_field() {
+        let pairs = [
+            (CREATE_DISPOSITION, "create-never"),
+            (SINK_AUTO_CREATE_MESSAGE_RETENTION, "1 day"),
+            (
+                SINK_AUTO_CREATE_KMS_KEY,
+                "projects/p/locations/l/keyRings/r/cryptoKeys/k",
+            ),
+            (SINK_AUTO_CREATE_REGIONS, "europe-west1, europe-west4"),
+            (SINK_AUTO_CREATE_ENFORCE_IN_TRANSIT, "true"),
+            (BATCH_COUNT, "11"),
+            (BATCH_BYTES, "12kb"),
+            (BATCH_DELAY, "13ms"),
+            (RETRY_TOTAL_TIMEOUT, "14s"),
+            (RETRY_INITIAL_DELAY, "15ms"),
+            (RETRY_DELAY_MULTIPLIER, "1.6"),
+            (RETRY_MAX_DELAY, "17s"),
+            (RETRY_INITIAL_RPC_TIMEOUT, "18s"),
+            (RETRY_RPC_TIMEOUT_MULTIPLIER, "1.9"),
+            (RETRY_MAX_RPC_TIMEOUT, "20s"),
+            (RETRY_MAX_ATTEMPTS, "21"),
+            (MESSAGE_ORDERING, "true"),
+            (MAX_IN_FLIGHT_MESSAGES, "22"),
+            (MAX_IN_FLIGHT_BYTES, "23mib"),
+            (PUBLISH_PROGRESS_TIMEOUT, "24s"),
+            (RECOVERY_INITIAL_BACKOFF, "25ms"),
+            (RECOVERY_MAX_BACKOFF, "26s"),
+            (RECOVERY_MAX_ATTEMPTS, "27"),
+            (MAX_CONSECUTIVE_REJECTIONS, "-1"),
+            (SINK_SHUTDOWN_TIMEOUT, "28s"),
+            (FAILURE_HANDLER, "dead-letter"),
+            ("sink.dead-letter.topic", "dead"),
+            ("sink.dead-letter.emulator-endpoint", "127.0.0.1:8085"),
+            ("sink.dead-letter.max-in-flight-messages", "-1"),
+            ("sink.dead-letter.flush-timeout", "29s"),
+            ("sink.dead-letter.shutdown-timeout", "30s"),
+        ];
+        // Every sink key but the key file (which excludes the emulator endpoint) is set.
+        let set: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+        let unset: Vec<&&str> = SINK_OPTIONS.iter().filter(|k| !set.contains(k)).collect();
+        assert_eq!(unset, [&"sink.dead-letter.service-account-key-file"]);
+        let c = sink(&pairs).unwrap();
+        assert_eq!(c.topic, "out");
+        assert_eq!(c.create_disposition, CreateDisposition::CreateNever);
+        let t = &c.topic_create;
+        assert_eq!(t.message_retention_ms, Some(86_400_000));
+        assert_eq!(
+            t.kms_key_name.as_deref(),
+            Some("projects/p/locations/l/keyRings/r/cryptoKeys/k")
+        );
+        assert_eq!(
+            t.allowed_persistence_regions,
+            ["europe-west1", "europe-west4"]
+        );
+        assert!(t.enforce_in_transit);
+        let p = &c.publisher;
+        assert_eq!(
+            (
+                p.batching_element_count_threshold,
+                p.batching_request_byte_threshold,
+                p.batching_delay_threshold_ms
+            ),
+            (11, 12_000, 13)
+        );
+        let r = &p.retry;
+        assert_eq!(r.total_timeout_ms, Some(14_000));
+        assert_eq!(r.initial_delay_ms, Some(15));
+        assert_eq!(r.delay_multiplier, Some(1.6));
+        assert_eq!(r.max_delay_ms, Some(17_000));
+        assert_eq!(r.initial_rpc_timeout_ms, Some(18_000));
+        assert_eq!(r.rpc_timeout_multiplier, Some(1.9));
+        assert_eq!(r.max_rpc_timeout_ms, Some(20_000));
+        assert_eq!(r.max_attempts, Some(21));
+        assert!(p.message_ordering);
+        assert_eq!(p.max_in_flight_messages, 22);
+        assert_eq!(p.max_in_flight_bytes, 23 << 20);
+        assert_eq!(p.publish_progress_timeout_ms, 24_000);
+        assert_eq!(
+            (
+                p.recovery.initial_backoff_ms,
+                p.recovery.max_backoff_ms,
+                p.recovery.max_attempts
+            ),
+            (25, 26_000, 27)
+        );
+        assert_eq!(p.max_consecutive_rejections, -1);
+        assert_eq!(p.shutdown_timeout_ms, 28_000);
+        assert_eq!(c.failure_handler, FailureHandler::DeadLetter);
+        let d = c.dead_letter.as_ref().unwrap();
+        assert_eq!(d.topic, "dead");
+        assert_eq!(
+            d.authentication,
+            Authentication::Emulator {
+                endpoint: "127.0.0.1:8085".into()
+            }
+        );
+        assert_eq!(
+            (
+                d.max_in_flight_messages,
+                d.flush_timeout_ms,
+                d.shutdown_timeout_ms
+            ),
+            (-1, 29_000, 30_000)
+        );
+        // The key file, the one key left.
+        let d = sink(&[
+            ("sink.dead-letter.topic", "dead"),
+            ("sink.dead-letter.service-account-key-file", "/k.json"),
+        ])
+        .unwrap()
+        .dead_letter
+        .unwrap();
+        assert_eq!(
+            d.authentication,
+            Authentication::ServiceAccountKeyFile {
+                path: "/k.json".into()
+            }
+        );
+    }
+
+    #[test]
+    fn dead_letter_options_name_their_key_on_either_side() {
+        for suffix in DLQ_SUFFIXES {
+            let option = suffix.replace('-', "_");
+            for prefix in ["sink.", "scan."] {
+                assert_eq!(
+                    dead_letter_sql_key(prefix, &option),
+                    Some(format!("{prefix}{suffix}").as_str()),
+                    "{option}"
+                );
+            }
+            assert_eq!(sink_sql_key(&option), dead_letter_sql_key("sink.", &option));
+        }
+    }
+}

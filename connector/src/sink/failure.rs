@@ -24,10 +24,10 @@ impl FailureRoute {
     pub fn new(sink: &PubSubSink) -> anyhow::Result<Self> {
         let c = sink.config();
         let queue = match &c.dead_letter {
-            Some(d) => Some(PubSubDeadLetterQueue::from_config(
-                &sink.profile().project,
-                d,
-            )?),
+            Some(d) => Some(
+                PubSubDeadLetterQueue::from_config(&sink.profile().project, d)?
+                    .with_key_prefix("sink."),
+            ),
             None => None,
         };
         Ok(FailureRoute {

@@ -400,15 +400,16 @@ impl ArrowOperator for SinkWriter {
             ctx.task_info.operator_id.clone(),
             ctx.task_info.task_index,
         ));
-        // Fail fast, naming the cause (unreachable endpoint, credentials, permission);
-        // a missing topic is created under create-if-needed.
+        // Fail fast, naming the cause (unreachable endpoint, credentials, permission).
+        // The dead-letter topic first: a run refused for it creates no output topic.
+        self.failure.open(ctx).await?;
+        // A missing topic is created under create-if-needed.
         if topic::ensure(&self.sink).await? {
             self.metrics.topics_created.add(1);
         }
         let (profile, c) = (self.sink.profile().clone(), self.options().clone());
         self.publisher = Some(publisher::build(&profile, &self.topic, &c, false).await?);
         self.solo = Some(publisher::build(&profile, &self.topic, &c, true).await?);
-        self.failure.open(ctx).await?;
         Ok(())
     }
 

@@ -9,7 +9,8 @@ use crate::client;
 use crate::diagnose::{bounded, startup_error, Resource};
 
 /// Makes sure the topic exists; returns whether this call created it. Errors name the
-/// topic and the cause (missing under `create-never`, permission, unreachable endpoint).
+/// topic and the cause: missing under `create-never` (a `pubsub_engine::ConfigError`),
+/// permission, unreachable endpoint.
 pub async fn ensure(sink: &PubSubSink) -> anyhow::Result<bool> {
     let profile = sink.profile();
     let name = sink.topic_name();
@@ -25,10 +26,11 @@ pub async fn ensure(sink: &PubSubSink) -> anyhow::Result<bool> {
         Err(_) => {}
     }
     if sink.config().create_disposition == CreateDisposition::CreateNever {
-        anyhow::bail!(
+        // No restart fixes it (exit 2; a topic deleted mid-run fails the checkpoint instead).
+        return Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
             "topic {name} does not exist and '{}' is 'create-never': create it, or set 'create-if-needed'",
             pubsub_table_options::CREATE_DISPOSITION
-        );
+        )));
     }
     let topic = with_options(
         Topic::new().set_name(name.clone()),

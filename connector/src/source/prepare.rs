@@ -42,6 +42,7 @@ pub async fn prepare(
     if let Some(d) = &config.dead_letter {
         crate::dead_letter::PubSubDeadLetterQueue::from_config(&profile.project, d)
             .map_err(ConfigError::wrap)?
+            .with_key_prefix("scan.")
             .check_topic()
             .await?;
     }

@@ -159,7 +159,8 @@ impl SourceReader {
             .dead_letter
             .as_ref()
             .map(|d| PubSubDeadLetterQueue::from_config(&profile.project, d))
-            .transpose()?;
+            .transpose()?
+            .map(|q| q.with_key_prefix("scan."));
         Ok(SourceReader {
             profile,
             config,

@@ -153,6 +153,8 @@ pub(crate) enum CoordEvent {
         operator_id: String,
         subtask: usize,
         error: String,
+        /// The error is a [`crate::ConfigError`]: no restart fixes it (exit 2).
+        config: bool,
     },
     TaskFinished {
         operator_id: String,

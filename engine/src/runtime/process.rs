@@ -287,6 +287,7 @@ impl ProcessCoordinator {
                 operator_id,
                 subtask,
                 error,
+                config,
             } => {
                 self.ended.insert((operator_id.clone(), subtask));
                 // Timely's network threads panic when a peer's socket closes; the
@@ -298,10 +299,17 @@ impl ProcessCoordinator {
                         "lost the connection to another process of the cluster (it failed or was killed): {error}; nothing more is acknowledged"
                     ));
                 }
-                return Err(anyhow!(
+                let e = anyhow!(
                     "{} subtask {subtask} failed: {error}",
                     self.name(&operator_id)
-                ));
+                );
+                // A configuration error found when a task starts ends the run like one
+                // found when the job is prepared: exit 2, no restart.
+                return Err(if config {
+                    crate::ConfigError::wrap(e)
+                } else {
+                    e
+                });
             }
             CoordEvent::TaskFinished {
                 operator_id,

@@ -31,6 +31,7 @@ pub(crate) async fn run_source(
             operator_id: operator_id.clone(),
             subtask,
             error: format!("{e:#}"),
+            config: crate::ConfigError::is_in(e),
         });
     }
     if let Err(e) = op.on_close(&mut ctx).await {
@@ -55,11 +56,12 @@ pub(crate) async fn run_sink(
 ) {
     let operator_id = ctx.task_info.operator_id.clone();
     let subtask = ctx.task_info.task_index;
-    let fail = |error: String| {
+    let fail = |error: String, e: &anyhow::Error| {
         let _ = shared.coordinator.send(CoordEvent::TaskFailed {
             operator_id: operator_id.clone(),
             subtask,
             error,
+            config: crate::ConfigError::is_in(e),
         });
     };
     let mut ok = true;
@@ -71,7 +73,7 @@ pub(crate) async fn run_sink(
             });
         }
         Err(e) => {
-            fail(format!("{e:#}"));
+            fail(format!("{e:#}"), &e);
             ok = false;
         }
     }
@@ -81,7 +83,7 @@ pub(crate) async fn run_sink(
                 // After a failure, queued rows belong to no checkpoint: skip them.
                 if ok && !shared.is_aborted() {
                     if let Err(e) = op.process_batch(rows.batch, &mut ctx).await {
-                        fail(format!("{e:#}"));
+                        fail(format!("{e:#}"), &e);
                         ok = false;
                     }
                 }
@@ -95,14 +97,14 @@ pub(crate) async fn run_sink(
                         activate(&activator);
                     }
                     Err(e) => {
-                        fail(format!("checkpoint {} failed: {e:#}", barrier.epoch));
+                        fail(format!("checkpoint {} failed: {e:#}", barrier.epoch), &e);
                         ok = false;
                     }
                 }
             }
             SinkEvent::Commit(epoch) if ok => {
                 if let Err(e) = op.handle_commit(epoch, &mut ctx).await {
-                    fail(format!("commit {epoch} failed: {e:#}"));
+                    fail(format!("commit {epoch} failed: {e:#}"), &e);
                     ok = false;
                 }
             }
