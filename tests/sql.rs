@@ -103,7 +103,7 @@ fn metadata_keys_and_types_are_checked_at_plan_time() {
         "CREATE TABLE s (a BIGINT, n TEXT METADATA FROM 'delivery-attempt') WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');",
     );
     assert!(
-        e.contains("column 'n' reads metadata 'delivery-attempt', which is BIGINT"),
+        e.contains("column 'n' is METADATA FROM 'delivery-attempt', which is BIGINT"),
         "{e}"
     );
     let e = plan_error(
@@ -316,6 +316,47 @@ async fn run_emulator_refuses_key_files_and_creates_ordered_subscriptions_for_pe
         stderr.contains("subscriptions/ord-sub (message ordering) on topic"),
         "{stderr}"
     );
+
+    // Dead-letter queues go to the same emulator, their topics created there; a queue's
+    // own key file is refused like the table's.
+    let dead = format!(
+        "CREATE TABLE s (a BIGINT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}',
+            'subscription' = 'dl-in-sub', 'scan.deserialization-failure-policy' = 'dead-letter',
+            'scan.dead-letter.topic' = 'dl-scan-dead');
+         CREATE TABLE d (a BIGINT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}',
+            'topic' = 'dl-out', 'sink.failure-handler' = 'dead-letter',
+            'sink.dead-letter.topic' = 'projects/other/topics/dl-sink-dead');
+         INSERT INTO d SELECT a FROM s;"
+    );
+    let w = Workdir::new(&dead);
+    let child = w.spawn(&[
+        "--emulator",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "2s",
+    ]);
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("table 's': dead-letter topic projects/test/topics/dl-scan-dead"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("table 'd': dead-letter topic projects/other/topics/dl-sink-dead"),
+        "{stderr}"
+    );
+    let w = Workdir::new(&dead.replace(
+        "'sink.dead-letter.topic' =",
+        "'sink.dead-letter.service-account-key-file' = '/nonexistent/key.json', 'sink.dead-letter.topic' =",
+    ));
+    let (code, _stdout, stderr) = finish(w.spawn(&["--emulator"]), LIMIT).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("table 'd' sets 'sink.dead-letter.service-account-key-file'"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("/nonexistent"), "{stderr}");
 }
 
 fn signal_tokio(child: &tokio::process::Child, sig: &str) {

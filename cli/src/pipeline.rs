@@ -57,31 +57,53 @@ fn is_pubsub(t: &pubsub_engine::sql::TableDef) -> bool {
 /// running it there while the rest runs locally (or creating its resources in the real
 /// project) would surprise. The error names the table and the fix.
 pub fn check_emulator_tables(sql: &PipelineSql, flag: &str) -> Result<(), BadPipeline> {
-    let key = "service-account-key-file";
-    let keyed: Vec<&str> = sql
+    let keyed: Vec<(&str, &str)> = sql
         .tables
         .iter()
-        .filter(|t| is_pubsub(t) && t.options.get(key).is_some())
-        .map(|t| t.name.as_str())
+        .filter(|t| is_pubsub(t))
+        .filter_map(|t| {
+            KEY_FILE_OPTIONS
+                .iter()
+                .find(|k| t.options.get(k).is_some())
+                .map(|k| (t.name.as_str(), *k))
+        })
         .collect();
-    if keyed.is_empty() {
+    let Some((_, key)) = keyed.first() else {
         return Ok(());
-    }
+    };
+    let names: Vec<&str> = keyed.iter().map(|(t, _)| *t).collect();
     Err(BadPipeline(anyhow::anyhow!(
         "{flag} points every pubsub table at a local emulator, but table{} '{}' set{} '{key}' (credentials for real Pub/Sub, which an emulator does not take): remove the option to run {} on the emulator, or run without {flag}",
-        if keyed.len() == 1 { "" } else { "s" },
-        keyed.join("', '"),
-        if keyed.len() == 1 { "s" } else { "" },
-        if keyed.len() == 1 { "it" } else { "them" },
+        if names.len() == 1 { "" } else { "s" },
+        names.join("', '"),
+        if names.len() == 1 { "s" } else { "" },
+        if names.len() == 1 { "it" } else { "them" },
     )))
 }
 
+/// The options that carry credentials for real Pub/Sub: the table's and its dead-letter
+/// queue's.
+const KEY_FILE_OPTIONS: [&str; 3] = [
+    "service-account-key-file",
+    "sink.dead-letter.service-account-key-file",
+    "scan.dead-letter.service-account-key-file",
+];
+
 /// Points every pubsub table without an endpoint at `endpoint` (a table that sets its own
-/// `emulator-endpoint` keeps it). Call [`check_emulator_tables`] first.
+/// `emulator-endpoint` keeps it), and so its dead-letter queue (which has its own
+/// endpoint option). Call [`check_emulator_tables`] first.
 pub fn use_emulator(sql: &mut PipelineSql, endpoint: &str) {
     for t in &mut sql.tables {
         if is_pubsub(t) {
             t.options.insert_if_absent("emulator-endpoint", endpoint);
+            for side in ["sink.", "scan."] {
+                if t.options.get(&format!("{side}dead-letter.topic")).is_some() {
+                    t.options.insert_if_absent(
+                        &format!("{side}dead-letter.emulator-endpoint"),
+                        endpoint,
+                    );
+                }
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Creates the topics and subscriptions a pipeline names, on an emulator (`emulator
 //! --create`, `run --emulator`), so a pipeline can run against a fresh emulator at once.
 
+use pubsub_connector_core::dead_letter::PubSubDeadLetterQueue;
 use pubsub_connector_core::source::create::describe_or_create;
 use pubsub_connector_core::{admin, client};
 use pubsub_engine::sql::{PlannedPipeline, PlannedTable};
@@ -39,6 +40,25 @@ pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
         let Some((profile, table)) = pubsub_table(t) else {
             continue;
         };
+        let dead_letter = match &table {
+            PubSubTable::Source(s) => s.dead_letter.as_ref(),
+            PubSubTable::Sink(s) => s.dead_letter.as_ref(),
+        };
+        if let Some(d) = dead_letter {
+            // The queue never creates its topic; on an emulator this does.
+            let queue = PubSubDeadLetterQueue::from_config(&profile.project, d)?;
+            let name = queue.topic().to_string();
+            // `projects/P/topics/T`, validated by the queue's builder.
+            let mut parts = name.split('/');
+            let (project, id) = (parts.nth(1), parts.nth(1));
+            let mut in_project = profile.clone();
+            in_project.project = project.unwrap_or_default().to_string();
+            admin::create_topic(&in_project, id.unwrap_or_default()).await?;
+            lines.push(format!(
+                "table '{}': dead-letter topic {name}",
+                t.connection.name
+            ));
+        }
         match table {
             PubSubTable::Source(s) => {
                 for sub in &s.subscriptions {

@@ -628,7 +628,7 @@ mod tests {
             make(ConnectionSchema::json(vec![
                 col("x", FieldType::Bigint).metadata_from("id")
             ])),
-            "table 't': column 'x' reads metadata 'id', which is TEXT, but is declared BIGINT"
+            "table 't': column 'x' is METADATA FROM 'id', which is TEXT, but is declared BIGINT"
         );
         // Through the erased connector, a config of the wrong shape is refused up front.
         let e = GraphTable::from_erased(

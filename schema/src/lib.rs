@@ -809,4 +809,92 @@ mod tests {
             assert!(s.contains(&format!("\"{field}\"")), "{field} missing");
         }
     }
+
+    #[test]
+    fn the_table_schema_lists_every_sink_and_dead_letter_option() {
+        let v: serde_json::Value = serde_json::from_str(&table_schema()).unwrap();
+        let defs = &v["$defs"];
+        let names = |def: &str| -> Vec<String> {
+            let mut n: Vec<String> = defs[def]["properties"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{def} is not in the schema"))
+                .keys()
+                .cloned()
+                .collect();
+            n.sort();
+            n
+        };
+        let sorted = |names: &[&str]| {
+            let mut n: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+            n.sort();
+            n
+        };
+        for (def, fields) in [
+            (
+                "SinkConfig",
+                &[
+                    "topic",
+                    "createDisposition",
+                    "topicCreate",
+                    "publisher",
+                    "failureHandler",
+                    "deadLetter",
+                ][..],
+            ),
+            (
+                "TopicCreateConfig",
+                &[
+                    "messageRetentionMs",
+                    "kmsKeyName",
+                    "allowedPersistenceRegions",
+                    "enforceInTransit",
+                ],
+            ),
+            (
+                "PublisherConfig",
+                &[
+                    "batchingElementCountThreshold",
+                    "batchingRequestByteThreshold",
+                    "batchingDelayThresholdMs",
+                    "retry",
+                    "messageOrdering",
+                    "maxInFlightMessages",
+                    "maxInFlightBytes",
+                    "publishProgressTimeoutMs",
+                    "recovery",
+                    "maxConsecutiveRejections",
+                    "shutdownTimeoutMs",
+                ],
+            ),
+            (
+                "RetryConfig",
+                &[
+                    "totalTimeoutMs",
+                    "initialDelayMs",
+                    "delayMultiplier",
+                    "maxDelayMs",
+                    "initialRpcTimeoutMs",
+                    "rpcTimeoutMultiplier",
+                    "maxRpcTimeoutMs",
+                    "maxAttempts",
+                ],
+            ),
+            (
+                "RecoveryConfig",
+                &["initialBackoffMs", "maxBackoffMs", "maxAttempts"],
+            ),
+            (
+                "DeadLetterQueueConfig",
+                &[
+                    "topic",
+                    "authentication",
+                    "maxInFlightMessages",
+                    "flushTimeoutMs",
+                    "shutdownTimeoutMs",
+                ],
+            ),
+        ] {
+            assert_eq!(names(def), sorted(fields), "{def}");
+        }
+    }
 }

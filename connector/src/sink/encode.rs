@@ -24,8 +24,8 @@ pub enum Encoded {
 /// Encodes the rows of a sink table.
 pub struct Encoder {
     serializer: Serializer,
-    /// Index of the `METADATA FROM 'attributes'` column.
-    attributes: Option<usize>,
+    /// Index and name of the `METADATA FROM 'attributes'` column.
+    attributes: Option<(usize, String)>,
     /// Index of the `METADATA FROM 'ordering-key'` column.
     ordering_key: Option<usize>,
 }
@@ -40,7 +40,7 @@ impl Encoder {
         };
         Encoder {
             serializer: Serializer::new(schema),
-            attributes: find(ATTRIBUTES),
+            attributes: find(ATTRIBUTES).map(|i| (i, schema.fields[i].name.clone())),
             ordering_key: find(ORDERING_KEY),
         }
     }
@@ -51,7 +51,8 @@ impl Encoder {
         let payloads = self.serializer.serialize_rows(batch)?;
         let attrs = self
             .attributes
-            .map(|i| batch.column(i).as_string::<i32>().clone());
+            .as_ref()
+            .map(|(i, name)| (batch.column(*i).as_string::<i32>().clone(), name));
         let keys = self
             .ordering_key
             .map(|i| batch.column(i).as_string::<i32>().clone());
@@ -68,13 +69,15 @@ impl Encoder {
                         }
                     }
                 };
-                let attributes = match attrs.as_ref().filter(|a| a.is_valid(row)) {
-                    Some(a) => match parse_attributes(a.value(row)) {
+                let attributes = match attrs.as_ref().filter(|(a, _)| a.is_valid(row)) {
+                    Some((a, name)) => match parse_attributes(a.value(row)) {
                         Ok(m) => m,
                         Err(reason) => {
                             return Encoded::Rejected {
                                 payload: data,
-                                reason: format!("column METADATA FROM '{ATTRIBUTES}': {reason}"),
+                                reason: format!(
+                                    "column '{name}' (METADATA FROM '{ATTRIBUTES}'): {reason}"
+                                ),
                             }
                         }
                     },

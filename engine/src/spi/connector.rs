@@ -370,7 +370,7 @@ fn check_metadata_columns<C: Connector>(
         })?;
         anyhow::ensure!(
             def.field_types.contains(&f.field_type),
-            "column '{}' reads metadata '{key}', which is {}, but is declared {}",
+            "column '{}' is METADATA FROM '{key}', which is {}, but is declared {}",
             f.name,
             def.field_types
                 .iter()

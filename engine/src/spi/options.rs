@@ -135,7 +135,9 @@ impl ConnectorOptions {
         self.pull_opt_with(key, |v| match v.trim().to_ascii_lowercase().as_str() {
             "true" | "yes" => Ok(true),
             "false" | "no" => Ok(false),
-            _ => Err("must be true or false".to_string()),
+            _ => {
+                Err("must be true or false (yes and no are accepted too, in any case)".to_string())
+            }
         })
     }
 
