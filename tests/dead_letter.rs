@@ -399,3 +399,50 @@ async fn the_in_flight_bound_decides_when_an_offer_waits() {
     );
     q.close().await;
 }
+
+/// The queue with Pub/Sub out of reach (its network cut): a flush fails at the flush
+/// timeout naming the option and the publishes not confirmed, and closing returns after
+/// the shutdown timeout (the limit only catches a hang).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_and_close_are_bounded_by_their_timeouts_when_pubsub_is_out_of_reach() {
+    use pubsub_connector_core::dead_letter::{DeadLetter, PubSubDeadLetterQueue};
+    let p = profile();
+    let dead = unique("dlq-cut");
+    admin::create_topic(&p, &dead).await.unwrap();
+    let proxy = TcpProxy::start(&endpoint()).await;
+    let open = || async {
+        let mut q = PubSubDeadLetterQueue::builder()
+            .project(PROJECT)
+            .topic(dead.clone())
+            .emulator_endpoint(proxy.endpoint())
+            .max_in_flight_messages(-1)
+            .flush_timeout(Duration::from_secs(2))
+            .shutdown_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap()
+            .with_key_prefix("sink.");
+        q.open().await.unwrap();
+        q
+    };
+    let letter = |i: usize| DeadLetter {
+        payload: bytes::Bytes::from(format!("letter {i}")),
+        connector: "pubsub-sink",
+        destination: client::topic_path(PROJECT, "meant-for"),
+        error: "refused".into(),
+        subtask: 0,
+    };
+    let mut q = open().await;
+    proxy.cut();
+    for i in 0..3 {
+        q.offer(letter(i)).await.unwrap();
+    }
+    let e = q.flush().await.unwrap_err().to_string();
+    assert!(
+        e.contains("3 of 3 publishes")
+            && e.contains("flush timeout (2s, option 'sink.dead-letter.flush-timeout')"),
+        "{e}"
+    );
+    tokio::time::timeout(Duration::from_secs(240), q.close())
+        .await
+        .expect("close is bounded by the shutdown timeout");
+}

@@ -769,3 +769,97 @@ async fn a_missing_topic_under_create_never_or_a_missing_dead_letter_topic_is_re
         5
     );
 }
+
+/// Through the Rust API (the operator itself): closing with publishes that cannot
+/// complete waits `sink.shutdown-timeout`, not the 600 s progress timeout. Those
+/// publishes belong to no completed checkpoint; their rows are read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use pubsub_connector_core::sink::SinkWriter;
+    use pubsub_engine::{
+        ArrowOperator, BadData, ConnectionSchema, FieldType, Format, Metrics, OperatorConfig,
+        OperatorContext, OperatorState, SourceField, TaskInfo,
+    };
+    use pubsub_schema::{Authentication, PubSubProfile, SinkConfig};
+
+    let output = unique("sink-close");
+    admin::create_topic(&profile(), &output).await.unwrap();
+    let proxy = TcpProxy::start(&endpoint()).await;
+    let sink_profile = PubSubProfile {
+        project: PROJECT.into(),
+        authentication: Authentication::Emulator {
+            endpoint: proxy.endpoint(),
+        },
+    };
+    let mut config = SinkConfig::new(output.clone());
+    // An ordered publisher retries without end: only a timeout ends the wait.
+    config.publisher.message_ordering = true;
+    config.publisher.shutdown_timeout_ms = 1_000;
+    let schema = ConnectionSchema::json(vec![SourceField::new("seq", FieldType::Bigint)]);
+    let op = OperatorConfig {
+        format: Format::Json,
+        bad_data: BadData::Fail,
+        schema,
+        metadata_fields: vec![],
+    };
+    let mut writer = SinkWriter::new(sink_profile, config, op).unwrap();
+    let arrow_schema = Arc::new(Schema::new(vec![Field::new("seq", DataType::Int64, true)]));
+    let metrics = Metrics::default();
+    let mut ctx = OperatorContext {
+        task_info: TaskInfo {
+            job_id: "test".into(),
+            operator_id: "sink".into(),
+            operator_name: "sink".into(),
+            task_index: 0,
+            parallelism: 1,
+        },
+        in_schema: arrow_schema.clone(),
+        metrics: metrics.clone(),
+        state: OperatorState::default(),
+    };
+    writer.on_start(&mut ctx).await.unwrap();
+    proxy.cut();
+    let batch = RecordBatch::try_new(
+        arrow_schema,
+        vec![Arc::new(Int64Array::from_iter_values(0..5))],
+    )
+    .unwrap();
+    writer.process_batch(batch, &mut ctx).await.unwrap();
+    assert_eq!(
+        ctx.gauge(pubsub_connector_core::sink::metrics::IN_FLIGHT_MESSAGES)
+            .get(),
+        5
+    );
+    // Returns once the shutdown timeout passed (the limit only catches a hang).
+    tokio::time::timeout(LIMIT, writer.on_close(&mut ctx))
+        .await
+        .expect("on_close is bounded by sink.shutdown-timeout")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_element_count_threshold_bounds_the_messages_of_each_request() {
+    let t = topics("sink-count", 10).await;
+    let pad = "x".repeat(1000);
+    let rows: Vec<serde_json::Value> = (0..30)
+        .map(|i| serde_json::json!({"seq": i, "pad": pad}))
+        .collect();
+    publish_json(&t.input, &rows).await;
+    let w = Workdir::new(&metadata_sql(
+        &t,
+        &endpoint(),
+        ", 'sink.batching.element-count-threshold' = '5', 'sink.batching.delay-threshold' = '1s'",
+    ));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "rows written:"), 30, "{stdout}");
+    // A message is about 1,030 bytes on the wire: five fit in 5,400 bytes, six do not.
+    let requests = publish_requests(&format!("projects/{PROJECT}/topics/{}", t.output));
+    assert!(requests.len() >= 6, "{requests:?}");
+    assert!(requests.iter().all(|b| *b < 5_400), "{requests:?}");
+    assert!(requests.iter().any(|b| *b > 4_000), "batched: {requests:?}");
+}

@@ -501,7 +501,14 @@ impl ArrowOperator for SinkWriter {
         // Whatever is still in flight belongs to no completed checkpoint; its rows are
         // read again after the source's redelivery, so waiting is a courtesy, bounded.
         let timeout = Duration::from_millis(self.options().shutdown_timeout_ms);
-        let _ = tokio::time::timeout(timeout, self.drain()).await;
+        if tokio::time::timeout(timeout, self.drain()).await.is_err() {
+            tracing::warn!(
+                "closing: {} publishes to {} still in flight after {timeout:?} ('{}'); they belong to no completed checkpoint, so their rows are read again",
+                self.in_flight.len(),
+                self.topic,
+                pubsub_table_options::SINK_SHUTDOWN_TIMEOUT
+            );
+        }
         self.publisher = None;
         self.solo = None;
         self.failure.close().await;
