@@ -79,6 +79,38 @@ async fn nothing_acknowledged_unpublished(t: &Topics, ids: &[String], published:
     );
 }
 
+/// The `seq` of up to `expected` messages drained from `sub` (JSON payloads), sorted.
+async fn sorted_seqs(sub: &str, expected: usize) -> Vec<i64> {
+    let out = admin::drain_messages(&profile(), sub, 2, Some(expected), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut seqs: Vec<i64> = out
+        .iter()
+        .map(|m| {
+            serde_json::from_slice::<serde_json::Value>(&m.data).unwrap()["seq"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    seqs.sort();
+    seqs
+}
+
+/// A dead-letter topic with a subscription: (topic, subscription, the sink options that
+/// route rejected rows there).
+async fn dead_letter_topic(prefix: &str) -> (String, String, String) {
+    let (dlq, dlq_sub) = (unique(prefix), unique(&format!("{prefix}-sub")));
+    admin::create_topic(&profile(), &dlq).await.unwrap();
+    admin::create_subscription(&profile(), &dlq_sub, &dlq, 60)
+        .await
+        .unwrap();
+    let opts = format!(
+        ", 'sink.failure-handler' = 'dead-letter', 'sink.dead-letter.topic' = '{dlq}', 'sink.dead-letter.emulator-endpoint' = '{}'",
+        endpoint()
+    );
+    (dlq, dlq_sub, opts)
+}
+
 async fn run(w: &Workdir, idle: &str) -> (i32, String, String) {
     let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", idle]);
     finish(child, LIMIT).await
@@ -188,24 +220,7 @@ async fn large_messages_are_published_in_requests_under_10_mb_and_one_over_it_is
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(summary_count(&stdout, "rows written:"), 22, "{stdout}");
     assert_eq!(summary_count(&stdout, "records skipped:"), 1, "{stdout}");
-    let out = admin::drain_messages(
-        &profile(),
-        &t.output_sub,
-        2,
-        Some(22),
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    let mut seqs: Vec<i64> = out
-        .iter()
-        .map(|m| {
-            serde_json::from_slice::<serde_json::Value>(&m.data).unwrap()["seq"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
-    seqs.sort();
+    let seqs = sorted_seqs(&t.output_sub, 22).await;
     assert_eq!(seqs, (0..22).collect::<Vec<_>>());
     let topic = format!("projects/{PROJECT}/topics/{}", t.output);
     let largest = largest_publish_request(&topic);
@@ -372,11 +387,7 @@ async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_aft
 async fn rejected_rows_reach_the_dead_letter_topic_with_five_attributes_and_a_flush_failure_fails_the_checkpoint(
 ) {
     let t = topics("sink-dlq", 10).await;
-    let (dlq, dlq_sub) = (unique("sink-dlq-dead"), unique("sink-dlq-dead-sub"));
-    admin::create_topic(&profile(), &dlq).await.unwrap();
-    admin::create_subscription(&profile(), &dlq_sub, &dlq, 60)
-        .await
-        .unwrap();
+    let (dlq, dlq_sub, dlq_opts) = dead_letter_topic("sink-dlq-dead").await;
     // 40 good rows; 2 over a limit (a 1,200-byte value, a 257-byte key) and 1 whose
     // attributes column is not an object of strings.
     let mut rows: Vec<serde_json::Value> = (0..40)
@@ -386,10 +397,6 @@ async fn rejected_rows_reach_the_dead_letter_topic_with_five_attributes_and_a_fl
     rows.push(serde_json::json!({"seq": 101, "attrs": serde_json::json!({"k".repeat(257): "v"}).to_string()}));
     rows.push(serde_json::json!({"seq": 102, "attrs": "{\"n\": 7}"}));
     publish_json(&t.input, &rows).await;
-    let dlq_opts = format!(
-        ", 'sink.failure-handler' = 'dead-letter', 'sink.dead-letter.topic' = '{dlq}', 'sink.dead-letter.emulator-endpoint' = '{}'",
-        endpoint()
-    );
     let w = Workdir::new(&metadata_sql(&t, &endpoint(), &dlq_opts));
     let (code, stdout, stderr) = run(&w, "5s").await;
     assert_eq!(code, 0, "{stderr}");
@@ -529,11 +536,7 @@ const KMS_KEY: &str = "projects/test/locations/europe-west1/keyRings/ring/crypto
 async fn invalid_argument_from_a_fake_proxy_republishes_the_batch_alone_and_routes_only_the_message_refused_on_its_own(
 ) {
     let t = topics("sink-invalid", 10).await;
-    let (dlq, dlq_sub) = (unique("sink-inv-dead"), unique("sink-inv-dead-sub"));
-    admin::create_topic(&profile(), &dlq).await.unwrap();
-    admin::create_subscription(&profile(), &dlq_sub, &dlq, 60)
-        .await
-        .unwrap();
+    let (_, dlq_sub, dlq_opts) = dead_letter_topic("sink-inv-dead").await;
     let topic = format!("projects/{PROJECT}/topics/{}", t.output);
     // The emulator refuses no request (see `sink::limits`): the test's proxy refuses
     // every Publish request to the output topic that carries the marker, as Pub/Sub
@@ -546,10 +549,6 @@ async fn invalid_argument_from_a_fake_proxy_republishes_the_batch_alone_and_rout
         })
         .collect();
     publish_json(&t.input, &rows).await;
-    let dlq_opts = format!(
-        ", 'sink.failure-handler' = 'dead-letter', 'sink.dead-letter.topic' = '{dlq}', 'sink.dead-letter.emulator-endpoint' = '{}'",
-        endpoint()
-    );
     let w = Workdir::new(&metadata_sql(&t, &endpoint(), &dlq_opts));
     let (code, stdout, stderr) = run(&w, "5s").await;
     assert_eq!(code, 0, "{stderr}");
@@ -564,24 +563,7 @@ async fn invalid_argument_from_a_fake_proxy_republishes_the_batch_alone_and_rout
         summary_count(&stdout, "send errors INVALID ARGUMENT:") >= 3,
         "{stdout}"
     );
-    let out = admin::drain_messages(
-        &profile(),
-        &t.output_sub,
-        1,
-        Some(58),
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
-    let mut seqs: Vec<i64> = out
-        .iter()
-        .map(|m| {
-            serde_json::from_slice::<serde_json::Value>(&m.data).unwrap()["seq"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
-    seqs.sort();
+    let seqs = sorted_seqs(&t.output_sub, 58).await;
     let want: Vec<i64> = (0..60).filter(|i| *i != 17 && *i != 42).collect();
     assert_eq!(seqs, want, "every good row once, the refused ones not");
     let letters = admin::drain_messages(&profile(), &dlq_sub, 1, Some(2), Duration::from_secs(5))
