@@ -94,6 +94,12 @@ impl PubSubSinkBuilder {
         self
     }
 
+    /// Authenticate with application default credentials (the default).
+    pub fn application_default_credentials(mut self) -> Self {
+        self.authentication = Authentication::ApplicationDefault;
+        self
+    }
+
     /// The topic id to publish to (not the full name). Required.
     pub fn topic(mut self, id: impl Into<String>) -> Self {
         self.topic = Some(id.into());
@@ -689,5 +695,25 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.option, "dead_letter.topic");
         assert!(base().topic("a/b").build().is_err());
+        // The last authentication setter wins.
+        let auth = |b: PubSubSinkBuilder| b.build().unwrap().profile().authentication.clone();
+        assert_eq!(
+            auth(
+                base()
+                    .service_account_key_file("/k.json")
+                    .emulator_endpoint("h:1")
+            ),
+            Authentication::Emulator {
+                endpoint: "h:1".into()
+            }
+        );
+        assert_eq!(
+            auth(
+                base()
+                    .emulator_endpoint("h:1")
+                    .application_default_credentials()
+            ),
+            Authentication::ApplicationDefault
+        );
     }
 }
