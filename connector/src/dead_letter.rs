@@ -213,6 +213,10 @@ impl PubSubDeadLetterQueue {
     /// a [`pubsub_engine::ConfigError`], no restart fixes it), or unreachable, refused
     /// credentials, denied permission, each naming the topic.
     pub async fn check_topic(&self) -> anyhow::Result<()> {
+        self.get_topic().await.map_err(|e| self.own_key(e))
+    }
+
+    async fn get_topic(&self) -> anyhow::Result<()> {
         let admin = client::topic_admin(&self.profile)
             .await
             .map_err(|e| e.context(format!("dead-letter topic {}", self.topic)))?;
@@ -242,12 +246,44 @@ impl PubSubDeadLetterQueue {
     /// option, never by its path).
     pub async fn open(&mut self) -> anyhow::Result<()> {
         self.check_topic().await?;
-        let publisher = client::publisher(&self.profile, &self.topic)?
+        let publisher = client::publisher(&self.profile, &self.topic)
+            .map_err(|e| self.own_key(e))?
             .build()
             .await
-            .map_err(|e| diagnose::client_build_error(&self.profile, e))?;
+            .map_err(|e| self.own_key(diagnose::client_build_error(&self.profile, e)))?;
         self.publisher = Some(publisher);
         Ok(())
+    }
+
+    /// The credential errors (`credentials`, `diagnose`) name the table's key-file option;
+    /// the queue's key file is its own option, so name that one instead. Keeps a
+    /// [`pubsub_engine::ConfigError`] one.
+    fn own_key(&self, e: anyhow::Error) -> anyhow::Error {
+        let table_key = format!("'{}'", pubsub_table_options::SERVICE_ACCOUNT_KEY_FILE);
+        let text = format!("{e:#}");
+        if !matches!(
+            self.config.authentication,
+            Authentication::ServiceAccountKeyFile { .. }
+        ) || !text.contains(&table_key)
+        {
+            return e;
+        }
+        let renamed = anyhow::anyhow!(
+            "{}",
+            text.replace(
+                &table_key,
+                &format!(
+                    "'{}{}'",
+                    self.key_prefix,
+                    pubsub_table_options::DLQ_KEY_FILE
+                )
+            )
+        );
+        if pubsub_engine::ConfigError::is_in(&e) {
+            pubsub_engine::ConfigError::wrap(renamed)
+        } else {
+            renamed
+        }
     }
 
     /// Publishes `letter` (see [`DeadLetter::into_message`]). Once `max_in_flight_messages`
