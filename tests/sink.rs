@@ -63,6 +63,31 @@ fn via_sql(t: &Topics, sink_endpoint: &str, src_extra: &str, sink_extra: &str) -
     )
 }
 
+/// Runs 600 messages through a sink (with `sink_opts`) whose network is cut for good once
+/// 100 rows arrived; asserts the job fails and that nothing was acknowledged unpublished.
+/// Returns its stderr.
+async fn cut_for_good(prefix: &str, sink_opts: &str) -> String {
+    let t = topics(prefix, 10).await;
+    let ids = publish_seq(&t.input, 0..600).await;
+    let proxy = TcpProxy::start(&endpoint()).await;
+    let sql = via_sql(
+        &t,
+        &proxy.endpoint(),
+        ", 'scan.rate-limit.messages-per-second' = '100'",
+        sink_opts,
+    );
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "30s"]);
+    let mut published = sink_ids(&t.output_sub, Some(100), Duration::from_secs(30)).await;
+    assert!(published.len() >= 100);
+    proxy.cut();
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_ne!(code, 0, "{stderr}");
+    published.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
+    nothing_acknowledged_unpublished(&t, &ids, &published).await;
+    stderr
+}
+
 /// Asserts that every input message acknowledged upstream (not redelivered within 15 s,
 /// longer than the 10 s ack deadline) was published to the output.
 async fn nothing_acknowledged_unpublished(t: &Topics, ids: &[String], published: &HashSet<String>) {
@@ -109,6 +134,27 @@ async fn dead_letter_topic(prefix: &str) -> (String, String, String) {
         endpoint()
     );
     (dlq, dlq_sub, opts)
+}
+
+/// Runs `rows` rows `{seq, pad}` (`pad_bytes` long) through a sink with `sink_opts`;
+/// asserts every row was written and returns the size of each Publish request sent.
+async fn publish_requests_of_run(
+    prefix: &str,
+    rows: usize,
+    pad_bytes: usize,
+    sink_opts: &str,
+) -> Vec<usize> {
+    let t = topics(prefix, 10).await;
+    let pad = "x".repeat(pad_bytes);
+    let payloads: Vec<serde_json::Value> = (0..rows)
+        .map(|i| serde_json::json!({"seq": i, "pad": pad}))
+        .collect();
+    publish_json(&t.input, &payloads).await;
+    let w = Workdir::new(&metadata_sql(&t, &endpoint(), sink_opts));
+    let (code, stdout, stderr) = run(&w, "5s").await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(summary_count(&stdout, "rows written:"), rows, "{stdout}");
+    publish_requests(&format!("projects/{PROJECT}/topics/{}", t.output))
 }
 
 async fn run(w: &Workdir, idle: &str) -> (i32, String, String) {
@@ -593,37 +639,22 @@ async fn invalid_argument_from_a_fake_proxy_republishes_the_batch_alone_and_rout
 async fn in_flight_caps_bound_the_messages_and_bytes_outstanding() {
     // One message in flight at a time: every message goes in a request of its own,
     // where the defaults would batch them.
-    let t = topics("sink-inflight-n", 10).await;
-    let rows: Vec<serde_json::Value> = (0..30).map(|i| serde_json::json!({"seq": i})).collect();
-    publish_json(&t.input, &rows).await;
-    let w = Workdir::new(&metadata_sql(
-        &t,
-        &endpoint(),
+    let requests = publish_requests_of_run(
+        "sink-inflight-n",
+        30,
+        0,
         ", 'sink.in-flight.max-messages' = '1'",
-    ));
-    let (code, stdout, stderr) = run(&w, "5s").await;
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(summary_count(&stdout, "rows written:"), 30, "{stdout}");
-    let topic = format!("projects/{PROJECT}/topics/{}", t.output);
-    assert_eq!(publish_requests(&topic).len(), 30);
-
+    )
+    .await;
+    assert_eq!(requests.len(), 30);
     // 400 KiB in flight: 300 KiB messages go one at a time.
-    let t = topics("sink-inflight-b", 10).await;
-    let pad = "x".repeat(300 * 1024);
-    let rows: Vec<serde_json::Value> = (0..10)
-        .map(|i| serde_json::json!({"seq": i, "pad": pad}))
-        .collect();
-    publish_json(&t.input, &rows).await;
-    let w = Workdir::new(&metadata_sql(
-        &t,
-        &endpoint(),
+    let requests = publish_requests_of_run(
+        "sink-inflight-b",
+        10,
+        300 * 1024,
         ", 'sink.in-flight.max-bytes' = '400 KiB'",
-    ));
-    let (code, stdout, stderr) = run(&w, "5s").await;
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(summary_count(&stdout, "rows written:"), 10, "{stdout}");
-    let topic = format!("projects/{PROJECT}/topics/{}", t.output);
-    let requests = publish_requests(&topic);
+    )
+    .await;
     assert_eq!(requests.len(), 10);
     assert!(requests.iter().all(|b| *b < 400 * 1024), "{requests:?}");
 }
@@ -631,23 +662,12 @@ async fn in_flight_caps_bound_the_messages_and_bytes_outstanding() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ordered_publish_that_makes_no_progress_fails_at_the_progress_timeout_and_acknowledges_nothing_unpublished(
 ) {
-    let t = topics("sink-stall", 10).await;
-    let ids = publish_seq(&t.input, 0..600).await;
-    let proxy = TcpProxy::start(&endpoint()).await;
     // With ordering the client retries without end; only the progress timeout ends it.
-    let sql = via_sql(
-        &t,
-        &proxy.endpoint(),
-        ", 'scan.rate-limit.messages-per-second' = '100'",
+    let stderr = cut_for_good(
+        "sink-stall",
         ", 'sink.message-ordering.enabled' = 'true', 'sink.publish-progress-timeout' = '5s'",
-    );
-    let w = Workdir::new(&sql);
-    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "30s"]);
-    let mut published = sink_ids(&t.output_sub, Some(100), Duration::from_secs(30)).await;
-    assert!(published.len() >= 100);
-    proxy.cut();
-    let (code, _stdout, stderr) = finish(child, LIMIT).await;
-    assert_ne!(code, 0, "{stderr}");
+    )
+    .await;
     assert!(
         stderr.contains("completed for 5s ('sink.publish-progress-timeout')"),
         "{stderr}"
@@ -656,35 +676,22 @@ async fn an_ordered_publish_that_makes_no_progress_fails_at_the_progress_timeout
         stderr.contains("(a tenth of 'sink.publish-progress-timeout' = 5s)"),
         "{stderr}"
     );
-    published.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
-    nothing_acknowledged_unpublished(&t, &ids, &published).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_and_recovery_caps_end_a_publish_that_cannot_reach_pubsub_naming_the_option() {
-    let t = topics("sink-retry", 10).await;
-    let ids = publish_seq(&t.input, 0..600).await;
-    let proxy = TcpProxy::start(&endpoint()).await;
     // Without the retry caps the client would retry for its default 600 s; with them each
     // publish gives up within about 2 s, and the sink republishes twice before failing.
-    let sql = via_sql(
-        &t,
-        &proxy.endpoint(),
-        ", 'scan.rate-limit.messages-per-second' = '100'",
+    let stderr = cut_for_good(
+        "sink-retry",
         ", 'sink.retry.total-timeout' = '2s', 'sink.retry.max-attempts' = '4',
            'sink.retry.initial-delay' = '100ms', 'sink.retry.delay-multiplier' = '2',
            'sink.retry.max-delay' = '400ms', 'sink.retry.initial-rpc-timeout' = '500ms',
            'sink.retry.rpc-timeout-multiplier' = '1.5', 'sink.retry.max-rpc-timeout' = '1s',
            'sink.recovery.initial-backoff' = '100ms', 'sink.recovery.max-backoff' = '200ms',
            'sink.recovery.max-attempts' = '2'",
-    );
-    let w = Workdir::new(&sql);
-    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "30s"]);
-    let mut published = sink_ids(&t.output_sub, Some(100), Duration::from_secs(30)).await;
-    assert!(published.len() >= 100);
-    proxy.cut();
-    let (code, _stdout, stderr) = finish(child, LIMIT).await;
-    assert_ne!(code, 0, "{stderr}");
+    )
+    .await;
     assert!(
         stderr.contains("failed 3 times in a row ('sink.recovery.max-attempts' = 2)"),
         "{stderr}"
@@ -693,8 +700,6 @@ async fn retry_and_recovery_caps_end_a_publish_that_cannot_reach_pubsub_naming_t
         !stderr.contains("'sink.publish-progress-timeout'"),
         "{stderr}"
     );
-    published.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
-    nothing_acknowledged_unpublished(&t, &ids, &published).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -830,22 +835,14 @@ async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_element_count_threshold_bounds_the_messages_of_each_request() {
-    let t = topics("sink-count", 10).await;
-    let pad = "x".repeat(1000);
-    let rows: Vec<serde_json::Value> = (0..30)
-        .map(|i| serde_json::json!({"seq": i, "pad": pad}))
-        .collect();
-    publish_json(&t.input, &rows).await;
-    let w = Workdir::new(&metadata_sql(
-        &t,
-        &endpoint(),
+    let requests = publish_requests_of_run(
+        "sink-count",
+        30,
+        1000,
         ", 'sink.batching.element-count-threshold' = '5', 'sink.batching.delay-threshold' = '1s'",
-    ));
-    let (code, stdout, stderr) = run(&w, "5s").await;
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(summary_count(&stdout, "rows written:"), 30, "{stdout}");
+    )
+    .await;
     // A message is about 1,030 bytes on the wire: five fit in 5,400 bytes, six do not.
-    let requests = publish_requests(&format!("projects/{PROJECT}/topics/{}", t.output));
     assert!(requests.len() >= 6, "{requests:?}");
     assert!(requests.iter().all(|b| *b < 5_400), "{requests:?}");
     assert!(requests.iter().any(|b| *b > 4_000), "batched: {requests:?}");

@@ -274,6 +274,21 @@ async fn the_emulator_command_creates_what_a_pipeline_names_and_a_pipeline_runs_
     assert!(status.success());
 }
 
+/// Runs `sql` with `run --emulator` until idle for 2 s; asserts exit 0, returns stderr.
+async fn run_on_emulator(sql: &str) -> String {
+    let w = Workdir::new(sql);
+    let child = w.spawn(&[
+        "--emulator",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "2s",
+    ]);
+    let (code, _stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    stderr
+}
+
 /// `run --emulator` refuses a table with a service account key file (exit 2, naming it)
 /// before starting anything, and creates the subscription of a `per-key` table with
 /// message ordering, so such a pipeline runs on the private emulator as it is.
@@ -302,16 +317,7 @@ async fn run_emulator_refuses_key_files_and_creates_ordered_subscriptions_for_pe
          CREATE TABLE d (a BIGINT, k TEXT) WITH ('connector' = 'blackhole');
          INSERT INTO d SELECT a, k FROM s;"
     );
-    let w = Workdir::new(&ordered);
-    let child = w.spawn(&[
-        "--emulator",
-        "--checkpoint-interval",
-        "1s",
-        "--stop-when-idle",
-        "2s",
-    ]);
-    let (code, _stdout, stderr) = finish(child, LIMIT).await;
-    assert_eq!(code, 0, "{stderr}");
+    let stderr = run_on_emulator(&ordered).await;
     assert!(
         stderr.contains("subscriptions/ord-sub (message ordering) on topic"),
         "{stderr}"
@@ -328,16 +334,7 @@ async fn run_emulator_refuses_key_files_and_creates_ordered_subscriptions_for_pe
             'sink.dead-letter.topic' = 'projects/other/topics/dl-sink-dead');
          INSERT INTO d SELECT a FROM s;"
     );
-    let w = Workdir::new(&dead);
-    let child = w.spawn(&[
-        "--emulator",
-        "--checkpoint-interval",
-        "1s",
-        "--stop-when-idle",
-        "2s",
-    ]);
-    let (code, _stdout, stderr) = finish(child, LIMIT).await;
-    assert_eq!(code, 0, "{stderr}");
+    let stderr = run_on_emulator(&dead).await;
     assert!(
         stderr.contains("table 's': dead-letter topic projects/test/topics/dl-scan-dead"),
         "{stderr}"
