@@ -7,6 +7,10 @@
 //! (an empty DATA frame with END_STREAM) instead, so the emulator ends the pull and
 //! redelivers its messages after one lease extension. HTTP/1.1 (the admin clients' REST
 //! calls) passes through as plain TCP. Real Pub/Sub needs none of this.
+//!
+//! For tests it also records every Publish request's size ([`publish_requests`]) and holds
+//! one named fake, [`refuse_publish_containing`]: the INVALID_ARGUMENT the emulator never
+//! returns (decision 0013).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
