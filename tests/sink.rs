@@ -721,6 +721,23 @@ async fn a_missing_topic_under_create_never_or_a_missing_dead_letter_topic_is_re
         stderr.contains("'sink.create-disposition' is 'create-never'"),
         "{stderr}"
     );
+    // A topic name Pub/Sub refuses (too short), for the output and the dead-letter topic.
+    for bad in [
+        "'topic' = 'o3',".to_string(),
+        format!(
+            "{out} 'sink.failure-handler' = 'dead-letter', 'sink.dead-letter.topic' = 'dl',
+             'sink.dead-letter.emulator-endpoint' = '{}',",
+            endpoint()
+        ),
+    ] {
+        let w = Workdir::new(&sql.replace(&out, &bad));
+        let (code, _stdout, stderr) = run(&w, "5s").await;
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.contains("INVALID_ARGUMENT") || stderr.contains("Invalid"),
+            "{stderr}"
+        );
+    }
 
     let w = Workdir::new(&sql.replace(
         &out,

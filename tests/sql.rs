@@ -343,6 +343,38 @@ async fn run_emulator_refuses_key_files_and_creates_ordered_subscriptions_for_pe
         stderr.contains("table 'd': dead-letter topic projects/other/topics/dl-sink-dead"),
         "{stderr}"
     );
+    // A table with its own endpoint keeps it, and so does its queue: the queue's topic
+    // is created where the queue publishes (found by a newcomer: it was created on the
+    // table's emulator while the queue published to the private one).
+    let own = unique("dl-own-dead");
+    let stderr = run_on_emulator(
+        &dead
+            .replace(
+                "'topic' = 'dl-out',",
+                &format!(
+                    "'topic' = 'dl-out', 'emulator-endpoint' = '{}',",
+                    endpoint()
+                ),
+            )
+            .replace("projects/other/topics/dl-sink-dead", &own),
+    )
+    .await;
+    assert!(
+        stderr.contains(&format!(
+            "table 'd': dead-letter topic projects/{PROJECT}/topics/{own}"
+        )),
+        "{stderr}"
+    );
+    let topics = pubsub_connector_core::client::topic_admin(&profile())
+        .await
+        .unwrap();
+    topics
+        .get_topic()
+        .set_topic(format!("projects/{PROJECT}/topics/{own}"))
+        .send()
+        .await
+        .expect("the queue's topic is on the table's emulator");
+
     let w = Workdir::new(&dead.replace(
         "'sink.dead-letter.topic' =",
         "'sink.dead-letter.service-account-key-file' = '/nonexistent/key.json', 'sink.dead-letter.topic' =",

@@ -90,17 +90,24 @@ const KEY_FILE_OPTIONS: [&str; 3] = [
 ];
 
 /// Points every pubsub table without an endpoint at `endpoint` (a table that sets its own
-/// `emulator-endpoint` keeps it), and so its dead-letter queue (which has its own
-/// endpoint option). Call [`check_emulator_tables`] first.
+/// `emulator-endpoint` keeps it); a dead-letter queue without its own endpoint gets its
+/// table's. Call [`check_emulator_tables`] first.
 pub fn use_emulator(sql: &mut PipelineSql, endpoint: &str) {
     for t in &mut sql.tables {
         if is_pubsub(t) {
             t.options.insert_if_absent("emulator-endpoint", endpoint);
+            // A queue without its own endpoint follows its table's: dead letters land on
+            // the emulator the table uses (the private one, or the table's own).
+            let table_endpoint = t
+                .options
+                .get("emulator-endpoint")
+                .unwrap_or(endpoint)
+                .to_string();
             for side in ["sink.", "scan."] {
                 if t.options.get(&format!("{side}dead-letter.topic")).is_some() {
                     t.options.insert_if_absent(
                         &format!("{side}dead-letter.emulator-endpoint"),
-                        endpoint,
+                        &table_endpoint,
                     );
                 }
             }

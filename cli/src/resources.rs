@@ -5,7 +5,9 @@ use pubsub_connector_core::dead_letter::PubSubDeadLetterQueue;
 use pubsub_connector_core::source::create::describe_or_create;
 use pubsub_connector_core::{admin, client};
 use pubsub_engine::sql::{PlannedPipeline, PlannedTable};
-use pubsub_schema::{OrderingMode, PubSubProfile, PubSubTable, SubscriptionCreateConfig};
+use pubsub_schema::{
+    Authentication, OrderingMode, PubSubProfile, PubSubTable, SubscriptionCreateConfig,
+};
 
 /// The topic a created subscription is attached to: the subscription id without a
 /// trailing `-sub` (`bids-sub` -> `bids`), else the same id.
@@ -44,16 +46,21 @@ pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
             PubSubTable::Source(s) => s.dead_letter.as_ref(),
             PubSubTable::Sink(s) => s.dead_letter.as_ref(),
         };
-        if let Some(d) = dead_letter {
-            // The queue never creates its topic; on an emulator this does.
+        // The queue never creates its topic; on its emulator this does (where the queue
+        // publishes: its own endpoint, not the table's).
+        if let Some(d) =
+            dead_letter.filter(|d| matches!(d.authentication, Authentication::Emulator { .. }))
+        {
             let queue = PubSubDeadLetterQueue::from_config(&profile.project, d)?;
             let name = queue.topic().to_string();
             // `projects/P/topics/T`, validated by the queue's builder.
             let mut parts = name.split('/');
             let (project, id) = (parts.nth(1), parts.nth(1));
-            let mut in_project = profile.clone();
-            in_project.project = project.unwrap_or_default().to_string();
-            admin::create_topic(&in_project, id.unwrap_or_default()).await?;
+            let queue_profile = PubSubProfile {
+                project: project.unwrap_or_default().to_string(),
+                authentication: d.authentication.clone(),
+            };
+            admin::create_topic(&queue_profile, id.unwrap_or_default()).await?;
             lines.push(format!(
                 "table '{}': dead-letter topic {name}",
                 t.connection.name

@@ -234,10 +234,21 @@ impl PubSubDeadLetterQueue {
                     self.key_prefix
                 )))
             }
-            Err(e) => Err(anyhow::anyhow!(
-                "dead-letter queue: {}",
-                diagnose::startup_error(&self.profile, Resource::Topic(&self.topic), &e)
-            )),
+            Err(e) => {
+                let error = anyhow::anyhow!(
+                    "dead-letter queue: {}",
+                    diagnose::startup_error(&self.profile, Resource::Topic(&self.topic), &e)
+                );
+                // A name Pub/Sub refuses: no restart fixes it.
+                let invalid = e.status().is_some_and(|s| {
+                    s.code == google_cloud_gax::error::rpc::Code::InvalidArgument
+                });
+                Err(if invalid {
+                    pubsub_engine::ConfigError::wrap(error)
+                } else {
+                    error
+                })
+            }
         }
     }
 

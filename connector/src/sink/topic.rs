@@ -1,6 +1,7 @@
 //! The sink's topic: checked at start, created under `create-if-needed` with the topic
 //! create options (at start, and when a publish finds it gone).
 
+use google_cloud_gax::error::rpc::Code;
 use google_cloud_pubsub::model::{MessageStoragePolicy, Topic};
 use pubsub_schema::{CreateDisposition, TopicCreateConfig};
 
@@ -21,7 +22,13 @@ pub async fn ensure(sink: &PubSubSink) -> anyhow::Result<bool> {
     {
         Ok(_) => return Ok(false),
         Err(e) if !is_not_found(&e) => {
-            return Err(startup_error(profile, Resource::Topic(&name), &e))
+            let error = startup_error(profile, Resource::Topic(&name), &e);
+            // A name Pub/Sub refuses (too short, `goog` prefix): no restart fixes it.
+            return Err(if is_code(&e, Code::InvalidArgument) {
+                pubsub_engine::ConfigError::wrap(error)
+            } else {
+                error
+            });
         }
         Err(_) => {}
     }
@@ -58,8 +65,11 @@ pub async fn ensure(sink: &PubSubSink) -> anyhow::Result<bool> {
 }
 
 fn is_not_found(e: &google_cloud_pubsub::Error) -> bool {
-    e.status()
-        .is_some_and(|s| s.code == google_cloud_gax::error::rpc::Code::NotFound)
+    is_code(e, Code::NotFound)
+}
+
+fn is_code(e: &google_cloud_pubsub::Error, code: Code) -> bool {
+    e.status().is_some_and(|s| s.code == code)
 }
 
 /// The topic create options on a topic resource; unset options keep Pub/Sub's defaults.
