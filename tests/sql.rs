@@ -157,24 +157,47 @@ async fn a_second_process_on_one_state_dir_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_signal_aborts_at_once_and_releases_what_is_held() {
-    // A 600 s ack deadline: only a nack brings a message back at once. The sink topic's
-    // checkpoint never completes quickly: 30 min checkpoints (the first-checkpoint
-    // detector off, as it must not exceed them), so the first SIGTERM's final checkpoint
-    // is under way when the second arrives.
+    // A 600 s ack deadline: only a nack brings a message back at once. The sink writes
+    // through a proxy that the test cuts while rows still flow, so the first SIGTERM's
+    // final checkpoint cannot complete; the second signal goes only after the first was
+    // seen (the OS merges two signals sent before the handler runs into one).
     let t = topics("abort", 600).await;
-    let ids = publish_seq(&t.input, 0..2_000).await;
-    let w = Workdir::new(&pipeline_sql(
+    let ids = publish_seq(&t.input, 0..20_000).await;
+    let proxy = TcpProxy::start(&endpoint()).await;
+    let sql = pipeline_sql(
         &t,
         &endpoint(),
-        ", 'scan.ack.max-duration-per-extension' = '10s', 'scan.first-checkpoint-timeout' = '0s'",
-    ));
-    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "30m"]);
+        ", 'scan.ack.max-duration-per-extension' = '10s', 'scan.first-checkpoint-timeout' = '0s',
+          'scan.rate-limit.messages-per-second' = '2000'",
+    );
+    let at = sql.rfind(&endpoint()).unwrap();
+    let sql = format!(
+        "{}{}{}",
+        &sql[..at],
+        proxy.endpoint(),
+        &sql[at + endpoint().len()..]
+    );
+    let w = Workdir::new(&sql);
+    let mut child = w.spawn(&["--workers", "1", "--checkpoint-interval", "30m"]);
+    let lines = collect_lines(child.stderr.take().unwrap());
+    let logged = |text: &'static str| {
+        let lines = lines.clone();
+        move || lines.lock().unwrap().iter().any(|l| l.contains(text))
+    };
     let _ = sink_ids(&t.output_sub, Some(200), Duration::from_secs(60)).await;
+    proxy.cut();
     signal(&child, "TERM");
+    wait_until(
+        "the first signal",
+        LIMIT,
+        logged("signal received: stopping"),
+    )
+    .await;
     signal(&child, "TERM");
-    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    let (code, stdout, _) = finish(child, LIMIT).await;
+    let stderr = lines.lock().unwrap().join("\n");
     assert_ne!(code, 0, "an aborted job does not exit 0: {stderr}");
-    assert!(stderr.contains("second"), "{stderr}");
+    assert!(stderr.contains("second signal received"), "{stderr}");
     let released = summary_count(&stdout, "messages released:");
     let back = redelivered(&t.input_sub, Duration::from_secs(5)).await;
     assert!(released > 0, "{stdout}");

@@ -345,3 +345,37 @@ pub async fn ordered(sub: &str, expected: usize) -> Vec<(String, i64)> {
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown_token().shutdown()).await;
     out
 }
+
+/// Lines of a child's stderr as they arrive, for tests that act on what it logs.
+pub fn collect_lines(
+    stream: tokio::process::ChildStderr,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use tokio::io::AsyncBufReadExt;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::new(stream).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            let plain: String = strip_ansi(&line);
+            sink.lock().unwrap().push(plain);
+        }
+    });
+    lines
+}
+
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
