@@ -39,6 +39,38 @@ enum Command {
     /// Run a local Pub/Sub emulator (behind the half-closing proxy) until Ctrl-C, creating
     /// the topics and subscriptions a pipeline file names.
     Emulator(EmulatorArgs),
+    /// Print the JSON Schema (draft-07) of the connection profile or the table config,
+    /// exactly as committed under schema/; without an argument, both in one object.
+    Schema(SchemaArgs),
+}
+
+#[derive(Args)]
+struct SchemaArgs {
+    /// `profile` (schema/profile.json) or `table` (schema/table.json).
+    which: Option<SchemaKind>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SchemaKind {
+    Profile,
+    Table,
+}
+
+fn schema_command(args: SchemaArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let text = match args.which {
+        Some(SchemaKind::Profile) => pubsub_schema::profile_schema(),
+        Some(SchemaKind::Table) => pubsub_schema::table_schema(),
+        None => {
+            let both = serde_json::json!({
+                "profile": serde_json::from_str::<serde_json::Value>(&pubsub_schema::profile_schema())?,
+                "table": serde_json::from_str::<serde_json::Value>(&pubsub_schema::table_schema())?,
+            });
+            serde_json::to_string_pretty(&both)? + "\n"
+        }
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
 }
 
 #[derive(Args)]
@@ -195,6 +227,7 @@ fn main() -> ExitCode {
             Command::Quickstart(q) => quickstart::run(q.bids, q.pipeline, q.workers).await,
             Command::Bench(b) => bench::run(b).await,
             Command::Emulator(e) => emulator_command(e).await,
+            Command::Schema(s) => schema_command(s),
         }
     });
     rt.shutdown_timeout(Duration::from_secs(5));

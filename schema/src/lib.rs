@@ -104,11 +104,12 @@ pub struct SourceConfig {
     #[serde(default)]
     #[schemars(title = "Deserialization failure policy")]
     pub deserialization_failure_policy: DeserializationFailurePolicy,
-    /// Flow control, leases, buffers and timeouts of the subscribers (SPEC 5.3).
+    /// Flow control, leases, buffers and timeouts of the subscribers (SPEC 5.3). Default:
+    /// the default of each option.
     #[serde(default)]
     #[schemars(title = "Subscriber options")]
     pub subscriber: SubscriberOptionsConfig,
-    /// The dead-letter queue, required with failure policy `dead-letter`.
+    /// The dead-letter queue, required with failure policy `dead-letter`. Default: none.
     #[serde(default)]
     #[schemars(title = "Dead-letter queue")]
     pub dead_letter: Option<DeadLetterQueueConfig>,
@@ -174,11 +175,12 @@ pub struct SubscriptionCreateConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(title = "Expiration")]
     pub expiration: Option<Expiration>,
-    /// Forward a message to a dead-letter topic after this many deliveries.
+    /// Forward a message to a dead-letter topic after this many deliveries. Unset: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(title = "Dead-letter policy")]
     pub dead_letter: Option<DeadLetterConfig>,
     /// Pub/Sub filter expression; fixed at creation. (The emulator does not apply filters.)
+    /// Unset: every message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(title = "Filter", example = "attributes.kind = \"bid\"")]
     pub filter: Option<String>,
@@ -399,10 +401,12 @@ pub struct SinkConfig {
     #[schemars(title = "Create disposition")]
     pub create_disposition: CreateDisposition,
     /// How a topic this sink creates is configured (only with `create-if-needed`).
+    /// Default: Pub/Sub's defaults.
     #[serde(default)]
     #[schemars(title = "Topic create options")]
     pub topic_create: TopicCreateConfig,
-    /// Batching, retry, ordering, in-flight caps and timeouts of the publisher.
+    /// Batching, retry, ordering, in-flight caps and timeouts of the publisher. Default:
+    /// the default of each option.
     #[serde(default)]
     #[schemars(title = "Publisher options")]
     pub publisher: PublisherConfig,
@@ -411,7 +415,7 @@ pub struct SinkConfig {
     #[serde(default)]
     #[schemars(title = "Failure handler")]
     pub failure_handler: FailureHandler,
-    /// The dead-letter queue, required with failure handler `dead-letter`.
+    /// The dead-letter queue, required with failure handler `dead-letter`. Default: none.
     #[serde(default)]
     #[schemars(title = "Dead-letter queue")]
     pub dead_letter: Option<DeadLetterQueueConfig>,
@@ -466,7 +470,7 @@ pub struct TopicCreateConfig {
     )]
     pub message_retention_ms: Option<u64>,
     /// Cloud KMS key that encrypts the topic's messages:
-    /// `projects/P/locations/L/keyRings/R/cryptoKeys/K`.
+    /// `projects/P/locations/L/keyRings/R/cryptoKeys/K`. Unset: Google-managed encryption.
     #[serde(default)]
     #[schemars(
         title = "KMS key name",
@@ -478,7 +482,7 @@ pub struct TopicCreateConfig {
     #[schemars(title = "Allowed persistence regions", example = "europe-west1")]
     pub allowed_persistence_regions: Vec<String>,
     /// Also restrict where messages travel in transit to the allowed regions (needs
-    /// allowed persistence regions).
+    /// allowed persistence regions). Default false.
     #[serde(default)]
     #[schemars(title = "Enforce in transit")]
     pub enforce_in_transit: bool,
@@ -505,7 +509,8 @@ pub struct PublisherConfig {
     /// How long a message may wait for its batch to fill (ms). Default 10.
     #[schemars(title = "Batch delay (ms)")]
     pub batching_delay_threshold_ms: u64,
-    /// How the client retries a failed publish request.
+    /// How the client retries a failed publish request. Default: the client's retry
+    /// (retryable codes for 600 s, backoff 1 s doubling to 60 s).
     #[schemars(title = "Retry")]
     pub retry: RetryConfig,
     /// Keep each ordering key's order (rows carrying an `ordering-key` column value need
@@ -523,6 +528,7 @@ pub struct PublisherConfig {
     #[schemars(title = "Publish progress timeout (ms)", range(min = 1))]
     pub publish_progress_timeout_ms: u64,
     /// Backoff of the sink's own republish after a failed request (ms, doubling, jittered).
+    /// Default: 500 ms doubling to 10 s, 10 attempts.
     #[schemars(title = "Recovery")]
     pub recovery: RecoveryConfig,
     /// Messages rejected on their own in a row before the sink fails; -1: no limit.
@@ -557,28 +563,31 @@ impl Default for PublisherConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct RetryConfig {
-    /// Give up retrying a request after this long (ms).
+    /// Give up retrying a request after this long (ms); refused with message ordering.
+    /// Unset: the client's (600 s).
     #[schemars(title = "Total timeout (ms)", range(min = 1))]
     pub total_timeout_ms: Option<u64>,
-    /// Delay before the first retry (ms).
+    /// Delay before the first retry (ms). Unset: the client's (1 s).
     #[schemars(title = "Initial retry delay (ms)", range(min = 1))]
     pub initial_delay_ms: Option<u64>,
-    /// Factor between successive retry delays, at least 1.
+    /// Factor between successive retry delays, at least 1. Unset: the client's (2).
     #[schemars(title = "Retry delay multiplier", range(min = 1))]
     pub delay_multiplier: Option<f64>,
-    /// Longest delay between retries (ms).
+    /// Longest delay between retries (ms). Unset: the client's (60 s).
     #[schemars(title = "Max retry delay (ms)", range(min = 1))]
     pub max_delay_ms: Option<u64>,
-    /// Timeout of the first attempt (ms).
+    /// Timeout of the first attempt (ms). Unset: no timeout per attempt.
     #[schemars(title = "Initial RPC timeout (ms)", range(min = 1))]
     pub initial_rpc_timeout_ms: Option<u64>,
-    /// Factor between successive attempts' timeouts, at least 1.
+    /// Factor between successive attempts' timeouts, at least 1. Unset: 1 (every attempt
+    /// gets the initial RPC timeout).
     #[schemars(title = "RPC timeout multiplier", range(min = 1))]
     pub rpc_timeout_multiplier: Option<f64>,
-    /// Longest attempt timeout (ms).
+    /// Longest attempt timeout (ms). Unset: no cap besides the total timeout.
     #[schemars(title = "Max RPC timeout (ms)", range(min = 1))]
     pub max_rpc_timeout_ms: Option<u64>,
-    /// Attempts per request, the first included.
+    /// Attempts per request, the first included; refused with message ordering. Unset: no
+    /// limit besides the total timeout.
     #[schemars(title = "Max attempts", range(min = 1))]
     pub max_attempts: Option<u32>,
 }
@@ -708,15 +717,28 @@ pub enum PubSubTable {
     Sink(SinkConfig),
 }
 
-/// The JSON Schema of the profile, pretty-printed.
-pub fn profile_schema() -> String {
-    serde_json::to_string_pretty(&schemars::schema_for!(PubSubProfile)).expect("schema serializes")
+/// The JSON Schema (draft-07, the dialect form libraries read best) of `T`,
+/// pretty-printed with a trailing newline, as committed under `schema/`.
+fn render<T: JsonSchema>() -> String {
+    let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+    let schema = generator.into_root_schema_for::<T>();
+    serde_json::to_string_pretty(&schema).expect("schema serializes") + "\n"
 }
 
-/// The JSON Schema of the table config, pretty-printed.
-pub fn table_schema() -> String {
-    serde_json::to_string_pretty(&schemars::schema_for!(PubSubTable)).expect("schema serializes")
+/// The JSON Schema of the profile: the text of `schema/profile.json`.
+pub fn profile_schema() -> String {
+    render::<PubSubProfile>()
 }
+
+/// The JSON Schema of the table config: the text of `schema/table.json`.
+pub fn table_schema() -> String {
+    render::<PubSubTable>()
+}
+
+/// The committed `schema/profile.json` (a test fails when it drifts from the code).
+pub const PROFILE_JSON: &str = include_str!("../profile.json");
+/// The committed `schema/table.json`.
+pub const TABLE_JSON: &str = include_str!("../table.json");
 
 #[cfg(test)]
 mod tests {
@@ -776,6 +798,133 @@ mod tests {
         }
     }
 
+    /// Every property of both schemas with the object that holds it: (path, property,
+    /// whether the holder lists it as required).
+    fn all_properties() -> Vec<(String, serde_json::Value, bool)> {
+        let mut out = Vec::new();
+        for schema in [table_schema(), profile_schema()] {
+            let v: serde_json::Value = serde_json::from_str(&schema).unwrap();
+            collect(String::new(), &v, &mut out);
+        }
+        fn collect(
+            path: String,
+            v: &serde_json::Value,
+            out: &mut Vec<(String, serde_json::Value, bool)>,
+        ) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    let required: Vec<&str> = m
+                        .get("required")
+                        .and_then(|r| r.as_array())
+                        .map(|r| r.iter().filter_map(|s| s.as_str()).collect())
+                        .unwrap_or_default();
+                    if let Some(serde_json::Value::Object(props)) = m.get("properties") {
+                        for (k, p) in props {
+                            out.push((
+                                format!("{path}.{k}"),
+                                p.clone(),
+                                required.contains(&k.as_str()),
+                            ));
+                        }
+                    }
+                    for (k, child) in m {
+                        collect(format!("{path}/{k}"), child, out);
+                    }
+                }
+                serde_json::Value::Array(a) => {
+                    for (i, child) in a.iter().enumerate() {
+                        collect(format!("{path}[{i}]"), child, out);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn text(p: &serde_json::Value, key: &str) -> String {
+        p.get(key)
+            .and_then(|d| d.as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[test]
+    fn the_committed_schema_files_match_the_code() {
+        // `PUBSUB_UPDATE_SCHEMAS=1 cargo test --release --workspace --lib` rewrites them.
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/");
+        for (file, committed, generated) in [
+            ("profile.json", PROFILE_JSON, profile_schema()),
+            ("table.json", TABLE_JSON, table_schema()),
+        ] {
+            if std::env::var_os("PUBSUB_UPDATE_SCHEMAS").is_some() {
+                std::fs::write(format!("{dir}{file}"), &generated).unwrap();
+                continue;
+            }
+            assert!(
+                committed == generated,
+                "schema/{file} drifted from the code: run `pubsub-connector schema {}` > schema/{file} (or PUBSUB_UPDATE_SCHEMAS=1 cargo test --release --workspace --lib) and commit it",
+                file.trim_end_matches(".json")
+            );
+        }
+    }
+
+    #[test]
+    fn durations_say_ms_and_optional_properties_say_their_default() {
+        for (path, p, required) in all_properties() {
+            if p.get("const").is_some() {
+                continue;
+            }
+            let (title, description) = (text(&p, "title"), text(&p, "description"));
+            if path.ends_with("Ms") {
+                assert!(
+                    title.contains("(ms)"),
+                    "{path}: title '{title}' names no unit"
+                );
+            }
+            if !required {
+                assert!(
+                    ["Default", "default", "Unset", "Empty"]
+                        .iter()
+                        .any(|w| description.contains(w)),
+                    "{path}: an optional property's description gives no default: {description}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn free_text_has_an_example_and_resource_ids_autocomplete() {
+        for (path, p, _) in all_properties() {
+            let is_string = p.get("type") == Some(&serde_json::json!("string"))
+                || p.get("type") == Some(&serde_json::json!(["string", "null"]));
+            if is_string && p.get("enum").is_none() && p.get("const").is_none() {
+                assert!(p.get("examples").is_some(), "{path} has no example: {p}");
+            }
+            let name = path.rsplit('.').next().unwrap();
+            if name == "topic" || path.ends_with("subscriptions/items.id") {
+                assert_eq!(text(&p, "format"), "autocomplete", "{path}");
+                assert!(p.get("x-autocomplete").is_some(), "{path}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_key_file_path_is_marked_sensitive() {
+        let profile = profile_schema();
+        let v: serde_json::Value = serde_json::from_str(&profile).unwrap();
+        let sensitive: Vec<String> = all_properties()
+            .into_iter()
+            .filter(|(_, p, _)| p.get("x-sensitive") == Some(&serde_json::json!(true)))
+            .map(|(path, _, _)| path)
+            .collect();
+        assert!(
+            !sensitive.is_empty() && sensitive.iter().all(|p| p.ends_with(".path")),
+            "{sensitive:?}"
+        );
+        assert!(profile.contains("\"writeOnly\": true"), "{v}");
+    }
+
     #[test]
     fn the_table_schema_lists_every_subscriber_option() {
         let s = table_schema();
@@ -813,7 +962,7 @@ mod tests {
     #[test]
     fn the_table_schema_lists_every_sink_and_dead_letter_option() {
         let v: serde_json::Value = serde_json::from_str(&table_schema()).unwrap();
-        let defs = &v["$defs"];
+        let defs = &v["definitions"];
         let names = |def: &str| -> Vec<String> {
             let mut n: Vec<String> = defs[def]["properties"]
                 .as_object()

@@ -9,7 +9,9 @@ use pubsub_schema::{
 };
 
 mod sink;
+mod to_options;
 pub use sink::*;
+pub use to_options::*;
 
 pub const PROJECT: &str = "project";
 pub const EMULATOR_ENDPOINT: &str = "emulator-endpoint";
