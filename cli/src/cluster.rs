@@ -78,6 +78,10 @@ pub struct ClusterArgs {
     /// loopback ports picked afresh at each start.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: Option<u16>,
+    /// Where `serve` saved the connection profiles that tables name with
+    /// 'connection-profile'; passed to every process. Default: as `serve`'s.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// How one process of the cluster ended badly.
@@ -227,6 +231,10 @@ pub fn child_args(args: &ClusterArgs, process: usize, hosts: &Path) -> Vec<Strin
     if let Some(d) = args.stop_when_idle {
         a.push("--stop-when-idle".into());
         a.push(flag_duration(d));
+    }
+    if let Some(d) = &args.data_dir {
+        a.push("--data-dir".into());
+        a.push(d.display().to_string());
     }
     a
 }

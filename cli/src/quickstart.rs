@@ -54,6 +54,7 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         process: 0,
         hosts: None,
         connect_timeout: Duration::from_secs(30),
+        data_dir: None,
     };
     let stop = pipeline::stop_on_signals();
     let summary = match pipeline::execute(&sql, &args, stop, false).await {
