@@ -3,7 +3,10 @@
 
 mod bench;
 mod cluster;
+mod metrics_catalog;
+mod metrics_http;
 mod pipeline;
+mod progress;
 mod quickstart;
 mod resources;
 
@@ -175,6 +178,10 @@ pub struct RunArgs {
     /// 'connection-profile'. Default: as `serve`'s.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Serve GET /metrics (Prometheus text format) on this host:port while the job runs;
+    /// bound before the job starts (an address that cannot be bound exits 2).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Args)]
@@ -250,7 +257,8 @@ async fn emulator_command(args: EmulatorArgs) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        // Around the live progress line when one is drawn on a terminal.
+        .with_writer(progress::log_writer)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
