@@ -124,11 +124,13 @@ pub struct Sampled {
     pub delivery_attempt: Option<i32>,
 }
 
-/// Reads up to `max` messages of subscription `id` and **nacks each one at once**, so
-/// they are redelivered as if never read (their delivery attempt counts up, as Pub/Sub
-/// counts every delivery). Returns when `max` arrived or no message came for `quiet`
-/// (the first one may take `quiet` plus the stream's start). Errors before reading when
-/// the subscription cannot be read (named cause, as at a job's start).
+/// Reads up to `max` distinct messages of subscription `id` and **acknowledges none**:
+/// they are held (leased) while the sample is taken, so none comes back into it, then all
+/// nacked together, so they are redelivered as if never read (their delivery attempt
+/// counts up, as Pub/Sub counts every delivery). Returns when `max` arrived or no new
+/// message came for `quiet` (the first one may take `quiet` plus the stream's start).
+/// Errors before reading when the subscription cannot be read (named cause, as at a
+/// job's start).
 pub async fn sample(
     profile: &PubSubProfile,
     id: &str,
@@ -144,29 +146,39 @@ pub async fn sample(
     let subscriber = client::subscriber(profile).await?;
     let mut stream = subscriber.subscribe(name).build();
     let shutdown = stream.shutdown_token();
-    let mut out = Vec::new();
+    let mut out: Vec<Sampled> = Vec::new();
+    let mut held = Vec::new();
     let mut last = Instant::now();
+    let mut failed = None;
     while out.len() < max {
         let left = quiet.saturating_sub(last.elapsed());
         match tokio::time::timeout(left, stream.next()).await {
             Ok(Some(Ok((message, h)))) => {
-                let delivery_attempt = h.delivery_attempt();
-                h.nack();
-                out.push(Sampled {
-                    message,
-                    delivery_attempt,
-                });
-                last = Instant::now();
+                let seen = out
+                    .iter()
+                    .any(|s| s.message.message_id == message.message_id);
+                if !seen {
+                    out.push(Sampled {
+                        delivery_attempt: h.delivery_attempt(),
+                        message,
+                    });
+                    last = Instant::now();
+                }
+                held.push(h);
             }
             Ok(Some(Err(e))) => {
-                close(&mut stream, &shutdown).await;
-                anyhow::bail!("reading {id} failed: {e}");
+                failed = Some(e);
+                break;
             }
             Ok(None) | Err(_) => break,
         }
     }
+    held.into_iter().for_each(|h| h.nack());
     close(&mut stream, &shutdown).await;
-    Ok(out)
+    match failed {
+        Some(e) => anyhow::bail!("reading {id} failed: {e}"),
+        None => Ok(out),
+    }
 }
 
 /// Stops the stream, nacking deliveries still in its buffer while the client sends the

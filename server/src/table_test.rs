@@ -12,7 +12,7 @@ use axum::Json;
 use bytes::Bytes;
 use futures::Stream;
 use pubsub_connector_core::explore::{self, Sampled};
-use pubsub_engine::format::{Deserializer, FieldValue};
+use pubsub_engine::format::Deserializer;
 use pubsub_engine::ConnectionSchema;
 use pubsub_schema::{CreateDisposition, PubSubTable};
 use serde_json::{json, Value};
@@ -169,7 +169,16 @@ fn decode(
     subscription: &str,
 ) -> Result<Vec<Value>, String> {
     let mut d = Deserializer::new(schema).map_err(|e| format!("{e:#}"))?;
-    let metadata = metadata(schema, m, subscription);
+    let keys = schema
+        .fields
+        .iter()
+        .filter_map(|f| f.metadata_key.as_deref());
+    let metadata = pubsub_connector_core::source::metadata_values(
+        keys,
+        &m.message,
+        m.delivery_attempt,
+        subscription,
+    );
     d.deserialize(&Bytes::from(m.message.data.to_vec()), &metadata)
         .map_err(|e| e.reason)?;
     let Some(batch) = d.flush().map_err(|e| e.reason)? else {
@@ -179,31 +188,4 @@ fn decode(
     w.write(&batch).map_err(|e| e.to_string())?;
     w.finish().map_err(|e| e.to_string())?;
     serde_json::from_slice::<Vec<Value>>(&w.into_inner()).map_err(|e| e.to_string())
-}
-
-/// The metadata values a source gives a message's metadata columns, in column order.
-fn metadata(schema: &ConnectionSchema, m: &Sampled, subscription: &str) -> Vec<FieldValue> {
-    let msg = &m.message;
-    schema
-        .fields
-        .iter()
-        .filter_map(|f| f.metadata_key.as_deref())
-        .map(|key| match key {
-            "message-id" => FieldValue::String(msg.message_id.clone()),
-            "publish-time" => msg.publish_time.as_ref().map_or(FieldValue::Null, |t| {
-                FieldValue::TimestampNanos(t.seconds() * 1_000_000_000 + i64::from(t.nanos()))
-            }),
-            "attributes" => {
-                let sorted: std::collections::BTreeMap<_, _> = msg.attributes.iter().collect();
-                FieldValue::String(serde_json::to_string(&sorted).unwrap_or_default())
-            }
-            "ordering-key" if msg.ordering_key.is_empty() => FieldValue::Null,
-            "ordering-key" => FieldValue::String(msg.ordering_key.clone()),
-            "subscription" => FieldValue::String(subscription.to_string()),
-            "delivery-attempt" => m
-                .delivery_attempt
-                .map_or(FieldValue::Null, |a| FieldValue::Int64(i64::from(a))),
-            _ => FieldValue::Null,
-        })
-        .collect()
 }

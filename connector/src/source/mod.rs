@@ -23,6 +23,7 @@
 pub mod backoff;
 pub mod builder;
 pub mod create;
+mod metadata;
 pub mod options;
 mod park;
 pub mod policy;
@@ -36,6 +37,7 @@ pub mod tracker;
 
 pub use builder::{PubSubSource, PubSubSourceBuilder};
 pub use create::{SubscriptionCreateOptions, SubscriptionCreateOptionsBuilder};
+pub use metadata::metadata_values;
 pub use options::{PubSubSubscriberOptions, PubSubSubscriberOptionsBuilder};
 pub use pubsub_schema::{DeserializationFailurePolicy, OrderingMode};
 pub use reader::SourceReader;

@@ -283,33 +283,12 @@ impl SourceReader {
 
     /// Metadata values of a message, in the order of the table's metadata columns.
     fn metadata(&self, split: usize, m: &Message, h: &Handler) -> Vec<FieldValue> {
-        self.op
-            .metadata_fields
-            .iter()
-            .map(|f| match f.key.as_str() {
-                crate::connector::MESSAGE_ID => FieldValue::String(m.message_id.clone()),
-                crate::connector::PUBLISH_TIME => {
-                    m.publish_time.as_ref().map_or(FieldValue::Null, |t| {
-                        FieldValue::TimestampNanos(
-                            t.seconds() * 1_000_000_000 + i64::from(t.nanos()),
-                        )
-                    })
-                }
-                crate::connector::ATTRIBUTES => {
-                    let sorted: std::collections::BTreeMap<_, _> = m.attributes.iter().collect();
-                    FieldValue::String(serde_json::to_string(&sorted).unwrap_or_default())
-                }
-                crate::connector::ORDERING_KEY if m.ordering_key.is_empty() => FieldValue::Null,
-                crate::connector::ORDERING_KEY => FieldValue::String(m.ordering_key.clone()),
-                crate::connector::SUBSCRIPTION => {
-                    FieldValue::String(self.splits[split].subscription.clone())
-                }
-                crate::connector::DELIVERY_ATTEMPT => h
-                    .delivery_attempt()
-                    .map_or(FieldValue::Null, |a| FieldValue::Int64(i64::from(a))),
-                _ => FieldValue::Null,
-            })
-            .collect()
+        super::metadata::metadata_values(
+            self.op.metadata_fields.iter().map(|f| f.key.as_str()),
+            m,
+            h.delivery_attempt(),
+            &self.splits[split].subscription,
+        )
     }
 
     fn decode_error(&self, split: usize, id: &str, e: &DeserializeError) -> anyhow::Error {

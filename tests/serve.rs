@@ -1,0 +1,579 @@
+//! `pubsub-connector serve` and `schema`: the REST API of the connection wizard against the
+//! real emulator, through a real process and HTTP; and the statement it makes, run.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use google_cloud_pubsub::model::Message;
+use pubsub_connector_core::client;
+use serde_json::{json, Value};
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../../shared/fixtures/payloads/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
+}
+
+/// A running `serve` on a free port with its own data directory.
+struct Server {
+    base: String,
+    http: reqwest::Client,
+    data: tempfile::TempDir,
+    _child: tokio::process::Child,
+}
+
+impl Server {
+    async fn start() -> Server {
+        let data = tempfile::tempdir().unwrap();
+        Self::start_in(data).await
+    }
+
+    async fn start_in(data: tempfile::TempDir) -> Server {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(LIMIT, lines.next_line())
+            .await
+            .expect("serve prints its address")
+            .unwrap()
+            .expect("a line");
+        let at = line.split("http://").nth(1).expect("an address");
+        let base = format!("http://{}", at.split('/').next().unwrap());
+        Server {
+            base,
+            http: reqwest::Client::new(),
+            data,
+            _child: child,
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn delete(&self, path: &str) -> u16 {
+        let r = self
+            .http
+            .delete(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        r.status().as_u16()
+    }
+
+    /// The `data:` events of an SSE reply, parsed.
+    async fn events(&self, path: &str, body: &Value) -> Vec<Value> {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(ct.starts_with("text/event-stream"), "{ct}");
+        let text = tokio::time::timeout(LIMIT, r.text())
+            .await
+            .unwrap()
+            .unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| serde_json::from_str(d.trim()).unwrap())
+            .collect()
+    }
+
+    /// Saves an emulator profile named `name`; returns its id.
+    async fn emulator_profile(&self, name: &str) -> String {
+        let (code, v) = self
+            .post("/v1/connection_profiles", &profile_body(name, &endpoint()))
+            .await;
+        assert_eq!(code, 200, "{v}");
+        v["id"].as_str().unwrap().to_string()
+    }
+}
+
+fn profile_body(name: &str, endpoint: &str) -> Value {
+    json!({"name": name, "connector": "pubsub",
+           "config": {"project": PROJECT, "authentication": {"type": "emulator", "endpoint": endpoint}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_command_prints_the_committed_files() {
+    for which in ["profile", "table"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+            .args(["schema", which])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let file = format!("{}/../schema/{which}.json", env!("CARGO_MANIFEST_DIR"));
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            std::fs::read_to_string(file).unwrap()
+        );
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .arg("schema")
+        .output()
+        .unwrap();
+    let both: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(both["profile"]["title"], "Pub/Sub connection profile");
+    assert_eq!(both["table"]["title"], "Pub/Sub table");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiles_are_tested_saved_listed_and_deleted_and_never_return_a_secret() {
+    let s = Server::start().await;
+    let (code, c) = s.get("/v1/connectors").await;
+    assert_eq!(code, 200);
+    let c = &c["data"][0];
+    assert_eq!(c["id"], "pubsub");
+    for k in ["connectionConfig", "tableConfig", "schemaConfig"] {
+        assert!(c[k]["$schema"].is_string(), "{k}: {c}");
+    }
+
+    // A profile that reaches the emulator, and one that cannot reach anything.
+    let (code, ok) = s
+        .post(
+            "/v1/connection_profiles/test",
+            &profile_body("t", &endpoint()),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(ok["error"], false, "{ok}");
+    assert!(
+        ok["message"]
+            .as_str()
+            .unwrap()
+            .contains("connected to project 'test'"),
+        "{ok}"
+    );
+    let dead = format!("127.0.0.1:{}", closed_port());
+    let (code, bad) = s
+        .post("/v1/connection_profiles/test", &profile_body("t", &dead))
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(bad["error"], true, "{bad}");
+    let m = bad["message"].as_str().unwrap();
+    assert!(
+        m.contains("cannot reach Pub/Sub") && m.contains(&dead),
+        "{m}"
+    );
+
+    // Bodies are checked field by field.
+    let (code, e) = s
+        .post("/v1/connection_profiles", &profile_body("x", "nohost"))
+        .await;
+    assert_eq!(code, 400);
+    assert_eq!(e["field"], "/config/authentication/endpoint", "{e}");
+    let (code, e) = s
+        .post("/v1/connection_profiles", &json!({"name": "x", "connector": "pubsub", "config": {"project": "p", "authentication": {"type": "kerberos"}}}))
+        .await;
+    assert_eq!(code, 400);
+    assert_eq!(e["field"], "/config/authentication", "{e}");
+    let (code, e) = s
+        .post(
+            "/v1/connection_profiles",
+            &json!({"name": "x", "connector": "kafka", "config": {}}),
+        )
+        .await;
+    assert_eq!(
+        (code, e["field"].as_str()),
+        (400, Some("/connector")),
+        "{e}"
+    );
+
+    // A key file path is kept, never returned.
+    let secret = "/very/secret/key.json";
+    let keyed = json!({"name": "prod", "connector": "pubsub",
+        "config": {"project": "p", "authentication": {"type": "service-account-key-file", "path": secret}}});
+    let (code, saved) = s.post("/v1/connection_profiles", &keyed).await;
+    assert_eq!(code, 200, "{saved}");
+    assert_eq!(saved["config"]["authentication"]["path"], "<redacted>");
+    let (code, again) = s.post("/v1/connection_profiles", &keyed).await;
+    assert_eq!(
+        (code, again["field"].as_str()),
+        (409, Some("/name")),
+        "{again}"
+    );
+    let local = s.emulator_profile("local").await;
+    let (_, all) = s.get("/v1/connection_profiles").await;
+    let text = all.to_string();
+    assert!(!text.contains("secret"), "{text}");
+    assert_eq!(all["data"].as_array().unwrap().len(), 2, "{all}");
+    let id = saved["id"].as_str().unwrap();
+    assert_eq!(
+        s.delete(&format!("/v1/connection_profiles/{id}")).await,
+        200
+    );
+    assert_eq!(
+        s.delete(&format!("/v1/connection_profiles/{id}")).await,
+        404
+    );
+    assert_eq!(s.delete("/v1/connection_profiles/cp_x").await, 404);
+
+    // Saved profiles survive a restart of the server.
+    let data = s.data;
+    let s = Server::start_in(data).await;
+    let (_, all) = s.get("/v1/connection_profiles").await;
+    assert_eq!(all["data"][0]["id"], local, "{all}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn autocomplete_lists_the_projects_topics_and_subscriptions() {
+    let t = topics("autocomplete", 60).await;
+    let s = Server::start().await;
+    let id = s.emulator_profile("local").await;
+    let (code, v) = s
+        .get(&format!("/v1/connection_profiles/{id}/autocomplete"))
+        .await;
+    assert_eq!(code, 200);
+    let has = |k: &str, x: &str| v["values"][k].as_array().unwrap().iter().any(|i| i == x);
+    assert!(has("topics", &t.input) && has("topics", &t.output), "{v}");
+    assert!(has("subscriptions", &t.input_sub), "{v}");
+    let (code, _) = s.get("/v1/connection_profiles/cp_999/autocomplete").await;
+    assert_eq!(code, 404);
+}
+
+fn gcs_columns() -> Value {
+    json!({"format": "json", "fields": [
+        {"name": "name", "type": "TEXT"},
+        {"name": "bucket", "type": "TEXT", "nullable": false},
+        {"name": "generation", "type": "BIGINT"},
+        {"name": "mid", "type": "TEXT", "nullable": false, "metadataKey": "message-id"},
+        {"name": "attrs", "type": "JSON", "metadataKey": "attributes"}
+    ]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_test_streams_a_decoded_row_and_a_decode_error_and_acknowledges_nothing() {
+    let t = topics("tabletest", 60).await;
+    let p = profile();
+    let publisher = client::publisher(&p, &client::topic_path(PROJECT, &t.input))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let attrs: HashMap<String, String> =
+        serde_json::from_slice(&fixture("gcs-notification-json-api-v1.attrs.json")).unwrap();
+    let good = publisher
+        .publish(
+            Message::new()
+                .set_data(fixture("gcs-notification-json-api-v1.json"))
+                .set_attributes(attrs),
+        )
+        .await
+        .unwrap();
+    let bad = publisher
+        .publish(Message::new().set_data(b"{\"name\": \"x\", \"bucket\": ".to_vec()))
+        .await
+        .unwrap();
+    let s = Server::start().await;
+    let id = s.emulator_profile("local").await;
+    let body = json!({"name": "gcs", "connector": "pubsub", "connectionProfileId": id,
+        "config": {"type": "source", "subscriptions": [{"id": t.input_sub}]},
+        "schema": gcs_columns(), "sampleSize": 5});
+    let events = s.events("/v1/connection_tables/test", &body).await;
+    let text = serde_json::to_string_pretty(&events).unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last["done"], true, "{text}");
+    assert_eq!(last["error"], false, "{text}");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 decoded, 1 failed"),
+        "{text}"
+    );
+    let row = events
+        .iter()
+        .find(|e| e["row"].is_object())
+        .unwrap_or_else(|| panic!("no decoded row: {text}"));
+    assert_eq!(row["row"]["bucket"], "example-bucket", "{text}");
+    assert_eq!(row["row"]["generation"], 1607428286395814i64, "{text}");
+    assert_eq!(row["row"]["mid"], good.as_str(), "{text}");
+    assert!(row["message"].as_str().unwrap().contains(&good), "{text}");
+    let failed = events.iter().find(|e| e["error"] == true).unwrap();
+    assert!(failed["message"].as_str().unwrap().contains(&bad), "{text}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot decode"),
+        "{text}"
+    );
+    // Nothing was acknowledged: both messages are still on the subscription.
+    let back = redelivered(&t.input_sub, Duration::from_secs(5)).await;
+    assert!(
+        back.contains_key(&good) && back.contains_key(&bad),
+        "{:?}",
+        back.keys()
+    );
+
+    // A missing subscription ends the stream with an error event that says so.
+    let mut missing = body.clone();
+    missing["config"]["subscriptions"][0]["id"] = json!("no-such-sub");
+    let events = s.events("/v1/connection_tables/test", &missing).await;
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["done"].clone(), last["error"].clone()),
+        (json!(true), json!(true)),
+        "{events:?}"
+    );
+    assert!(
+        last["message"].as_str().unwrap().contains("does not exist"),
+        "{last}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_table_bodies_are_refused_naming_the_field() {
+    let s = Server::start().await;
+    let id = s.emulator_profile("local").await;
+    let body = |config: Value, schema: Value| json!({"name": "t", "connector": "pubsub", "connectionProfileId": id, "config": config, "schema": schema});
+    let cols = json!({"fields": [{"name": "a", "type": "BIGINT"}]});
+    let cases = [
+        (
+            body(
+                json!({"type": "source", "subscriptions": [{"id": "s"}], "subscriber": {"parallelPullCount": 0}}),
+                cols.clone(),
+            ),
+            "/config/subscriber/parallelPullCount",
+        ),
+        (
+            body(
+                json!({"type": "source", "subscriptions": [{"id": "s"}], "subscriber": {"parallelPullCount": 65}}),
+                cols.clone(),
+            ),
+            "/config/subscriber/parallelPullCount",
+        ),
+        (
+            body(json!({"type": "source", "subscriptions": []}), cols.clone()),
+            "/config/subscriptions",
+        ),
+        (
+            body(
+                json!({"type": "sink", "topic": "o", "publisher": {"batchingElementCountThreshold": 1001}}),
+                cols.clone(),
+            ),
+            "/config/publisher/batchingElementCountThreshold",
+        ),
+        (
+            body(
+                json!({"type": "sink", "topic": "o", "publisher": {"messageOrdering": true, "retry": {"maxAttempts": 3}}}),
+                cols.clone(),
+            ),
+            "/config/publisher/retry/maxAttempts",
+        ),
+        (
+            body(
+                json!({"type": "source", "subscriptions": [{"id": "s"}]}),
+                json!({"fields": [{"name": "a", "type": "BIGINTEGER"}]}),
+            ),
+            "/schema/fields/0/type",
+        ),
+        (
+            body(
+                json!({"type": "source", "subscriptions": [{"id": "s"}]}),
+                json!({"format": "raw_string", "fields": [{"name": "a", "type": "BIGINT"}]}),
+            ),
+            "/schema",
+        ),
+        (
+            body(
+                json!({"type": "sink", "topic": "o"}),
+                json!({"fields": [{"name": "m", "type": "TEXT", "metadataKey": "message-id"}]}),
+            ),
+            "/schema",
+        ),
+    ];
+    for (b, field) in cases {
+        let (code, e) = s.post("/v1/connection_tables", &b).await;
+        assert_eq!(
+            (code, e["field"].as_str()),
+            (400, Some(field)),
+            "{b} -> {e}"
+        );
+        assert!(!e["error"].as_str().unwrap().is_empty());
+    }
+    let mut b = body(
+        json!({"type": "source", "subscriptions": [{"id": "s"}]}),
+        cols.clone(),
+    );
+    b["name"] = json!("2bad name");
+    let (code, e) = s.post("/v1/connection_tables", &b).await;
+    assert_eq!((code, e["field"].as_str()), (400, Some("/name")), "{e}");
+    b["name"] = json!("t");
+    b["connectionProfileId"] = json!("cp_404");
+    let (code, e) = s.post("/v1/connection_tables", &b).await;
+    assert_eq!(
+        (code, e["field"].as_str()),
+        (400, Some("/connectionProfileId")),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_tables_give_statements_that_run_moves_every_message_with() {
+    let t = topics("serve-run", 60).await;
+    let ids = publish_seq(&t.input, 0..300).await;
+    let s = Server::start().await;
+    let id = s.emulator_profile("local").await;
+    let cols = json!({"fields": [
+        {"name": "seq", "type": "BIGINT"},
+        {"name": "mid", "type": "TEXT", "nullable": false, "metadataKey": "message-id"}]});
+    let (code, src) = s
+        .post("/v1/connection_tables", &json!({"name": "src", "connector": "pubsub", "connectionProfileId": id,
+            "config": {"type": "source", "subscriptions": [{"id": t.input_sub}], "subscriber": {"maxAckExtensionPeriodMs": 600000}},
+            "schema": cols}))
+        .await;
+    assert_eq!(code, 200, "{src}");
+    assert_eq!(src["tableType"], "source");
+    let (code, dst) = s
+        .post("/v1/connection_tables", &json!({"name": "dst", "connector": "pubsub", "connectionProfileId": id,
+            "config": {"type": "sink", "topic": t.output, "createDisposition": "create-never"},
+            "schema": {"fields": [{"name": "seq", "type": "BIGINT"}, {"name": "mid", "type": "TEXT"}]}}))
+        .await;
+    assert_eq!(code, 200, "{dst}");
+    let sql = src["sql"].as_str().unwrap();
+    assert!(
+        sql.starts_with("CREATE TABLE src (") && sql.contains("'connector' = 'pubsub'"),
+        "{sql}"
+    );
+    assert!(
+        sql.contains(&format!("'subscription' = '{}'", t.input_sub)),
+        "{sql}"
+    );
+    assert!(
+        sql.contains("'scan.ack.max-extension-period' = '600000ms'"),
+        "{sql}"
+    );
+    assert!(
+        sql.contains("mid TEXT NOT NULL METADATA FROM 'message-id'"),
+        "{sql}"
+    );
+    let (code, dup) = s
+        .post("/v1/connection_tables", &json!({"name": "src", "connector": "pubsub", "connectionProfileId": id,
+            "config": {"type": "source", "subscriptions": [{"id": "other"}]}, "schema": {"fields": [{"name": "a", "type": "TEXT"}]}}))
+        .await;
+    assert_eq!((code, dup["field"].as_str()), (409, Some("/name")), "{dup}");
+    let (_, list) = s.get("/v1/connection_tables").await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 2);
+    // A profile used by a table is kept.
+    assert_eq!(
+        s.delete(&format!("/v1/connection_profiles/{id}")).await,
+        409
+    );
+
+    // The statements, as the wizard shows them, run.
+    let pipeline = format!(
+        "{sql}\n{}\nINSERT INTO dst SELECT seq, mid FROM src;",
+        dst["sql"].as_str().unwrap()
+    );
+    let w = Workdir::new(&pipeline);
+    let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "3s"]);
+    let (code, _, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    let got = sink_ids(&t.output_sub, Some(ids.len()), Duration::from_secs(10)).await;
+    assert_eq!(missing(&ids, &got), 0);
+
+    // A key-file profile's statement names the saved profile, not the path.
+    let (code, keyed) = s
+        .post("/v1/connection_profiles", &json!({"name": "prod", "connector": "pubsub",
+            "config": {"project": PROJECT, "authentication": {"type": "service-account-key-file", "path": "/very/secret/key.json"}}}))
+        .await;
+    assert_eq!(code, 200);
+    let (code, t2) = s
+        .post("/v1/connection_tables", &json!({"name": "keyed", "connector": "pubsub", "connectionProfileId": keyed["id"],
+            "config": {"type": "sink", "topic": "x"}, "schema": {"fields": [{"name": "a", "type": "TEXT"}]}}))
+        .await;
+    assert_eq!(code, 200, "{t2}");
+    let sql = t2["sql"].as_str().unwrap();
+    assert!(
+        sql.contains("'connection-profile' = 'prod'") && !sql.contains("secret"),
+        "{sql}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_profile_is_used_by_name_in_sql_with_the_same_data_dir() {
+    let t = topics("connprofile", 60).await;
+    let ids = publish_seq(&t.input, 0..100).await;
+    let s = Server::start().await;
+    s.emulator_profile("local").await;
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'connection-profile' = 'local', 'subscription' = '{}');
+         CREATE TABLE dst (seq BIGINT, mid TEXT) WITH ('connector' = 'pubsub', 'connection-profile' = 'local', 'topic' = '{}');
+         INSERT INTO dst SELECT seq, mid FROM src;",
+        t.input_sub, t.output
+    );
+    let w = Workdir::new(&sql);
+    let data = s.data.path().display().to_string();
+    let child = w.spawn(&[
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "3s",
+        "--data-dir",
+        &data,
+    ]);
+    let (code, _, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    let got = sink_ids(&t.output_sub, Some(ids.len()), Duration::from_secs(10)).await;
+    assert_eq!(missing(&ids, &got), 0);
+
+    // An unknown name, or a profile next to its own project, exits 2 naming the key.
+    let other = tempfile::tempdir().unwrap();
+    let child = w.spawn(&["--data-dir", &other.path().display().to_string()]);
+    let (code, _, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("'connection-profile'") && stderr.contains("'local'"),
+        "{stderr}"
+    );
+    std::fs::write(
+        w.pipeline(),
+        sql.replacen(
+            "'connection-profile' = 'local',",
+            "'connection-profile' = 'local', 'project' = 'p',",
+            1,
+        ),
+    )
+    .unwrap();
+    let child = w.spawn(&["--data-dir", &data]);
+    let (code, _, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cannot both be set"), "{stderr}");
+}
