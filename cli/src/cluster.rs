@@ -78,6 +78,30 @@ pub struct ClusterArgs {
     /// loopback ports picked afresh at each start.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: Option<u16>,
+    /// Where `serve` saved the connection profiles that tables name with
+    /// 'connection-profile'; passed to every process. Default: as `serve`'s.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Process i serves GET /metrics on HOST:(PORT + i) (Prometheus text format).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
+}
+
+/// `--metrics-addr` of process `process`: the port plus the process index (port 0 stays
+/// 0: each picks a free one). Errors name the option: no `:PORT`, or a port past 65535.
+pub fn process_metrics_addr(addr: &str, process: usize) -> anyhow::Result<String> {
+    let bad = || anyhow::anyhow!("--metrics-addr {addr}: expected HOST:PORT");
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if port == 0 {
+        return Ok(addr.to_string());
+    }
+    let p = port as usize + process;
+    anyhow::ensure!(
+        p <= u16::MAX as usize,
+        "--metrics-addr {addr}: process {process} would need port {p}, past 65535"
+    );
+    Ok(format!("{host}:{p}"))
 }
 
 /// How one process of the cluster ended badly.
@@ -227,6 +251,17 @@ pub fn child_args(args: &ClusterArgs, process: usize, hosts: &Path) -> Vec<Strin
     if let Some(d) = args.stop_when_idle {
         a.push("--stop-when-idle".into());
         a.push(flag_duration(d));
+    }
+    if let Some(d) = &args.data_dir {
+        a.push("--data-dir".into());
+        a.push(d.display().to_string());
+    }
+    if let Some(addr) = &args.metrics_addr {
+        // Checked by `run` before any process starts.
+        if let Ok(addr) = process_metrics_addr(addr, process) {
+            a.push("--metrics-addr".into());
+            a.push(addr);
+        }
     }
     a
 }
@@ -530,6 +565,9 @@ async fn supervise(mut generation: Generation, signals: &mut Signals) -> Ended {
 /// after a failure within the restart budget, forwards stop signals. See the module docs
 /// for exit codes.
 pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
+    if let Some(addr) = &args.metrics_addr {
+        process_metrics_addr(addr, args.processes - 1).map_err(crate::pipeline::BadPipeline)?;
+    }
     let mut signals = Signals::install()?;
     let mut budget = RestartBudget::new(args.max_restarts, args.restart_window);
     loop {
@@ -694,5 +732,29 @@ mod tests {
         );
         assert_eq!(t.c.max_restarts, 3);
         assert_eq!(t.c.restart_window, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn each_process_serves_metrics_on_its_own_port() {
+        assert_eq!(
+            process_metrics_addr("127.0.0.1:9464", 2).unwrap(),
+            "127.0.0.1:9466"
+        );
+        assert_eq!(process_metrics_addr("[::1]:9464", 1).unwrap(), "[::1]:9465");
+        assert_eq!(process_metrics_addr("0.0.0.0:0", 3).unwrap(), "0.0.0.0:0");
+        let e = process_metrics_addr("127.0.0.1:65535", 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--metrics-addr 127.0.0.1:65535") && e.contains("65536"),
+            "{e}"
+        );
+        let e = process_metrics_addr("localhost", 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--metrics-addr localhost: expected HOST:PORT"),
+            "{e}"
+        );
     }
 }

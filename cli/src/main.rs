@@ -3,7 +3,10 @@
 
 mod bench;
 mod cluster;
+mod metrics_catalog;
+mod metrics_http;
 mod pipeline;
+mod progress;
 mod quickstart;
 mod resources;
 
@@ -42,6 +45,52 @@ enum Command {
     /// Print the JSON Schema (draft-07) of the connection profile or the table config,
     /// exactly as committed under schema/; without an argument, both in one object.
     Schema(SchemaArgs),
+    /// Serve the connection wizard (a web page) and its REST API (docs/rest-api.md);
+    /// saved profiles and tables go to --data-dir.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on (`host:port`); a non-loopback address exposes the API to
+    /// the network without authentication.
+    #[arg(long, default_value = "127.0.0.1:5115")]
+    listen: String,
+    /// Where profiles and tables are saved (`connections.sqlite`). Default:
+    /// $XDG_DATA_HOME/pubsub-connector, else ~/.local/share/pubsub-connector.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
+    let data_dir = args
+        .data_dir
+        .unwrap_or_else(pubsub_server::default_data_dir);
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| {
+            pipeline::BadPipeline(anyhow::anyhow!(
+                "--listen {}: cannot listen there: {e}",
+                args.listen
+            ))
+        })?;
+    let addr = listener.local_addr()?;
+    println!(
+        "pubsub-connector: the connection wizard is at http://{addr}/ (API under /v1; profiles and tables saved in {}); Ctrl-C stops it",
+        data_dir.display()
+    );
+    let shutdown = async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    pubsub_server::serve(listener, data_dir, shutdown).await
 }
 
 #[derive(Args)]
@@ -125,6 +174,14 @@ pub struct RunArgs {
     /// How long start-up waits for every peer process before failing.
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub connect_timeout: Duration,
+    /// Where `serve` saved the connection profiles that tables name with
+    /// 'connection-profile'. Default: as `serve`'s.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Serve GET /metrics (Prometheus text format) on this host:port while the job runs;
+    /// bound before the job starts (an address that cannot be bound exits 2).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
 }
 
 #[derive(Args)]
@@ -200,7 +257,8 @@ async fn emulator_command(args: EmulatorArgs) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        // Around the live progress line when one is drawn on a terminal.
+        .with_writer(progress::log_writer)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
@@ -210,6 +268,15 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    // 'connection-profile' = 'name' in any pipeline resolves against this directory.
+    let data_dir = match &cli.command {
+        Command::Run(a) => a.data_dir.clone(),
+        Command::Cluster(a) => a.data_dir.clone(),
+        _ => None,
+    };
+    pubsub_table_options::set_profile_resolver(pubsub_server::profile_resolver(
+        data_dir.unwrap_or_else(pubsub_server::default_data_dir),
+    ));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -228,6 +295,7 @@ fn main() -> ExitCode {
             Command::Bench(b) => bench::run(b).await,
             Command::Emulator(e) => emulator_command(e).await,
             Command::Schema(s) => schema_command(s),
+            Command::Serve(s) => serve_command(s).await,
         }
     });
     rt.shutdown_timeout(Duration::from_secs(5));

@@ -9,8 +9,10 @@ use pubsub_engine::runtime::{
     read_hosts, run_pipeline, ClusterConfig, JobSummary, RuntimeConfig, StopHandle,
 };
 use pubsub_engine::sql::{parse_pipeline, plan_pipeline, PipelineSql};
-use pubsub_engine::ErasedConnector;
+use pubsub_engine::{ErasedConnector, Metrics};
 
+use crate::metrics_http::MetricsServer;
+use crate::progress::Progress;
 use crate::RunArgs;
 
 /// Every connector this binary knows.
@@ -117,12 +119,14 @@ pub fn use_emulator(sql: &mut PipelineSql, endpoint: &str) {
 
 /// Runs `sql` until stopped by SIGINT/SIGTERM, idleness or failure; returns the summary
 /// (also on failure, inside the error's context). With `create_resources` (an emulator),
-/// the topics and subscriptions the pipeline names are created first.
+/// the topics and subscriptions the pipeline names are created first. Every counter and
+/// gauge of the job is kept in `metrics`.
 pub async fn execute(
     sql: &PipelineSql,
     args: &RunArgs,
     stop: StopHandle,
     create_resources: bool,
+    metrics: Metrics,
 ) -> Result<JobSummary, (anyhow::Error, Option<JobSummary>)> {
     let plan = plan_pipeline(sql, &connectors()).map_err(|e| (anyhow::Error::from(e), None))?;
     if create_resources {
@@ -142,6 +146,7 @@ pub async fn execute(
         cluster,
         stop_when_idle: args.stop_when_idle,
         job_id: args.pipeline.display().to_string(),
+        metrics,
         ..RuntimeConfig::default()
     };
     let result = run_pipeline(plan, config, stop).await;
@@ -228,6 +233,14 @@ pub fn stop_on_signals() -> StopHandle {
     stop
 }
 
+/// The `pipeline` label of every metric: the pipeline file's stem (`drain` for
+/// `jobs/drain.sql`).
+pub fn pipeline_label(path: &std::path::Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
 pub fn print_summary(summary: &JobSummary) {
     println!("pubsub-connector: {summary}");
 }
@@ -240,6 +253,16 @@ pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     if args.emulator {
         check_emulator_tables(&sql, "--emulator")?;
     }
+    // Bound before the job starts: an address that cannot be bound exits 2 before
+    // anything was read, and no scrape misses the start.
+    let metrics_server = match &args.metrics_addr {
+        Some(addr) => {
+            let server = MetricsServer::bind(addr).await.map_err(BadPipeline)?;
+            tracing::info!("metrics at http://{}/metrics", server.addr());
+            Some(server)
+        }
+        None => None,
+    };
     let _emulator = if args.emulator {
         let emu = tokio::select! {
             emu = tokio::task::spawn_blocking(Emulator::start) => emu??,
@@ -256,7 +279,16 @@ pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     } else {
         String::new()
     };
-    match execute(&sql, &args, stop, args.emulator).await {
+    let metrics = Metrics::default();
+    let serving = metrics_server.map(|s| s.serve(metrics.clone(), pipeline_label(&args.pipeline)));
+    let progress = Progress::start(metrics.clone());
+    let result = execute(&sql, &args, stop, args.emulator, metrics).await;
+    // The status line is cleared before the summary; the endpoint ends with the job.
+    progress.finish().await;
+    if let Some(s) = serving {
+        s.shutdown().await;
+    }
+    match result {
         Ok(summary) => {
             println!("pubsub-connector{who}: {summary}");
             Ok(())

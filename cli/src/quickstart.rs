@@ -54,9 +54,11 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         process: 0,
         hosts: None,
         connect_timeout: Duration::from_secs(30),
+        data_dir: None,
+        metrics_addr: None,
     };
     let stop = pipeline::stop_on_signals();
-    let summary = match pipeline::execute(&sql, &args, stop, false).await {
+    let summary = match pipeline::execute(&sql, &args, stop, false, Default::default()).await {
         Ok(s) => s,
         Err((e, s)) => {
             if let Some(s) = s {

@@ -11,6 +11,7 @@ pub mod dead_letter;
 pub mod diagnose;
 pub mod emulator;
 pub mod emulator_proxy;
+pub mod explore;
 pub mod sink;
 pub mod source;
 

@@ -14,6 +14,9 @@ pub use sink::*;
 pub use to_options::*;
 
 pub const PROJECT: &str = "project";
+/// The name of a connection profile saved by `serve`, instead of `project` and its
+/// credentials (SPEC 8); resolved through [`set_profile_resolver`].
+pub const CONNECTION_PROFILE: &str = "connection-profile";
 pub const EMULATOR_ENDPOINT: &str = "emulator-endpoint";
 /// Path of a service account key file (JSON), read by the process that runs the job; never
 /// echoed in an error or log line (SPEC 5.3, 10).
@@ -89,6 +92,7 @@ pub const SOURCE_OPTIONS: &[&str] = &[
 
 /// The keys shared by both sides and the source keys.
 const BASE_OPTIONS: &[&str] = &[
+    CONNECTION_PROFILE,
     PROJECT,
     EMULATOR_ENDPOINT,
     SERVICE_ACCOUNT_KEY_FILE,
@@ -200,6 +204,9 @@ fn parse_id(key: &str, value: String) -> Result<String, OptionError> {
 /// `service-account-key-file` (neither: application default credentials). The key file is
 /// only named here, read where a client is built; its path is never echoed.
 pub fn profile_from_options(options: &mut ConnectorOptions) -> Result<PubSubProfile, OptionError> {
+    if let Some(name) = options.pull_opt_str(CONNECTION_PROFILE)? {
+        return saved_profile(options, name);
+    }
     let project = parse_id(PROJECT, options.pull_str(PROJECT)?)?;
     let endpoint = options.pull_opt_str(EMULATOR_ENDPOINT)?;
     let key_file = options.pull_opt_str(SERVICE_ACCOUNT_KEY_FILE)?;
@@ -226,6 +233,42 @@ pub fn profile_from_options(options: &mut ConnectorOptions) -> Result<PubSubProf
         project,
         authentication,
     })
+}
+
+/// Looks up saved connection profiles by name: `Err` is the reason, shown after the name.
+pub type ProfileResolver = dyn Fn(&str) -> Result<PubSubProfile, String> + Send + Sync;
+
+static RESOLVER: std::sync::OnceLock<Box<ProfileResolver>> = std::sync::OnceLock::new();
+
+/// Sets how `'connection-profile' = 'name'` is resolved (the binary: from its
+/// `--data-dir`). The first call wins; later calls are ignored.
+pub fn set_profile_resolver(resolver: Box<ProfileResolver>) {
+    let _ = RESOLVER.set(resolver);
+}
+
+/// `connection-profile`: the saved profile, alone (a table that names one takes
+/// `project` and the credentials from it).
+fn saved_profile(
+    options: &mut ConnectorOptions,
+    name: String,
+) -> Result<PubSubProfile, OptionError> {
+    let keys = options.keys();
+    if let Some(k) = [PROJECT, EMULATOR_ENDPOINT, SERVICE_ACCOUNT_KEY_FILE]
+        .into_iter()
+        .find(|k| keys.iter().any(|x| x == k))
+    {
+        return Err(OptionError::Conflict {
+            message: format!("options '{CONNECTION_PROFILE}' and '{k}' cannot both be set: the saved profile '{name}' holds the project and the credentials"),
+        });
+    }
+    let Some(resolve) = RESOLVER.get() else {
+        return Err(invalid(
+            CONNECTION_PROFILE,
+            &name,
+            "saved connection profiles are not available here",
+        ));
+    };
+    resolve(&name).map_err(|why| invalid(CONNECTION_PROFILE, &name, &why))
 }
 
 /// Pulls the table options. A table with `subscription` is a source, with `topic` a

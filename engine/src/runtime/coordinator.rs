@@ -23,9 +23,9 @@ use super::state::{CheckpointMetadata, CheckpointStore};
 use super::tasks::{run_sink, run_source};
 use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig};
 use crate::spi::{
-    ConstructedOperator, Metrics, OperatorContext, OperatorState, PrepareContext, PullState,
-    SourceCollector, SourceContext, TaskInfo, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED,
-    ROWS_WRITTEN,
+    ConstructedOperator, OperatorContext, OperatorState, PrepareContext, PullState,
+    SourceCollector, SourceContext, TaskInfo, CHECKPOINTS_COMPLETED, MESSAGES_ACKED,
+    MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 use crate::sql::PlannedPipeline;
 
@@ -123,7 +123,7 @@ pub async fn run_pipeline(
     config: RuntimeConfig,
     stop: StopHandle,
 ) -> Result<JobSummary, JobError> {
-    let metrics = Metrics::default();
+    let metrics = config.metrics.clone();
     let mut summary = JobSummary::default();
     let fail = |error: anyhow::Error, summary: &JobSummary| JobError {
         error,
@@ -504,6 +504,8 @@ pub async fn run_pipeline(
             ROWS_WRITTEN,
             MESSAGES_ACKED,
             MESSAGES_NACKED,
+            // Printed as `checkpoints completed` already.
+            CHECKPOINTS_COMPLETED,
         ];
         let n = metrics.total(&name);
         if n > 0 && !standard.contains(&name.as_str()) {

@@ -47,6 +47,9 @@ pub struct RuntimeConfig {
     pub checkpoint_timeout: Duration,
     /// Recorded in checkpoint metadata.
     pub job_id: String,
+    /// Where every operator's and the runtime's counters and gauges live; pass a clone in
+    /// to read them while the job runs (e.g. a metrics endpoint).
+    pub metrics: crate::spi::Metrics,
 }
 
 /// One process of a Timely cluster (Timely's own `-n/-p/-h`): every process runs the same
@@ -74,6 +77,7 @@ impl Default for RuntimeConfig {
             shutdown_timeout: Duration::from_secs(60),
             checkpoint_timeout: Duration::from_secs(600),
             job_id: "pipeline".to_string(),
+            metrics: crate::spi::Metrics::default(),
         }
     }
 }

@@ -16,7 +16,10 @@ use super::coordinator::{JobSummary, StopHandle, ABORT_WAIT};
 use super::dataflow::WorkerWaker;
 use super::leader::{Leader, TaskKey};
 use super::{CoordEvent, JobShared, RuntimeConfig, SinkEvent};
-use crate::spi::{ControlMessage, Metrics, PullState, StopMode, MESSAGES_RECEIVED};
+use crate::spi::{
+    ControlMessage, Counter, Gauge, Metrics, PullState, StopMode, CHECKPOINTS_COMPLETED,
+    CHECKPOINT_DURATION_MS, LAST_COMPLETED_EPOCH, MESSAGES_RECEIVED, RUNTIME_OPERATOR,
+};
 
 /// This process's tasks and their control channels.
 #[derive(Default)]
@@ -45,6 +48,17 @@ pub(crate) struct ProcessCoordinator {
     stop_received: bool,
     stop_requested: bool,
     pub summary: JobSummary,
+    runtime: RuntimeMetrics,
+}
+
+/// The runtime's own metrics of this process (operator `runtime`, subtask = process).
+struct RuntimeMetrics {
+    completed: Counter,
+    last_epoch: Gauge,
+    duration_ms: Gauge,
+    /// When each checkpoint's barrier reached this process; bounded: an entry leaves at
+    /// the commit of its epoch or a later one, and the leader keeps few checkpoints open.
+    barrier_at: BTreeMap<u64, std::time::Instant>,
 }
 
 impl ProcessCoordinator {
@@ -61,6 +75,15 @@ impl ProcessCoordinator {
         leader: Option<Leader>,
         summary: JobSummary,
     ) -> Self {
+        let runtime = RuntimeMetrics {
+            completed: metrics.counter(CHECKPOINTS_COMPLETED, RUNTIME_OPERATOR, process),
+            last_epoch: metrics.gauge(LAST_COMPLETED_EPOCH, RUNTIME_OPERATOR, process),
+            duration_ms: metrics.gauge(CHECKPOINT_DURATION_MS, RUNTIME_OPERATOR, process),
+            barrier_at: BTreeMap::new(),
+        };
+        runtime
+            .last_epoch
+            .set(summary.last_completed_epoch.unwrap_or(0));
         ProcessCoordinator {
             process,
             shared,
@@ -76,6 +99,7 @@ impl ProcessCoordinator {
             stop_received: false,
             stop_requested: false,
             summary,
+            runtime,
         }
     }
 
@@ -353,6 +377,9 @@ impl ProcessCoordinator {
                 timestamp_ms,
                 then_stop,
             } => {
+                self.runtime
+                    .barrier_at
+                    .insert(epoch, std::time::Instant::now());
                 let b = barrier(epoch, min_epoch, timestamp_ms, then_stop);
                 for (_, tx) in &self.tasks.sources {
                     let _ = tx.send(ControlMessage::Checkpoint(b));
@@ -361,6 +388,7 @@ impl ProcessCoordinator {
             Control::Commit { epoch } => {
                 self.summary.checkpoints_completed += 1;
                 self.summary.last_completed_epoch = Some(epoch);
+                self.runtime.committed(epoch);
                 for (_, tx) in &self.tasks.sources {
                     let _ = tx.send(ControlMessage::Commit { epoch });
                 }
@@ -435,6 +463,19 @@ impl ProcessCoordinator {
                 Ok(None) | Err(_) => break,
             }
         }
+    }
+}
+
+impl RuntimeMetrics {
+    /// Checkpoint `epoch` committed: count it and time it from its barrier.
+    fn committed(&mut self, epoch: u64) {
+        self.completed.add(1);
+        self.last_epoch.set(epoch);
+        if let Some(at) = self.barrier_at.get(&epoch) {
+            self.duration_ms.set(at.elapsed().as_millis() as u64);
+        }
+        // A commit covers every earlier epoch too.
+        self.barrier_at = self.barrier_at.split_off(&(epoch + 1));
     }
 }
 

@@ -14,6 +14,28 @@ pub const MESSAGES_NACKED: &str = "messages_nacked";
 /// Rows a sink wrote and saw confirmed.
 pub const ROWS_WRITTEN: &str = "rows_written";
 
+/// The operator id of the runtime's own metrics; their subtask is the process index.
+pub const RUNTIME_OPERATOR: &str = "runtime";
+/// Runtime counter: checkpoints whose commit reached this process.
+pub const CHECKPOINTS_COMPLETED: &str = "checkpoints_completed";
+/// Runtime gauge: the epoch of the last completed checkpoint (restored or new; 0: none).
+pub const LAST_COMPLETED_EPOCH: &str = "last_completed_epoch";
+/// Runtime gauge: milliseconds from the last completed checkpoint's barrier to its commit,
+/// as seen by this process.
+pub const CHECKPOINT_DURATION_MS: &str = "checkpoint_duration_ms";
+
+/// One value of a registry at the time it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricSample {
+    /// The metric name (e.g. `messages_received`).
+    pub name: String,
+    /// The operator id (e.g. `source-bids`, or [`RUNTIME_OPERATOR`]).
+    pub operator_id: String,
+    /// The subtask index (global across a cluster; the process index for the runtime).
+    pub subtask: usize,
+    pub value: u64,
+}
+
 /// A monotonically increasing counter.
 #[derive(Debug, Clone, Default)]
 pub struct Counter(Arc<AtomicU64>);
@@ -81,6 +103,18 @@ impl Metrics {
         names
     }
 
+    /// Every counter's current value, ordered by (name, operator id, subtask).
+    pub fn counter_samples(&self) -> Vec<MetricSample> {
+        let map = self.counters.lock().expect("metrics lock");
+        map.iter().map(|(k, c)| sample(k, c.get())).collect()
+    }
+
+    /// Every gauge's current value, ordered by (name, operator id, subtask).
+    pub fn gauge_samples(&self) -> Vec<MetricSample> {
+        let map = self.gauges.lock().expect("metrics lock");
+        map.iter().map(|(k, g)| sample(k, g.get())).collect()
+    }
+
     /// Sum of gauge `name` over every operator and subtask.
     pub fn gauge_total(&self, name: &str) -> u64 {
         let map = self.gauges.lock().expect("metrics lock");
@@ -88,5 +122,14 @@ impl Metrics {
             .filter(|((n, _, _), _)| n == name)
             .map(|(_, g)| g.get())
             .sum()
+    }
+}
+
+fn sample((name, operator_id, subtask): &(String, String, usize), value: u64) -> MetricSample {
+    MetricSample {
+        name: name.clone(),
+        operator_id: operator_id.clone(),
+        subtask: *subtask,
+        value,
     }
 }

@@ -7,4 +7,4 @@ mod plan;
 
 pub use parse::{parse_pipeline, InsertDef, PipelineSql, Projection, SqlError, TableDef};
 pub(crate) use plan::{check_exclusive_sources, plan_query};
-pub use plan::{plan_pipeline, PlannedPipeline, PlannedQuery, PlannedTable};
+pub use plan::{plan_pipeline, plan_tables, PlannedPipeline, PlannedQuery, PlannedTable};

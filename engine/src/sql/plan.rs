@@ -170,6 +170,18 @@ pub fn plan_pipeline(
     Ok(PlannedPipeline { queries })
 }
 
+/// Plans the tables of `sql` alone, as `run` would, without needing an INSERT: for a UI
+/// that checks a `CREATE TABLE` statement it wrote. Errors as [`plan_pipeline`]'s.
+pub fn plan_tables(
+    sql: &PipelineSql,
+    connectors: &[Arc<dyn ErasedConnector>],
+) -> Result<Vec<PlannedTable>, SqlError> {
+    sql.tables
+        .iter()
+        .map(|t| plan_table(t, connectors))
+        .collect()
+}
+
 /// Plans `ins` (whose tables are `source`, a source table, and `sink`, a sink table) as
 /// query `id`: its projection (see [`plan_projection`]; `what` starts its errors), the
 /// sink's Arrow schema and the column rows are routed by

@@ -1,0 +1,207 @@
+//! The columns of a table made in the wizard (the `schema` of a connection table body)
+//! and their SQL text. Shape: `{"format": "json", "fields": [{"name", "type", "nullable",
+//! "metadataKey"}]}`; types and metadata keys are those of SPEC 8.
+
+use pubsub_engine::{ConnectionSchema, FieldType, Format, SourceField};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A table's payload format and columns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "Columns")]
+pub struct Columns {
+    /// How a message payload maps to a row: `json` (one object per row, keys matched to
+    /// column names), `raw_string` (the payload as one TEXT column `value`) or
+    /// `raw_bytes` (one BYTEA column `value`). Default `json`.
+    #[serde(default)]
+    #[schemars(title = "Format")]
+    pub format: ColumnFormat,
+    /// The table's columns in order; at least one.
+    #[schemars(title = "Columns", length(min = 1))]
+    pub fields: Vec<Column>,
+}
+
+/// The `format` option.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnFormat {
+    #[default]
+    Json,
+    RawString,
+    RawBytes,
+}
+
+/// One column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Column {
+    /// Column name: the JSON key it is read from (matched exactly, case included).
+    #[schemars(title = "Name", example = &"auction", length(min = 1, max = 128))]
+    pub name: String,
+    /// SQL type; a value that does not fit it exactly is a decode failure (SPEC 8).
+    #[serde(rename = "type")]
+    #[schemars(title = "Type")]
+    pub ty: SqlType,
+    /// NULL allowed (a missing key reads as NULL). Default true.
+    #[serde(default = "yes")]
+    #[schemars(title = "Nullable")]
+    pub nullable: bool,
+    /// Fill the column from message metadata instead of the payload. Unset: from the
+    /// payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(title = "Metadata key")]
+    pub metadata_key: Option<MetadataKey>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The SQL types of SPEC 8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum SqlType {
+    Text,
+    Bigint,
+    Int,
+    Double,
+    Float,
+    Boolean,
+    Timestamp,
+    Bytea,
+    Json,
+}
+
+impl SqlType {
+    pub fn field_type(self) -> FieldType {
+        match self {
+            SqlType::Text => FieldType::Text,
+            SqlType::Bigint => FieldType::Bigint,
+            SqlType::Int => FieldType::Int,
+            SqlType::Double => FieldType::Double,
+            SqlType::Float => FieldType::Float,
+            SqlType::Boolean => FieldType::Boolean,
+            SqlType::Timestamp => FieldType::Timestamp,
+            SqlType::Bytea => FieldType::Bytea,
+            SqlType::Json => FieldType::Json,
+        }
+    }
+}
+
+/// `METADATA FROM` keys of a Pub/Sub table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MetadataKey {
+    MessageId,
+    PublishTime,
+    Attributes,
+    OrderingKey,
+    Subscription,
+    DeliveryAttempt,
+}
+
+impl MetadataKey {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetadataKey::MessageId => "message-id",
+            MetadataKey::PublishTime => "publish-time",
+            MetadataKey::Attributes => "attributes",
+            MetadataKey::OrderingKey => "ordering-key",
+            MetadataKey::Subscription => "subscription",
+            MetadataKey::DeliveryAttempt => "delivery-attempt",
+        }
+    }
+}
+
+impl Columns {
+    /// The engine's view: format, columns, default timestamp format, fail on bad data.
+    pub fn connection_schema(&self) -> ConnectionSchema {
+        let format = match self.format {
+            ColumnFormat::Json => Format::Json,
+            ColumnFormat::RawString => Format::RawString,
+            ColumnFormat::RawBytes => Format::RawBytes,
+        };
+        let fields = self
+            .fields
+            .iter()
+            .map(|c| {
+                let mut f = SourceField::new(c.name.clone(), c.ty.field_type());
+                f.required = !c.nullable;
+                f.metadata_key = c.metadata_key.map(|k| k.as_str().to_string());
+                f
+            })
+            .collect();
+        ConnectionSchema::new(format, fields)
+    }
+
+    /// The `format` option value.
+    pub fn format_option(&self) -> &'static str {
+        match self.format {
+            ColumnFormat::Json => "json",
+            ColumnFormat::RawString => "raw_string",
+            ColumnFormat::RawBytes => "raw_bytes",
+        }
+    }
+
+    /// Column definitions as in `CREATE TABLE t (...)`, one per line.
+    pub fn sql_columns(&self) -> Vec<String> {
+        self.fields
+            .iter()
+            .map(|c| {
+                let mut s = format!("{} {}", ident(&c.name), c.ty.field_type().sql_name());
+                if !c.nullable {
+                    s.push_str(" NOT NULL");
+                }
+                if let Some(k) = c.metadata_key {
+                    s.push_str(&format!(" METADATA FROM '{}'", k.as_str()));
+                }
+                s
+            })
+            .collect()
+    }
+
+    /// The JSON Schema of the columns (draft-07), for the wizard.
+    pub fn schema() -> serde_json::Value {
+        let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+        serde_json::to_value(generator.into_root_schema_for::<Columns>())
+            .expect("schema serializes")
+    }
+}
+
+/// An SQL identifier as written in a statement: bare when it is lower-case letters,
+/// digits and `_` (not starting with a digit), else double-quoted (quoted identifiers
+/// keep their case, SPEC 8).
+pub fn ident(name: &str) -> String {
+    let bare = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if bare {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// A string literal: single-quoted, `'` doubled.
+pub fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted_only_when_they_must_be() {
+        assert_eq!(ident("auction"), "auction");
+        assert_eq!(ident("dateTime"), "\"dateTime\"");
+        assert_eq!(ident("select x"), "\"select x\"");
+        assert_eq!(ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(literal("it's"), "'it''s'");
+    }
+}

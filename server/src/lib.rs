@@ -1,0 +1,111 @@
+//! `pubsub-connector serve`: the connection wizard (static page) and the REST API it calls,
+//! mirroring Arroyo's connection API (SPEC 7; reference: docs/rest-api.md). Profiles and
+//! tables persist in SQLite under the data directory.
+
+mod assets;
+pub mod columns;
+pub mod error;
+mod profiles;
+mod redact;
+pub mod sql;
+pub mod store;
+mod table_test;
+mod tables;
+pub mod validate;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::routing::{delete, get, post};
+use axum::Router;
+
+use crate::store::Store;
+use crate::validate::Validators;
+
+/// The connector id every body names (`"connector": "pubsub"`).
+pub const CONNECTOR: &str = "pubsub";
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<Store>,
+    pub validators: Arc<Validators>,
+}
+
+impl AppState {
+    /// Opens (creating) the store under `data_dir`.
+    pub fn open(data_dir: &Path) -> anyhow::Result<AppState> {
+        Ok(AppState {
+            store: Arc::new(Store::open(data_dir)?),
+            validators: Arc::new(Validators::new()),
+        })
+    }
+}
+
+/// The API under `/v1` and the wizard at `/`.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/connectors", get(profiles::connectors))
+        .route("/v1/connection_profiles/test", post(profiles::test))
+        .route(
+            "/v1/connection_profiles",
+            post(profiles::create).get(profiles::list),
+        )
+        .route("/v1/connection_profiles/{id}", delete(profiles::remove))
+        .route(
+            "/v1/connection_profiles/{id}/autocomplete",
+            get(profiles::autocomplete),
+        )
+        .route("/v1/connection_tables/test", post(table_test::test))
+        .route(
+            "/v1/connection_tables",
+            post(tables::create).get(tables::list),
+        )
+        .route("/v1/connection_tables/{id}", delete(tables::remove))
+        .route("/", get(assets::index))
+        .route("/assets/{*path}", get(assets::asset))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` resolves. Errors if the store cannot be opened.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    data_dir: PathBuf,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state = AppState::open(&data_dir)?;
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Resolves `'connection-profile' = 'name'` from the store under `data_dir`, for `run`.
+/// The store is opened at the first lookup, so a pipeline without saved profiles never
+/// touches the directory.
+pub fn profile_resolver(data_dir: PathBuf) -> Box<pubsub_table_options::ProfileResolver> {
+    Box::new(move |name: &str| {
+        let store = Store::open(&data_dir).map_err(|e| e.to_string())?;
+        let record = store.profile_named(name).map_err(|_| {
+            format!(
+                "no saved connection profile of that name in {} (save it with `pubsub-connector serve --data-dir {}`)",
+                data_dir.display(),
+                data_dir.display()
+            )
+        })?;
+        serde_json::from_value(record.config)
+            .map_err(|e| format!("the saved profile cannot be read: {e}"))
+    })
+}
+
+/// The default data directory: `$XDG_DATA_HOME/pubsub-connector`, else
+/// `$HOME/.local/share/pubsub-connector`, else `./pubsub-connector-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("pubsub-connector");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h).join(".local/share/pubsub-connector");
+    }
+    PathBuf::from("pubsub-connector-data")
+}
