@@ -210,7 +210,7 @@ function makeEditor (el, schema, startval) {
  * Stable hooks for people's tools and tests: each input gets `data-field` = its JSON
  * pointer within the form (`root.authentication.endpoint` -> `/authentication/endpoint`),
  * each variant switcher `data-field` of its value and `data-role="variant"`, each opt-in
- * box `data-role="opt-in"`.
+ * box `data-role="opt-in"`, each array's add button `data-role="add"`.
  */
 function tagInputs (el) {
   // An optional group that is not set: only its heading and description.
@@ -228,6 +228,13 @@ function tagInputs (el) {
   for (const c of $$('[data-schemapath]', el)) {
     const path = c.getAttribute('data-schemapath')
     const ptr = pathToPointer(path)
+    if (c.getAttribute('data-schematype') === 'array') {
+      for (const b of $$('button.json-editor-btntype-add', c)) {
+        if (b.closest('.je-modal') || b.closest('[data-schemapath]') !== c) continue
+        b.setAttribute('data-role', 'add')
+        b.setAttribute('data-field', ptr)
+      }
+    }
     for (const input of $$('input, select, textarea', c)) {
       if (input.closest('[data-schemapath]') !== c) continue
       if (input.classList.contains('je-switcher') || input.closest('.je-switcher')) {
@@ -523,9 +530,11 @@ async function loadProfiles () {
   box.hidden = state.profiles.length === 0
 }
 
-function profileBody () {
+/** The profile request body; a test may go before the profile has a name. */
+function profileBody (forTest) {
+  const name = $('#profile-name').value.trim()
   return {
-    name: $('#profile-name').value.trim(),
+    name: name || (forTest ? 'connection-test' : ''),
     connector: state.connector.id,
     config: valueOf(state.editors.profile)
   }
@@ -541,7 +550,7 @@ async function testProfile () {
   out.className = 'result pending'
   out.textContent = 'Testing…'
   out.hidden = false
-  const r = await call('POST', '/connection_profiles/test', profileBody())
+  const r = await call('POST', '/connection_profiles/test', profileBody(true))
   busy(btn, false)
   if (!r.ok) {
     out.hidden = true
@@ -563,7 +572,7 @@ async function saveProfile () {
   if (!checkForm(state.editors.profile, 'profile')) return
   const btn = $('#profile-save')
   busy(btn, true)
-  const r = await call('POST', '/connection_profiles', profileBody())
+  const r = await call('POST', '/connection_profiles', profileBody(false))
   busy(btn, false)
   if (!r.ok) {
     showServerError('profile', r.body, 'profile')
