@@ -250,7 +250,12 @@ async fn the_wizard_creates_a_table_end_to_end() {
     let failed = !matches!(outcome, Ok(Ok(())));
     if failed {
         // What the page showed and what the server said, for the CI log.
-        let _ = screenshot(&c, "wizard-failure.png").await;
+        if let Ok(png) = c.screenshot().await {
+            let path = artifacts_dir().join("wizard-failure.png");
+            if std::fs::write(&path, png).is_ok() {
+                eprintln!("screenshot of the failure: {}", path.display());
+            }
+        }
         if let Ok(body) = c.execute("return document.body.innerText", vec![]).await {
             eprintln!("--- page text ---\n{}", body.as_str().unwrap_or_default());
         }
