@@ -120,7 +120,7 @@ async fn run(b: &TableBody, size: usize, steps: &Steps) -> anyhow::Result<String
                     .await;
                 let got = explore::sample(&b.profile, &sub.id, size - read, QUIET).await?;
                 steps
-                    .say(false, format!("connected to subscription {name}: read {} messages (each nacked at once, so none is acknowledged)", got.len()), Value::Null)
+                    .say(false, format!("connected to subscription {name}: read {} messages, none acknowledged (all released for redelivery)", got.len()), Value::Null)
                     .await;
                 for m in got {
                     read += 1;
