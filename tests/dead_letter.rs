@@ -28,11 +28,7 @@ const RUN: [&str; 6] = [
 
 /// A real Cloud Build status message (pretty-printed JSON).
 fn good_payload() -> Vec<u8> {
-    let path = format!(
-        "{}/../../shared/fixtures/payloads/cloud-build-success.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
+    fixture("cloud-build-success.json")
 }
 
 /// Payloads the table cannot decode, each distinct: not JSON, truncated JSON, not UTF-8,

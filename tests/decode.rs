@@ -15,14 +15,6 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-fn fixture(name: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/../../shared/fixtures/payloads/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
-}
-
 fn attrs(name: &str) -> HashMap<String, String> {
     serde_json::from_slice(&fixture(name)).unwrap()
 }

@@ -31,11 +31,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The good message: a real payload (a topic with an Avro schema, JSON encoding; see
 /// `shared/fixtures/payloads/README.md`).
 fn good_payload() -> String {
-    let path = format!(
-        "{}/../../shared/fixtures/payloads/pubsub-schema-avro-json.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
+    String::from_utf8(fixture("pubsub-schema-avro-json.json")).expect("the fixture is UTF-8")
 }
 const BAD: &str = "this is not JSON";
 

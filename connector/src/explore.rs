@@ -27,53 +27,62 @@ pub struct Resources {
 /// the endpoint and the cause (unreachable, authentication, permission).
 pub async fn list_resources(profile: &PubSubProfile) -> anyhow::Result<Resources> {
     let project = format!("projects/{}", profile.project);
-    let what = |e: &google_cloud_pubsub::Error| list_error(profile, e);
+    let failed = |e: google_cloud_pubsub::Error| list_error(profile, &e);
     let admin = client::topic_admin(profile).await?;
-    let mut topics = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page = diagnose::bounded(
-            admin
-                .list_topics()
-                .set_project(project.clone())
-                .set_page_size(1000)
-                .set_page_token(token.clone()),
-        )
-        .send()
-        .await
-        .map_err(|e| what(&e))?;
-        topics.extend(page.topics.into_iter().map(|t| id_of(&t.name)));
-        token = page.next_page_token;
-        if token.is_empty() || topics.len() >= MAX_LISTED {
-            break;
+    let topics = all_pages(|token| {
+        let request = admin.list_topics().set_project(&project);
+        async move {
+            let p = diagnose::bounded(request.set_page_size(1000).set_page_token(token))
+                .send()
+                .await
+                .map_err(failed)?;
+            Ok((
+                p.topics.into_iter().map(|t| t.name).collect(),
+                p.next_page_token,
+            ))
         }
-    }
+    })
+    .await?;
     let admin = client::subscription_admin(profile).await?;
-    let mut subscriptions = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page = diagnose::bounded(
-            admin
-                .list_subscriptions()
-                .set_project(project.clone())
-                .set_page_size(1000)
-                .set_page_token(token.clone()),
-        )
-        .send()
-        .await
-        .map_err(|e| what(&e))?;
-        subscriptions.extend(page.subscriptions.into_iter().map(|s| id_of(&s.name)));
-        token = page.next_page_token;
-        if token.is_empty() || subscriptions.len() >= MAX_LISTED {
-            break;
+    let subscriptions = all_pages(|token| {
+        let request = admin.list_subscriptions().set_project(&project);
+        async move {
+            let p = diagnose::bounded(request.set_page_size(1000).set_page_token(token))
+                .send()
+                .await
+                .map_err(failed)?;
+            Ok((
+                p.subscriptions.into_iter().map(|s| s.name).collect(),
+                p.next_page_token,
+            ))
         }
-    }
-    topics.sort();
-    subscriptions.sort();
+    })
+    .await?;
     Ok(Resources {
         topics,
         subscriptions,
     })
+}
+
+/// Follows page tokens (`page(token)` gives the page's full names and the next token)
+/// until the last page or [`MAX_LISTED`] names; returns the ids, sorted.
+async fn all_pages<F, Fut>(mut page: F) -> anyhow::Result<Vec<String>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(Vec<String>, String)>>,
+{
+    let mut ids = Vec::new();
+    let mut token = String::new();
+    loop {
+        let (names, next) = page(token).await?;
+        ids.extend(names.iter().map(|n| id_of(n)));
+        if next.is_empty() || ids.len() >= MAX_LISTED {
+            break;
+        }
+        token = next;
+    }
+    ids.sort();
+    Ok(ids)
 }
 
 /// Checks that the profile reaches its project: lists it and says what it sees, e.g.

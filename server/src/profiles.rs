@@ -80,10 +80,16 @@ fn profile_body(state: &AppState, body: &Value) -> Result<(String, PubSubProfile
     Ok((name, profile))
 }
 
-pub fn profile_id(id: &str) -> Result<i64, ApiError> {
-    id.strip_prefix("cp_")
+/// The row id of an API id (`cp_1`, `ct_1`): `prefix` then a number, else 404 naming
+/// `what`.
+pub fn row_id(id: &str, prefix: &str, what: &str) -> Result<i64, ApiError> {
+    id.strip_prefix(prefix)
         .and_then(|n| n.parse().ok())
-        .ok_or_else(|| ApiError::not_found(format!("connection profile '{id}' not found")))
+        .ok_or_else(|| ApiError::not_found(format!("{what} '{id}' not found")))
+}
+
+pub fn profile_id(id: &str) -> Result<i64, ApiError> {
+    row_id(id, "cp_", "connection profile")
 }
 
 pub fn describe(p: &PubSubProfile) -> String {
@@ -157,24 +163,33 @@ pub async fn create(
 }
 
 pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let all = state
-        .store
-        .profiles()
-        .map_err(|e| store_error(e, "connection profile"))?;
+    listed(state.store.profiles(), "connection profile", reply)
+}
+
+/// `{"data": [...]}` of stored rows, or the store's error naming `what`.
+pub fn listed<T>(
+    rows: Result<Vec<T>, StoreError>,
+    what: &str,
+    reply: impl Fn(&T) -> Value,
+) -> Result<Json<Value>, ApiError> {
+    let rows = rows.map_err(|e| store_error(e, what))?;
     Ok(Json(
-        json!({ "data": all.iter().map(reply).collect::<Vec<_>>() }),
+        json!({ "data": rows.iter().map(reply).collect::<Vec<_>>() }),
     ))
+}
+
+/// `{}` after a delete, or the store's error naming `what`.
+pub fn deleted(done: Result<(), StoreError>, what: &str) -> Result<Json<Value>, ApiError> {
+    done.map_err(|e| store_error(e, what))?;
+    Ok(Json(json!({})))
 }
 
 pub async fn remove(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    state
-        .store
-        .delete_profile(profile_id(&id)?)
-        .map_err(|e| store_error(e, &format!("connection profile '{id}'")))?;
-    Ok(Json(json!({})))
+    let done = state.store.delete_profile(profile_id(&id)?);
+    deleted(done, &format!("connection profile '{id}'"))
 }
 
 /// The saved profile `id`, typed.

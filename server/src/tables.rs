@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::columns::Columns;
 use crate::error::ApiError;
-use crate::profiles::{check_connector, load, store_error, text_member};
+use crate::profiles::{check_connector, deleted, listed, load, row_id, store_error, text_member};
 use crate::redact::redact;
 use crate::sql::{create_table, shown_ref, ProfileRef};
 use crate::store::TableRecord;
@@ -158,26 +158,15 @@ pub async fn create(
 }
 
 pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let all = state
-        .store
-        .tables()
-        .map_err(|e| store_error(e, "connection table"))?;
-    Ok(Json(
-        json!({ "data": all.iter().map(reply).collect::<Vec<_>>() }),
-    ))
+    listed(state.store.tables(), "connection table", reply)
 }
 
 pub async fn remove(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let n = id
-        .strip_prefix("ct_")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| ApiError::not_found(format!("connection table '{id}' not found")))?;
-    state
+    let done = state
         .store
-        .delete_table(n)
-        .map_err(|e| store_error(e, &format!("connection table '{id}'")))?;
-    Ok(Json(json!({})))
+        .delete_table(row_id(&id, "ct_", "connection table")?);
+    deleted(done, &format!("connection table '{id}'"))
 }

@@ -379,3 +379,12 @@ pub fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// A payload as a Google product publishes it (`shared/fixtures/payloads/NAME`).
+pub fn fixture(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../../shared/fixtures/payloads/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
+}
