@@ -81,10 +81,18 @@ pub async fn serve(
 }
 
 /// Resolves `'connection-profile' = 'name'` from the store under `data_dir`, for `run`.
-/// The store is opened at the first lookup, so a pipeline without saved profiles never
-/// touches the directory.
+/// The store is opened at each lookup (a table or two per pipeline), so a pipeline
+/// without saved profiles never touches the directory.
 pub fn profile_resolver(data_dir: PathBuf) -> Box<pubsub_table_options::ProfileResolver> {
     Box::new(move |name: &str| {
+        // A lookup reads; it never creates the directory or the file.
+        if !data_dir.join(store::FILE).is_file() {
+            return Err(format!(
+                "no saved connection profiles in {} (save one with `pubsub-connector serve --data-dir {}`, or pass run --data-dir)",
+                data_dir.display(),
+                data_dir.display()
+            ));
+        }
         let store = Store::open(&data_dir).map_err(|e| e.to_string())?;
         let record = store.profile_named(name).map_err(|_| {
             format!(
