@@ -555,6 +555,8 @@ async fn a_saved_profile_is_used_by_name_in_sql_with_the_same_data_dir() {
         stderr.contains("'connection-profile'") && stderr.contains("'local'"),
         "{stderr}"
     );
+    // A lookup only reads: no store is created where there was none.
+    assert!(!other.path().join("connections.sqlite").exists());
     std::fs::write(
         w.pipeline(),
         sql.replacen(
