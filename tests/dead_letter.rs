@@ -405,7 +405,7 @@ async fn flush_and_close_are_bounded_by_their_timeouts_when_pubsub_is_out_of_rea
     let p = profile();
     let dead = unique("dlq-cut");
     admin::create_topic(&p, &dead).await.unwrap();
-    let proxy = TcpProxy::start(&endpoint()).await;
+    let proxy = TcpCutter::start(&endpoint()).await.unwrap();
     let open = || async {
         let mut q = PubSubDeadLetterQueue::builder()
             .project(PROJECT)

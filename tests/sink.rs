@@ -50,7 +50,7 @@ async fn publish_json(topic: &str, rows: &[serde_json::Value]) {
         .unwrap();
 }
 
-/// [`pipeline_sql`] with the sink behind `sink_endpoint` (a [`TcpProxy`]) and
+/// [`pipeline_sql`] with the sink behind `sink_endpoint` (a [`TcpCutter`]) and
 /// `sink_extra` options; `src_extra` goes to the source.
 fn via_sql(t: &Topics, sink_endpoint: &str, src_extra: &str, sink_extra: &str) -> String {
     let sql = pipeline_sql(t, &endpoint(), src_extra);
@@ -69,7 +69,7 @@ fn via_sql(t: &Topics, sink_endpoint: &str, src_extra: &str, sink_extra: &str) -
 async fn cut_for_good(prefix: &str, sink_opts: &str) -> String {
     let t = topics(prefix, 10).await;
     let ids = publish_seq(&t.input, 0..600).await;
-    let proxy = TcpProxy::start(&endpoint()).await;
+    let proxy = TcpCutter::start(&endpoint()).await.unwrap();
     let sql = via_sql(
         &t,
         &proxy.endpoint(),
@@ -306,7 +306,7 @@ async fn a_topic_deleted_mid_run_is_recreated_under_create_if_needed_and_nothing
 async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
     let t = topics("sink-cut", 10).await;
     let ids = publish_seq(&t.input, 0..1500).await;
-    let proxy = TcpProxy::start(&endpoint()).await;
+    let proxy = TcpCutter::start(&endpoint()).await.unwrap();
     let sql = via_sql(
         &t,
         &proxy.endpoint(),
@@ -319,7 +319,7 @@ async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
     assert!(early.len() >= 200);
     proxy.cut();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    proxy.restore().await;
+    proxy.restore().await.unwrap();
     let (code, _stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 0, "{stderr}");
     let mut got = early;
@@ -797,7 +797,7 @@ async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
 
     let output = unique("sink-close");
     admin::create_topic(&profile(), &output).await.unwrap();
-    let proxy = TcpProxy::start(&endpoint()).await;
+    let proxy = TcpCutter::start(&endpoint()).await.unwrap();
     let sink_profile = PubSubProfile {
         project: PROJECT.into(),
         authentication: Authentication::Emulator {

@@ -29,7 +29,7 @@ fn split_sql(t: &Topics, source_endpoint: &str, sink_endpoint: &str, extra: &str
 async fn network_cut_mid_stream_reconnects_and_delivers_everything() {
     let t = topics("cut", 10).await;
     let mut ids = publish_seq(&t.input, 0..3_000).await;
-    let proxy = TcpProxy::start(&endpoint()).await;
+    let proxy = TcpCutter::start(&endpoint()).await.unwrap();
     // Only the source goes through the proxy.
     let w = Workdir::new(&split_sql(&t, &proxy.endpoint(), &endpoint(), ""));
     let child = w.spawn(&[
@@ -49,7 +49,7 @@ async fn network_cut_mid_stream_reconnects_and_delivers_everything() {
     ids.extend(publish_seq(&t.input, 3_000..6_000).await);
     // The outage length is the reported input (a 6 s cut), not a wait for a condition.
     tokio::time::sleep(Duration::from_secs(6).saturating_sub(started.elapsed())).await;
-    proxy.restore().await;
+    proxy.restore().await.unwrap();
     let (code, _stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 0, "stderr: {stderr}");
     let rest = sink_ids(&t.output_sub, None, Duration::from_secs(5)).await;

@@ -163,7 +163,7 @@ async fn a_second_signal_aborts_at_once_and_releases_what_is_held() {
     // seen (the OS merges two signals sent before the handler runs into one).
     let t = topics("abort", 600).await;
     let ids = publish_seq(&t.input, 0..20_000).await;
-    let proxy = TcpProxy::start(&endpoint()).await;
+    let proxy = TcpCutter::start(&endpoint()).await.unwrap();
     let sql = pipeline_sql(
         &t,
         &endpoint(),

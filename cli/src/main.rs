@@ -2,6 +2,7 @@
 //! Timely runtime (SPEC 9).
 
 mod bench;
+mod chaos;
 mod cluster;
 mod metrics_catalog;
 mod metrics_http;
@@ -48,6 +49,10 @@ enum Command {
     /// Serve the connection wizard (a web page) and its REST API (docs/rest-api.md);
     /// saved profiles and tables go to --data-dir.
     Serve(ServeArgs),
+    /// The randomized fault campaign: runs real pipelines on a local emulator under seeded
+    /// faults (kills, restarts, network cuts, a stalled sink) and checks that no message
+    /// is lost, acknowledged early or duplicated outside a replay; exit 1 on a violation.
+    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(Args)]
@@ -296,6 +301,13 @@ fn main() -> ExitCode {
             Command::Emulator(e) => emulator_command(e).await,
             Command::Schema(s) => schema_command(s),
             Command::Serve(s) => serve_command(s).await,
+            Command::Chaos(c) => match chaos::run(c).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(anyhow::anyhow!(
+                    "the fault campaign found violations (see above)"
+                )),
+                Err(e) => Err(e),
+            },
         }
     });
     rt.shutdown_timeout(Duration::from_secs(5));

@@ -273,14 +273,36 @@ impl pubsub_engine::Connector for PubSubConnector {
             let source = PubSubSource::from_config(profile, config).map_err(ConfigError::wrap)?;
             // Each subtask records in its state which subscriptions were positioned, so a
             // restore positions only the ones added since.
+            let decisions = crate::source::start_position::SeekDecisions {
+                recorded: ctx.recorded_decision.as_ref(),
+                log: ctx.decision_log.clone(),
+            };
             crate::source::prepare::prepare(
                 &source,
                 &ctx.restored_subtasks,
+                &decisions,
                 ctx.checkpoint_interval,
             )
             .await?;
             Ok(())
         })
+    }
+
+    /// A dead reader's messages come back when their last lease extension runs out: the
+    /// lease extension's upper bound (`scan.ack.max-duration-per-extension`, else the
+    /// stream ack deadline the reader opens its streams with, 60 s).
+    fn redelivery_horizon(
+        &self,
+        _profile: &PubSubProfile,
+        table: &PubSubTable,
+    ) -> std::time::Duration {
+        let PubSubTable::Source(config) = table else {
+            return std::time::Duration::ZERO;
+        };
+        crate::source::PubSubSubscriberOptions::from_config(&config.subscriber)
+            .ok()
+            .and_then(|o| o.lease_extension())
+            .unwrap_or(crate::source::DEFAULT_STREAM_ACK_DEADLINE)
     }
 
     /// A subscription hands each message to one reader: two source tables on one

@@ -21,6 +21,8 @@ use h2::{RecvStream, SendStream};
 use http::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::wire_log;
+
 /// The size of every Publish request (its protobuf bytes, from the gRPC frame header) the
 /// proxies of this process forwarded, by the request's topic (full name): tests check that
 /// the sink keeps requests within Pub/Sub's 10 MB, which the emulator does not enforce,
@@ -163,6 +165,9 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
         tokio::spawn(async move {
             let (parts, down_body) = req.into_parts();
             let publish = parts.uri.path() == "/google.pubsub.v1.Publisher/Publish";
+            let tap = wire_log::enabled()
+                .then(|| wire_log::Rpc::of(parts.uri.path()).map(wire_log::CallTap::new))
+                .flatten();
             let mut respond = respond;
             // Under a refusal rule, a (unary) Publish request is read whole to decide.
             let body = if publish && !REFUSALS.lock().expect("proxy lock").is_empty() {
@@ -186,6 +191,9 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
             };
             match body {
                 Ok(request) => {
+                    if let Some(tap) = &tap {
+                        tap.request(&mut wire_log::Frames::default(), &request);
+                    }
                     tokio::spawn(async move {
                         record_publish(&request);
                         let mut up = up_send;
@@ -195,24 +203,38 @@ async fn serve_connection(mut socket: TcpStream, upstream_port: u16) {
                     });
                 }
                 Err(down_body) => {
-                    tokio::spawn(forward_request_body(down_body, up_send, publish));
+                    tokio::spawn(forward_request_body(
+                        down_body,
+                        up_send,
+                        publish,
+                        tap.clone(),
+                    ));
                 }
             }
             let Ok(resp) = resp_fut.await else { return };
             let (parts, up_body) = resp.into_parts();
+            if let (Some(tap), Some(status)) = (&tap, parts.headers.get("grpc-status")) {
+                tap.status(status.to_str().ok());
+            }
             let Ok(down_send) = respond.send_response(Response::from_parts(parts, ()), false)
             else {
                 drain(up_body).await;
                 return;
             };
-            forward_response_body(up_body, down_send).await;
+            forward_response_body(up_body, down_send, tap).await;
         });
     }
 }
 
 /// Downstream request body -> upstream; on a downstream failure, half-close upstream.
-async fn forward_request_body(mut body: RecvStream, mut up: SendStream<Bytes>, publish: bool) {
+async fn forward_request_body(
+    mut body: RecvStream,
+    mut up: SendStream<Bytes>,
+    publish: bool,
+    tap: Option<wire_log::CallTap>,
+) {
     let mut head = Vec::new();
+    let mut frames = wire_log::Frames::default();
     loop {
         match body.data().await {
             Some(Ok(chunk)) => {
@@ -224,8 +246,12 @@ async fn forward_request_body(mut body: RecvStream, mut up: SendStream<Bytes>, p
                     }
                 }
                 let _ = body.flow_control().release_capacity(chunk.len());
+                let tapped = tap.as_ref().map(|_| chunk.clone());
                 if send_all(&mut up, chunk).await.is_err() {
                     return;
+                }
+                if let (Some(tap), Some(chunk)) = (&tap, tapped) {
+                    tap.request(&mut frames, &chunk);
                 }
             }
             Some(Err(_)) => {
@@ -251,13 +277,21 @@ async fn forward_request_body(mut body: RecvStream, mut up: SendStream<Bytes>, p
 /// body is drained to its end instead of dropped: dropping it would reset the upstream
 /// stream (RST_STREAM, which the emulator mishandles) right after the request side's
 /// half-close, and the emulator would keep the dead pull.
-async fn forward_response_body(mut body: RecvStream, mut down: SendStream<Bytes>) {
+async fn forward_response_body(
+    mut body: RecvStream,
+    mut down: SendStream<Bytes>,
+    tap: Option<wire_log::CallTap>,
+) {
+    let mut frames = wire_log::Frames::default();
     while let Some(chunk) = body.data().await {
         let Ok(chunk) = chunk else {
             down.send_reset(h2::Reason::CANCEL);
             return;
         };
         let _ = body.flow_control().release_capacity(chunk.len());
+        if let Some(tap) = &tap {
+            tap.response(&mut frames, &chunk);
+        }
         if send_all(&mut down, chunk).await.is_err() {
             drain(body).await;
             return;
@@ -265,6 +299,9 @@ async fn forward_response_body(mut body: RecvStream, mut down: SendStream<Bytes>
     }
     match body.trailers().await {
         Ok(Some(t)) => {
+            if let (Some(tap), Some(status)) = (&tap, t.get("grpc-status")) {
+                tap.status(status.to_str().ok());
+            }
             let _ = down.send_trailers(t);
         }
         _ => {

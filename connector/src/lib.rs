@@ -14,5 +14,7 @@ pub mod emulator_proxy;
 pub mod explore;
 pub mod sink;
 pub mod source;
+pub mod tcp_cutter;
+pub mod wire_log;
 
 pub use connector::{sql_error, PubSubConnector, METADATA_DEFS};

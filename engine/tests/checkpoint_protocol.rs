@@ -63,6 +63,12 @@ enum Event {
     },
     /// `on_start` of subtask `subtask` of the source named `name`.
     OnStart { name: String, subtask: usize },
+    /// `prepare_source` of the source named `name` found `recorded` and recorded its own
+    /// decision (`record-decision`).
+    Decided {
+        name: String,
+        recorded: Option<serde_json::Value>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -85,6 +91,9 @@ struct MemTable {
     fail_prepare: Option<String>,
     /// Source: `prepare_source` returns only once this `host:port` accepts connections.
     prepare_waits_for: Option<String>,
+    /// Source: `prepare_source` records the decision `{"start": n}`, n counting the starts
+    /// that recorded one.
+    record_decision: bool,
 }
 
 struct MemoryConnector;
@@ -122,6 +131,7 @@ impl Connector for MemoryConnector {
             "trace",
             "fail-prepare",
             "prepare-waits-for",
+            "record-decision",
         ]
     }
     fn prepare_source(
@@ -149,6 +159,20 @@ impl Connector for MemoryConnector {
             }
             if let Some(e) = t.fail_prepare {
                 anyhow::bail!("{e}");
+            }
+            if t.record_decision {
+                let n = ctx
+                    .recorded_decision
+                    .as_ref()
+                    .and_then(|d| d["start"].as_u64())
+                    .unwrap_or(0);
+                ctx.decision_log
+                    .record(serde_json::json!({ "start": n + 1 }))
+                    .await?;
+                events.lock().unwrap().push(Event::Decided {
+                    name: t.name.clone(),
+                    recorded: ctx.recorded_decision.clone(),
+                });
             }
             events.lock().unwrap().push(Event::Prepared {
                 name: t.name.clone(),
@@ -189,6 +213,7 @@ impl Connector for MemoryConnector {
             trace: String::new(),
             fail_prepare: o.pull_opt_str("fail-prepare")?,
             prepare_waits_for: o.pull_opt_str("prepare-waits-for")?,
+            record_decision: o.pull_opt_bool("record-decision")?.unwrap_or(false),
         };
         let table = MemTable {
             trace: o
@@ -873,6 +898,65 @@ async fn a_restore_prepares_with_every_subtask_state_of_the_last_checkpoint() {
         starts(&events[2..]),
         [("prep2".to_string(), 0), ("prep2".to_string(), 1)]
     );
+}
+
+/// Issue 16, finding 1: a decision a source recorded at a start that failed before its
+/// first checkpoint completed is handed to the next start (it must repeat it, not take a
+/// new one), and the job record says whether the run before stopped cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_recorded_before_the_first_checkpoint_reaches_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql = |trace: &str, fail: &str| {
+        format!(
+            "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'dec', 'trace' = '{trace}', 'rows' = '30', 'record-decision' = 'true');
+             CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'dec' {fail});
+             INSERT INTO dst SELECT seq FROM src;"
+        )
+    };
+    let decided = |trace: &str| -> Vec<Option<serde_json::Value>> {
+        trace_of(trace)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Decided { recorded, .. } => Some(recorded),
+                _ => None,
+            })
+            .collect()
+    };
+    let store =
+        pubsub_engine::runtime::CheckpointStore::open(&dir.path().display().to_string(), false)
+            .await
+            .unwrap();
+    // The first run fails at its first checkpoint: nothing completed.
+    let e = run_pipeline(
+        plan(&sql("dec-1", ", 'fail-from-epoch' = '1'")).unwrap(),
+        config(dir.path()),
+        StopHandle::new(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.summary.last_completed_epoch, None, "{e}");
+    assert_eq!(decided("dec-1"), [None]);
+    let record = store.load_job_record().await.unwrap().unwrap();
+    assert!(!record.clean_stop, "a failed run is not clean: {record:?}");
+    // The restart finds the first start's decision, and stops cleanly.
+    run_pipeline(
+        plan(&sql("dec-2", "")).unwrap(),
+        config(dir.path()),
+        StopHandle::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(decided("dec-2"), [Some(serde_json::json!({"start": 1}))]);
+    let record = store.load_job_record().await.unwrap().unwrap();
+    assert!(record.clean_stop, "{record:?}");
+    assert_eq!(
+        record.start_decisions["source-src"],
+        serde_json::json!({"start": 2})
+    );
+}
+
+fn trace_of(name: &str) -> Vec<Event> {
+    trace(name).lock().unwrap().clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -219,79 +219,8 @@ pub fn summary_count(stdout: &str, label: &str) -> usize {
         .unwrap_or_else(|| panic!("no number after '{label}' in {stdout}"))
 }
 
-/// A plain TCP proxy on 127.0.0.1 in front of `upstream` (`host:port`) that a test can cut
-/// (every connection dropped, the port closed) and restore (the same port bound again).
-pub struct TcpProxy {
-    pub port: u16,
-    upstream: String,
-    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
-}
-
-impl TcpProxy {
-    /// Starts forwarding on a free port.
-    pub async fn start(upstream: &str) -> TcpProxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let p = TcpProxy {
-            port,
-            upstream: upstream.to_string(),
-            tasks: Default::default(),
-        };
-        p.serve(listener);
-        p
-    }
-
-    /// `127.0.0.1:port`, for a table's `emulator-endpoint`.
-    pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn serve(&self, listener: tokio::net::TcpListener) {
-        let tasks = self.tasks.clone();
-        let upstream = self.upstream.clone();
-        let accept = tokio::spawn(async move {
-            loop {
-                let Ok((mut down, _)) = listener.accept().await else {
-                    break;
-                };
-                let upstream = upstream.clone();
-                let conn = tokio::spawn(async move {
-                    if let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
-                    }
-                });
-                tasks.lock().unwrap().push(conn);
-            }
-        });
-        self.tasks.lock().unwrap().push(accept);
-    }
-
-    /// Drops every connection and closes the port.
-    pub fn cut(&self) {
-        for t in self.tasks.lock().unwrap().drain(..) {
-            t.abort();
-        }
-    }
-
-    /// Binds the same port again and forwards new connections.
-    pub async fn restore(&self) {
-        let start = Instant::now();
-        let listener = loop {
-            match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
-                Ok(l) => break l,
-                Err(e) => {
-                    assert!(
-                        start.elapsed() < Duration::from_secs(10),
-                        "rebind {}: {e}",
-                        self.port
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        };
-        self.serve(listener);
-    }
-}
+/// A TCP forwarder a test can cut, restore and stall (in front of the emulator proxy).
+pub use pubsub_connector_core::tcp_cutter::TcpCutter;
 
 /// A closed TCP port on 127.0.0.1 (bound, then released).
 pub fn closed_port() -> u16 {

@@ -40,6 +40,7 @@ pub use create::{SubscriptionCreateOptions, SubscriptionCreateOptionsBuilder};
 pub use metadata::metadata_values;
 pub use options::{PubSubSubscriberOptions, PubSubSubscriberOptionsBuilder};
 pub use pubsub_schema::{DeserializationFailurePolicy, OrderingMode};
+pub use pull::DEFAULT_STREAM_ACK_DEADLINE;
 pub use reader::SourceReader;
 pub use start_position::PubSubStartPosition;
 

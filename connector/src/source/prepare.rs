@@ -13,14 +13,17 @@ use pubsub_table_options as keys;
 
 use super::builder::PubSubSource;
 use super::create::describe_or_create;
-use super::start_position::{seek_once, AppliedStartPosition, PubSubStartPosition, SeekOutcome};
+use super::start_position::{
+    seek_once, AppliedStartPosition, PubSubStartPosition, SeekDecisions, SeekOutcome,
+};
 use crate::build_error::show;
 use crate::client;
 use crate::diagnose::{self, Resource};
 
 /// Prepares `source` for a job start. `restored`: the source's subtask states in the last
 /// completed checkpoint (empty on the job's first start); subscriptions they record as
-/// positioned are not seeked again. `checkpoint_interval`: the job's.
+/// positioned are not seeked again. `decisions`: seek targets an earlier start recorded
+/// and where this one records its own (see [`SeekDecisions`]). `checkpoint_interval`: the job's.
 ///
 /// Errors name the option or the subscription and the fix. Those no restart can fix are
 /// [`ConfigError`]s: an option that does not fit the checkpoint interval (see
@@ -30,6 +33,7 @@ use crate::diagnose::{self, Resource};
 pub async fn prepare(
     source: &PubSubSource,
     restored: &BTreeMap<usize, OperatorState>,
+    decisions: &SeekDecisions<'_>,
     checkpoint_interval: Duration,
 ) -> anyhow::Result<SeekOutcome> {
     let profile = source.profile();
@@ -70,6 +74,7 @@ pub async fn prepare(
         &names,
         position,
         applied.as_ref(),
+        decisions,
         SystemTime::now(),
     )
     .await

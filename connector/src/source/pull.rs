@@ -75,7 +75,7 @@ pub(super) struct StreamSettings {
 
 /// The stream ack deadline when `max_duration_per_ack_extension` is unset: the client's
 /// default lease extension (see the client notes in `shared/reference`).
-pub(super) const DEFAULT_STREAM_ACK_DEADLINE: Duration = Duration::from_secs(60);
+pub const DEFAULT_STREAM_ACK_DEADLINE: Duration = Duration::from_secs(60);
 /// A subtask that received nothing for this long probes its subscription.
 pub const QUIET_PROBE: Duration = Duration::from_secs(3);
 /// Each probe gives up after this.

@@ -199,29 +199,76 @@ pub enum SeekOutcome {
     NotNeeded,
     /// A restored job whose every subscription was positioned already.
     AlreadyApplied,
-    /// Seeked these subscriptions (full names) to this time: all of them at the job's
-    /// first start, those added since on a restore.
-    Seeked {
-        time: SystemTime,
-        subscriptions: Vec<String>,
-    },
+    /// Seeked these subscriptions (full names), each to its time: all of them at the
+    /// job's first start, those added since on a restore.
+    Seeked { seeks: Vec<(String, SystemTime)> },
+}
+
+/// The first-start decisions of earlier starts that no completed checkpoint covers, and
+/// where to record new ones before acting on them (issue 16, finding 1): without them a
+/// job that dies before its first checkpoint would seek `latest` to a new instant on its
+/// restart and so acknowledge everything published in between, rows never written.
+///
+/// Recorded as `{"mode": "latest", "seeks": {"projects/p/subscriptions/s": MS}}`, the
+/// target of each seek in ms since the Unix epoch.
+#[derive(Debug, Clone, Default)]
+pub struct SeekDecisions<'a> {
+    /// What an earlier start recorded (`PrepareContext::recorded_decision`).
+    pub recorded: Option<&'a serde_json::Value>,
+    /// Where a new decision goes (`PrepareContext::decision_log`).
+    pub log: pubsub_engine::DecisionLog,
+}
+
+impl SeekDecisions<'_> {
+    /// The recorded seek target of `subscription` under `mode`, if any.
+    fn recorded_time(&self, mode: &str, subscription: &str) -> Option<SystemTime> {
+        let r = self.recorded?;
+        if r.get("mode").and_then(|m| m.as_str()) != Some(mode) {
+            return None;
+        }
+        let ms = r.get("seeks")?.get(subscription)?.as_u64()?;
+        Some(UNIX_EPOCH + Duration::from_millis(ms))
+    }
+
+    /// The recorded seeks of `mode` and `seeks`, as one record.
+    fn merged(&self, mode: &str, seeks: &[(String, SystemTime)]) -> serde_json::Value {
+        let mut all = serde_json::Map::new();
+        if let Some(r) = self
+            .recorded
+            .filter(|r| r.get("mode").and_then(|m| m.as_str()) == Some(mode))
+        {
+            if let Some(o) = r.get("seeks").and_then(|s| s.as_object()) {
+                all.extend(o.clone());
+            }
+        }
+        for (s, t) in seeks {
+            let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+            all.insert(s.clone(), serde_json::json!(ms));
+        }
+        serde_json::json!({ "mode": mode, "seeks": all })
+    }
 }
 
 /// Seeks each subscription (full names) to `position`'s time, at most once per
 /// subscription per job: at the job's first start (`applied` is `None`) all of them, on a
 /// restore only those `applied` does not cover (added to the table since), and none for
-/// `continue-from-subscription`. `now` pins `latest` to one instant for all of them.
+/// `continue-from-subscription`. `now` pins `latest` to one instant for all of them, cut
+/// to whole milliseconds. A subscription that `decisions` recorded under the same mode
+/// (`latest`, `earliest-retained`: the modes that read the clock) is seeked to its recorded
+/// time again; the others' times are recorded through `decisions.log` before any seek.
 /// When the configured mode differs from the recorded one, logs a WARN: recorded
 /// subscriptions are not seeked a second time.
 ///
 /// Errors name the subscription, the target time and the server's answer; a time in the
-/// future is refused (a [`ConfigError`]). A seek that failed may have moved some
-/// subscriptions already (each seek is idempotent, so a restart repeats them).
+/// future is refused (a [`ConfigError`]); a decision that cannot be recorded fails before
+/// any seek. A seek that failed may have moved some subscriptions already (each seek is
+/// idempotent, and its target recorded, so a restart repeats them).
 pub async fn seek_once(
     admin: &SubscriptionAdmin,
     subscriptions: &[String],
     position: PubSubStartPosition,
     applied: Option<&AppliedStartPosition>,
+    decisions: &SeekDecisions<'_>,
     now: SystemTime,
 ) -> anyhow::Result<SeekOutcome> {
     if let Some(recorded) = applied.and_then(|a| a.mode.as_deref()) {
@@ -233,6 +280,12 @@ pub async fn seek_once(
             );
         }
     }
+    let now = UNIX_EPOCH
+        + Duration::from_millis(
+            now.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis() as u64,
+        );
     let Some(time) = position.seek_time(now) else {
         return Ok(SeekOutcome::NotNeeded);
     };
@@ -255,27 +308,53 @@ pub async fn seek_once(
             rfc3339(now)
         )));
     }
-    let ts = wkt_timestamp(time);
-    let target = rfc3339(time);
-    for s in &todo {
+    // A clock reading is pinned by the first start that took it; a configured timestamp
+    // is the configuration's.
+    let pinned = matches!(
+        position.config(),
+        StartPosition::Latest | StartPosition::EarliestRetained
+    );
+    let mode = position.mode();
+    let seeks: Vec<(String, SystemTime)> = todo
+        .iter()
+        .map(|s| {
+            let again = pinned.then(|| decisions.recorded_time(mode, s)).flatten();
+            if let Some(t) = again {
+                tracing::info!(
+                    "subscription {s}: repeating the seek to {} that a start of this job decided before its first checkpoint completed (start position '{mode}')",
+                    rfc3339(t)
+                );
+            }
+            (s.to_string(), again.unwrap_or(time))
+        })
+        .collect();
+    // Durable before the first seek acts on it.
+    decisions
+        .log
+        .record(decisions.merged(mode, &seeks))
+        .await
+        .map_err(|e| {
+            e.context("cannot record the start position's seek targets; nothing was seeked")
+        })?;
+    for (s, time) in &seeks {
         if applied.is_some() {
             tracing::info!(
-                "subscription {s} was added to the table since the job's first start: positioning it with start position '{}'",
-                position.mode()
+                "subscription {s} was added to the table since the job's first start: positioning it with start position '{mode}'"
             );
         }
+        let ts = wkt_timestamp(*time);
+        let target = rfc3339(*time);
         crate::diagnose::bounded(
             admin
                 .seek()
                 .set_subscription(s.to_string())
-                .set_target(Target::Time(Box::new(ts.clone()))),
+                .set_target(Target::Time(Box::new(ts))),
         )
         .send()
         .await
         .map_err(|e| {
             anyhow::anyhow!(
-                "cannot seek subscription {s} to {target} (start position '{}'): {e}{}",
-                position.mode(),
+                "cannot seek subscription {s} to {target} (start position '{mode}'): {e}{}",
                 if e.status()
                     .is_some_and(|st| st.code == google_cloud_gax::error::rpc::Code::Unimplemented)
                 {
@@ -286,14 +365,10 @@ pub async fn seek_once(
             )
         })?;
         tracing::warn!(
-            "seeked subscription {s} to {target} (start position '{}'): this moved it for every consumer of the subscription",
-            position.mode()
+            "seeked subscription {s} to {target} (start position '{mode}'): this moved it for every consumer of the subscription"
         );
     }
-    Ok(SeekOutcome::Seeked {
-        time,
-        subscriptions: todo.into_iter().cloned().collect(),
-    })
+    Ok(SeekOutcome::Seeked { seeks })
 }
 
 fn wkt_timestamp(t: SystemTime) -> google_cloud_wkt::Timestamp {
@@ -365,9 +440,16 @@ mod tests {
         position: PubSubStartPosition,
         applied: Option<&AppliedStartPosition>,
     ) -> SeekOutcome {
-        seek_once(admin, subs, position, applied, SystemTime::now())
-            .await
-            .unwrap()
+        seek_once(
+            admin,
+            subs,
+            position,
+            applied,
+            &SeekDecisions::default(),
+            SystemTime::now(),
+        )
+        .await
+        .unwrap()
     }
 
     #[tokio::test]
@@ -375,14 +457,20 @@ mod tests {
         let (admin, seeks) = fake();
         let subs: Vec<String> = SUBS.iter().map(|s| s.to_string()).collect();
         let now = UNIX_EPOCH + Duration::from_millis(1_764_460_800_123);
-        let out = seek_once(&admin, &subs, PubSubStartPosition::latest(), None, now)
-            .await
-            .unwrap();
+        let out = seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::latest(),
+            None,
+            &SeekDecisions::default(),
+            now,
+        )
+        .await
+        .unwrap();
         assert_eq!(
             out,
             SeekOutcome::Seeked {
-                time: now,
-                subscriptions: subs.clone()
+                seeks: subs.iter().map(|s| (s.clone(), now)).collect()
             }
         );
         let got: Vec<_> = seeks.lock().unwrap().iter().map(seeked_to).collect();
@@ -409,14 +497,21 @@ mod tests {
             PubSubStartPosition::earliest_retained(),
             PubSubStartPosition::from_timestamp(UNIX_EPOCH + Duration::from_secs(5)).unwrap(),
         ] {
-            let out = seek_once(&admin, &subs, p, recorded.as_ref(), SystemTime::now())
-                .await
-                .unwrap();
+            let out = seek_once(
+                &admin,
+                &subs,
+                p,
+                recorded.as_ref(),
+                &SeekDecisions::default(),
+                SystemTime::now(),
+            )
+            .await
+            .unwrap();
             assert_eq!(out, SeekOutcome::AlreadyApplied);
         }
         let now = UNIX_EPOCH + Duration::from_millis(1_764_460_800_000);
         let future = PubSubStartPosition::from_timestamp(now + Duration::from_secs(3600)).unwrap();
-        let e = seek_once(&admin, &subs, future, None, now)
+        let e = seek_once(&admin, &subs, future, None, &SeekDecisions::default(), now)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("is in the future"), "{e}");
@@ -456,6 +551,7 @@ mod tests {
             &subs,
             PubSubStartPosition::latest(),
             Some(&applied),
+            &SeekDecisions::default(),
             now,
         )
         .await
@@ -463,8 +559,7 @@ mod tests {
         assert_eq!(
             out,
             SeekOutcome::Seeked {
-                time: now,
-                subscriptions: vec![SUBS[1].to_string()]
+                seeks: vec![(SUBS[1].to_string(), now)]
             }
         );
         let got: Vec<_> = seeks.lock().unwrap().iter().map(seeked_to).collect();
@@ -482,6 +577,7 @@ mod tests {
             &subs,
             PubSubStartPosition::earliest_retained(),
             applied.as_ref(),
+            &SeekDecisions::default(),
             now,
         )
         .await
@@ -551,6 +647,7 @@ mod tests {
             &subs,
             PubSubStartPosition::earliest_retained(),
             None,
+            &SeekDecisions::default(),
             now,
         )
         .await
@@ -561,6 +658,7 @@ mod tests {
             &subs,
             PubSubStartPosition::from_timestamp(at).unwrap(),
             None,
+            &SeekDecisions::default(),
             now,
         )
         .await
@@ -572,6 +670,145 @@ mod tests {
             "32 days back: past any retention"
         );
         assert_eq!((got[1].1, got[1].2), (1_700_000_000, 1_000_000));
+    }
+
+    /// A decision log kept in memory, as the job record keeps it across starts.
+    fn memory_log() -> (
+        pubsub_engine::DecisionLog,
+        Arc<Mutex<Option<serde_json::Value>>>,
+    ) {
+        let kept = Arc::new(Mutex::new(None));
+        let k = kept.clone();
+        let log = pubsub_engine::DecisionLog::new(move |v| {
+            *k.lock().unwrap() = Some(v);
+            Box::pin(async { Ok(()) })
+        });
+        (log, kept)
+    }
+
+    /// Issue 16, finding 1: a job with `latest` that dies before its first checkpoint
+    /// completes must seek its restart to the same instant, not to a new "now" (which
+    /// would acknowledge everything published in between).
+    #[tokio::test]
+    async fn fake_admin_a_restart_before_the_first_checkpoint_repeats_the_recorded_instant() {
+        let (admin, seeks) = fake();
+        let (log, kept) = memory_log();
+        let subs = vec![SUBS[0].to_string()];
+        let t0 = UNIX_EPOCH + Duration::from_millis(1_764_460_800_123);
+        let first = SeekDecisions {
+            recorded: None,
+            log: log.clone(),
+        };
+        seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::latest(),
+            None,
+            &first,
+            t0,
+        )
+        .await
+        .unwrap();
+        let recorded = kept
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("recorded before the seek");
+        // The restart: no completed checkpoint, a later clock, and the table gained `b`.
+        let t1 = t0 + Duration::from_secs(30);
+        let both: Vec<String> = SUBS.iter().map(|s| s.to_string()).collect();
+        let again = SeekDecisions {
+            recorded: Some(&recorded),
+            log: log.clone(),
+        };
+        let out = seek_once(
+            &admin,
+            &both,
+            PubSubStartPosition::latest(),
+            None,
+            &again,
+            t1,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            out,
+            SeekOutcome::Seeked {
+                seeks: vec![(SUBS[0].to_string(), t0), (SUBS[1].to_string(), t1)]
+            },
+            "the recorded subscription repeats its instant; the new one takes now"
+        );
+        let got: Vec<_> = seeks.lock().unwrap().iter().map(seeked_to).collect();
+        assert_eq!(got[1], (SUBS[0].to_string(), 1_764_460_800, 123_000_000));
+        // Both are recorded now, and a third start repeats both.
+        let recorded = kept.lock().unwrap().clone().unwrap();
+        let third = SeekDecisions {
+            recorded: Some(&recorded),
+            log,
+        };
+        let out = seek_once(
+            &admin,
+            &both,
+            PubSubStartPosition::latest(),
+            None,
+            &third,
+            t1 + Duration::from_secs(9),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            out,
+            SeekOutcome::Seeked {
+                seeks: vec![(SUBS[0].to_string(), t0), (SUBS[1].to_string(), t1)]
+            }
+        );
+        // Another mode does not reuse a `latest` instant; a timestamp is the config's.
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_000);
+        let out = seek_once(
+            &admin,
+            &subs,
+            PubSubStartPosition::from_timestamp(at).unwrap(),
+            None,
+            &SeekDecisions {
+                recorded: Some(&recorded),
+                log: Default::default(),
+            },
+            t1,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            out,
+            SeekOutcome::Seeked {
+                seeks: vec![(SUBS[0].to_string(), at)]
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn fake_admin_a_decision_that_cannot_be_recorded_seeks_nothing() {
+        let (admin, seeks) = fake();
+        let log = pubsub_engine::DecisionLog::new(|_| {
+            Box::pin(async { Err(anyhow::anyhow!("disk full")) })
+        });
+        let e = seek_once(
+            &admin,
+            &[SUBS[0].to_string()],
+            PubSubStartPosition::latest(),
+            None,
+            &SeekDecisions {
+                recorded: None,
+                log,
+            },
+            SystemTime::now(),
+        )
+        .await
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("disk full"), "{e:#}");
+        assert!(
+            seeks.lock().unwrap().is_empty(),
+            "no seek before the record"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::cluster::{self, Shape};
 use super::dataflow::{
     run_worker, SinkPlumbing, SourcePlumbing, WorkerFlags, WorkerPlumbing, WorkerWaker,
 };
+use super::job_log::JobLog;
 use super::leader::Leader;
 use super::process::{LocalTasks, ProcessCoordinator};
 use super::state::{CheckpointMetadata, CheckpointStore};
@@ -158,11 +159,19 @@ pub async fn run_pipeline(
     // before the cluster is connected: the other processes wait in `cluster::connect`
     // for process 0's listener, which opens only after this, so no subtask anywhere
     // starts before every table was prepared (decision 0008).
-    if leads {
-        prepare_sources(&plan, &config, restored.as_ref(), &stop)
+    // The job record is written before any source is prepared, so a first-start decision
+    // is durable before it is acted on (issue 16, finding 1).
+    let job_log = if leads {
+        let log = JobLog::start(store.clone(), &config.job_id, redelivery_horizon(&plan))
             .await
             .map_err(|e| fail(e, &summary))?;
-    }
+        prepare_sources(&plan, &config, restored.as_ref(), &log, &stop)
+            .await
+            .map_err(|e| fail(e, &summary))?;
+        Some(log)
+    } else {
+        None
+    };
 
     let workers = config.workers.max(1);
     let total_workers = workers * processes;
@@ -379,7 +388,7 @@ pub async fn run_pipeline(
         per_worker[0].control.decisions = Some(decisions_rx);
         per_worker[0].control.to_leader = Some(to_leader_tx);
         leader_rx = Some(to_leader);
-        Some(Leader::new(
+        let mut leader = Leader::new(
             config.clone(),
             store,
             decisions_tx,
@@ -388,7 +397,11 @@ pub async fn run_pipeline(
             all_sinks,
             describe.clone(),
             summary.restored_epoch,
-        ))
+        );
+        if let Some(until) = job_log.as_ref().and_then(|l| l.leases_until) {
+            hold_idle_for_dead_leases(&mut leader, until, &config);
+        }
+        Some(leader)
     } else {
         None
     };
@@ -513,9 +526,43 @@ pub async fn run_pipeline(
         }
     }
     match result {
-        Ok(()) => Ok(summary),
+        Ok(()) => {
+            if let Some(log) = &job_log {
+                log.mark_clean().await;
+            }
+            Ok(summary)
+        }
         Err(error) => Err(JobError { error, summary }),
     }
+}
+
+/// The longest redelivery horizon of the plan's source tables (see
+/// `Connector::redelivery_horizon`).
+fn redelivery_horizon(plan: &PlannedPipeline) -> Duration {
+    plan.sources()
+        .iter()
+        .map(|(t, _)| t.connector.redelivery_horizon(&t.connection))
+        .max()
+        .unwrap_or_default()
+}
+
+/// After an unclean stop the messages a dead run held come back only when their leases
+/// run out, at the latest at `until`: `--stop-when-idle` must not take the quiet before
+/// then for "caught up" (issue 16, finding 15).
+fn hold_idle_for_dead_leases(
+    leader: &mut Leader,
+    until: std::time::SystemTime,
+    config: &RuntimeConfig,
+) {
+    let wait = until
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    if config.stop_when_idle.is_some() {
+        tracing::info!(
+            "a run of this job did not stop cleanly: messages it held come back when their leases run out, so --stop-when-idle waits at least {wait:?} before it may stop"
+        );
+    }
+    leader.hold_idle_until(std::time::Instant::now() + wait);
 }
 
 /// Runs `Connector::prepare_source` for every source table of `plan`, in plan order, with
@@ -525,17 +572,21 @@ async fn prepare_sources(
     plan: &PlannedPipeline,
     config: &RuntimeConfig,
     restored: Option<&CheckpointMetadata>,
+    log: &JobLog,
     stop: &StopHandle,
 ) -> anyhow::Result<()> {
     for (table, _) in plan.sources() {
         let name = &table.connection.name;
+        let operator_id = format!("source-{name}");
         let ctx = PrepareContext {
             job_id: config.job_id.clone(),
             restored_subtasks: restored
-                .and_then(|m| m.operators.get(&format!("source-{name}")))
+                .and_then(|m| m.operators.get(&operator_id))
                 .cloned()
                 .unwrap_or_default(),
             checkpoint_interval: config.checkpoint_interval,
+            recorded_decision: log.recorded(&operator_id).await,
+            decision_log: log.decision_log(&operator_id),
         };
         tracing::info!(
             restored_subtasks = ctx.restored_subtasks.len(),

@@ -63,6 +63,8 @@ pub(crate) struct Leader {
     /// Every source reached the end of its input before every task had started: stop
     /// as soon as they have (a bounded source can finish before a slow sink connects).
     stop_once_started: Option<String>,
+    /// The idle stop waits until then (after an unclean stop of the previous run).
+    idle_not_before: Option<Instant>,
 }
 
 impl Leader {
@@ -99,6 +101,7 @@ impl Leader {
             stopping: None,
             last_received: (0, Instant::now()),
             stop_once_started: None,
+            idle_not_before: None,
         }
     }
 
@@ -278,12 +281,23 @@ impl Leader {
         Ok(())
     }
 
+    /// `--stop-when-idle` does not stop before `t` (see
+    /// `coordinator::hold_idle_after_unclean_stop`).
+    pub fn hold_idle_until(&mut self, t: Instant) {
+        self.idle_not_before = Some(t);
+    }
+
     /// `--stop-when-idle`: stops once no process received a message for the configured
     /// time while every source subtask of the cluster could pull.
     pub fn idle_check(&mut self) -> anyhow::Result<()> {
         let Some(idle_for) = self.config.stop_when_idle else {
             return Ok(());
         };
+        // Messages a dead predecessor held are still leased to it.
+        if self.idle_not_before.is_some_and(|t| Instant::now() < t) {
+            self.last_received = (self.last_received.0, Instant::now());
+            return Ok(());
+        }
         if self.final_epoch.is_some() {
             return Ok(());
         }

@@ -7,6 +7,7 @@ mod cluster;
 mod control;
 mod coordinator;
 mod dataflow;
+mod job_log;
 mod leader;
 mod process;
 mod route;
@@ -20,7 +21,7 @@ use arrow::array::RecordBatch;
 
 pub use cluster::read_hosts;
 pub use coordinator::{JobError, JobSummary, StopHandle};
-pub use state::{CheckpointMetadata, CheckpointStore};
+pub use state::{CheckpointMetadata, CheckpointStore, JobRecord};
 
 use crate::spi::{CheckpointBarrier, OperatorState};
 

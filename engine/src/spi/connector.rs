@@ -59,6 +59,53 @@ pub struct PrepareContext {
     pub restored_subtasks: std::collections::BTreeMap<usize, OperatorState>,
     /// The job's checkpoint interval.
     pub checkpoint_interval: std::time::Duration,
+    /// The decision an earlier start of this job recorded with `decision_log` and that no
+    /// completed checkpoint may cover yet (it died, or was stopped, before one completed):
+    /// a source repeats it instead of taking a new one for whatever it does not find in
+    /// `restored_subtasks` (issue 16, finding 1). `None` when nothing was recorded.
+    pub recorded_decision: Option<serde_json::Value>,
+    /// Durably records this start's decision, before the source acts on it.
+    pub decision_log: DecisionLog,
+}
+
+type RecordFn = dyn Fn(serde_json::Value) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync;
+
+/// Records a source table's first-start decision in the job's state location (the job
+/// record, `job.json`), so that a restart that finds no completed checkpoint repeats it.
+/// The default records nothing (an embedder that keeps no state between starts).
+#[derive(Clone, Default)]
+pub struct DecisionLog(Option<std::sync::Arc<RecordFn>>);
+
+impl DecisionLog {
+    /// A log that hands each decision to `record`.
+    pub fn new(
+        record: impl Fn(serde_json::Value) -> BoxFuture<'static, anyhow::Result<()>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        DecisionLog(Some(std::sync::Arc::new(record)))
+    }
+
+    /// Replaces this table's recorded decision with `decision`; returns once a restart
+    /// would read it back as `PrepareContext::recorded_decision`. Errors: the write failed
+    /// (the caller must not act on the decision then).
+    pub async fn record(&self, decision: serde_json::Value) -> anyhow::Result<()> {
+        match &self.0 {
+            Some(record) => record(decision).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for DecisionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "DecisionLog(durable)"
+        } else {
+            "DecisionLog(none)"
+        })
+    }
 }
 
 /// A connector with typed profile and table configs.
@@ -166,6 +213,19 @@ pub trait Connector: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// How long after a process of the job died without releasing what it held the
+    /// server may still keep those messages from everyone else (their lease, at most one
+    /// lease extension). After an unclean stop, `--stop-when-idle` does not end the next
+    /// run before this much time has passed since its start (issue 16, finding 15). Zero
+    /// (the default): nothing is held for a dead reader.
+    fn redelivery_horizon(
+        &self,
+        _profile: &Self::ProfileT,
+        _table: &Self::TableT,
+    ) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// The external resources a source table consumes exclusively (e.g. its Pub/Sub
     /// subscriptions, where each message reaches one reader only), as stable strings. Two
     /// source tables sharing any value are rejected when the pipeline is planned. Empty
@@ -233,6 +293,8 @@ pub trait ErasedConnector: Send + Sync {
         connection: &Connection,
         ctx: PrepareContext,
     ) -> BoxFuture<'static, anyhow::Result<()>>;
+    /// See [`Connector::redelivery_horizon`]; zero for a config that does not deserialize.
+    fn redelivery_horizon(&self, connection: &Connection) -> std::time::Duration;
     /// See [`Connector::exclusive_resources`].
     fn exclusive_resources(&self, connection: &Connection) -> Vec<String>;
     /// See [`Connector::sink_key`].
@@ -307,6 +369,15 @@ impl<C: Connector> ErasedConnector for C {
             Ok((profile, table)) => Connector::prepare_source(self, &profile, &table, ctx),
             Err(e) => Box::pin(async move { Err(anyhow::Error::from(e)) }),
         }
+    }
+
+    fn redelivery_horizon(&self, connection: &Connection) -> std::time::Duration {
+        let profile = serde_json::from_value(connection.config["profile"].clone());
+        let table = serde_json::from_value(connection.config["table"].clone());
+        let (Ok(profile), Ok(table)) = (profile, table) else {
+            return std::time::Duration::ZERO;
+        };
+        Connector::redelivery_horizon(self, &profile, &table)
     }
 
     fn exclusive_resources(&self, connection: &Connection) -> Vec<String> {

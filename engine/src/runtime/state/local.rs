@@ -103,16 +103,31 @@ impl LocalDir {
 
     /// Writes `meta` durably: temp file, fsync, rename over the old one, fsync the directory.
     pub(super) fn write(&self, meta: &CheckpointMetadata) -> anyhow::Result<()> {
-        let tmp = self.dir.join(format!("{FILE}.tmp"));
-        let bytes = serde_json::to_vec_pretty(meta)?;
+        self.replace(FILE, &serde_json::to_vec_pretty(meta)?)
+    }
+
+    /// The bytes of `DIR/name`, or `None` when it does not exist.
+    pub(super) fn read(&self, name: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        let path = self.dir.join(name);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    /// Replaces `DIR/name` with `bytes` durably and atomically: temp file, fsync, rename
+    /// over the old one, fsync the directory.
+    pub(super) fn replace(&self, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let path = self.dir.join(name);
         {
             let mut f = fs::File::create(&tmp)
                 .with_context(|| format!("cannot write {}", tmp.display()))?;
-            f.write_all(&bytes)?;
+            f.write_all(bytes)?;
             f.sync_all()?;
         }
-        fs::rename(&tmp, self.path())
-            .with_context(|| format!("cannot replace {}", self.path().display()))?;
+        fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
         // The rename is durable only once the directory is synced.
         fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())

@@ -9,9 +9,12 @@
 //!   and a pointer object `latest` naming the current one ([`object`]), reachable by every
 //!   process of a cluster.
 
+mod job;
 mod local;
 mod location;
 mod object;
+
+pub use job::JobRecord;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -100,6 +100,20 @@ impl ObjectCheckpoints {
         }
     }
 
+    /// The bytes of object `relative`, or `None` when it does not exist.
+    pub(super) async fn read(&self, relative: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(self.get(relative).await?.map(|b| b.to_vec()))
+    }
+
+    /// Replaces object `relative` with `bytes` (one PUT: atomic in every object store).
+    pub(super) async fn replace(&self, relative: &str, bytes: Vec<u8>) -> anyhow::Result<()> {
+        self.store
+            .put(&self.path(relative)?, PutPayload::from(bytes))
+            .await
+            .with_context(|| format!("cannot write object {}", self.name(relative)))?;
+        Ok(())
+    }
+
     /// The checkpoint the pointer names, or `None` when there is no pointer. A corrupt
     /// pointer, or one naming a missing, corrupt or mismatching object, is an error naming
     /// the object: starting over would lose the epoch sequence.

@@ -1,0 +1,172 @@
+//! The pipeline under test as real processes: `pubsub-connector run` (one process, which
+//! the campaign restarts as a supervisor would) or `pubsub-connector cluster --processes
+//! 2` (which restarts its own children). Output goes to one log file per start.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+/// The environment variable holding a fake secret in every pipeline process: no output
+/// may contain its value.
+pub const SECRET_ENV: &str = "AWS_SECRET_ACCESS_KEY";
+
+pub struct Pipeline {
+    exe: PathBuf,
+    dir: PathBuf,
+    processes: usize,
+    workers: usize,
+    checkpoint_interval: Duration,
+    secret: String,
+    child: Option<Child>,
+    /// Starts so far; start `n` logs to `run-n.out` / `run-n.err`.
+    pub starts: usize,
+}
+
+impl Pipeline {
+    pub fn new(
+        exe: &Path,
+        dir: &Path,
+        processes: usize,
+        workers: usize,
+        checkpoint_interval: Duration,
+        secret: &str,
+    ) -> Self {
+        Pipeline {
+            exe: exe.to_path_buf(),
+            dir: dir.to_path_buf(),
+            processes,
+            workers,
+            checkpoint_interval,
+            secret: secret.to_string(),
+            child: None,
+            starts: 0,
+        }
+    }
+
+    /// Starts the pipeline on its state directory; `stop_when_idle` for the final run.
+    pub fn start(&mut self, stop_when_idle: Option<Duration>) -> anyhow::Result<()> {
+        self.starts += 1;
+        let out = std::fs::File::create(self.dir.join(format!("run-{}.out", self.starts)))?;
+        let err = std::fs::File::create(self.dir.join(format!("run-{}.err", self.starts)))?;
+        let mut cmd = Command::new(&self.exe);
+        if self.processes == 1 {
+            cmd.arg("run");
+        } else {
+            cmd.arg("cluster")
+                .args(["--processes", &self.processes.to_string()])
+                // The campaign's kills must not exhaust the restart budget.
+                .args(["--max-restarts", "100"]);
+        }
+        cmd.arg(self.dir.join("pipeline.sql"))
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .args(["--workers", &self.workers.to_string()])
+            .arg("--checkpoint-interval")
+            .arg(format!("{}ms", self.checkpoint_interval.as_millis()));
+        if let Some(idle) = stop_when_idle {
+            cmd.arg("--stop-when-idle")
+                .arg(format!("{}ms", idle.as_millis()));
+        }
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .env(SECRET_ENV, &self.secret)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", self.exe.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits for the running start to end (pending forever when none runs).
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self.child.as_mut() {
+            Some(c) => {
+                let s = c.wait().await;
+                self.child = None;
+                s
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Sends `signal` to the supervised process (`run`, or `cluster`, which forwards
+    /// SIGTERM to its children). False when none runs.
+    pub fn signal(&self, signal: libc::c_int) -> bool {
+        match self.child.as_ref().and_then(|c| c.id()) {
+            Some(pid) => unsafe { libc::kill(pid as i32, signal) == 0 },
+            None => false,
+        }
+    }
+
+    /// SIGKILL of process `process` of the pipeline: the `run` itself, or the `run`
+    /// child of `cluster` started with `--process {process}`. False when there is none
+    /// (e.g. the cluster is between restarts).
+    pub fn kill_process(&self, process: usize) -> bool {
+        let Some(pid) = self.child.as_ref().and_then(|c| c.id()) else {
+            return false;
+        };
+        let target = if self.processes == 1 {
+            Some(pid)
+        } else {
+            children(pid).into_iter().find(|c| {
+                let cmdline = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                args.windows(2)
+                    .any(|w| w[0] == b"--process" && w[1] == process.to_string().as_bytes())
+            })
+        };
+        target.is_some_and(|p| unsafe { libc::kill(p as i32, libc::SIGKILL) == 0 })
+    }
+
+    /// Waits at most `limit` for the running start to end; `None` if it did not (it is
+    /// then killed, with its children).
+    pub async fn wait_at_most(&mut self, limit: Duration) -> Option<ExitStatus> {
+        match tokio::time::timeout(limit, self.wait()).await {
+            Ok(s) => s.ok(),
+            Err(_) => {
+                self.kill_all().await;
+                None
+            }
+        }
+    }
+
+    /// SIGKILL of the supervised process and its children; waits for it.
+    pub async fn kill_all(&mut self) {
+        if let Some(pid) = self.child.as_ref().and_then(|c| c.id()) {
+            for c in children(pid) {
+                unsafe { libc::kill(c as i32, libc::SIGKILL) };
+            }
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let _ = self.wait().await;
+        }
+    }
+
+    /// Every log file written so far, in start order.
+    pub fn logs(&self) -> Vec<PathBuf> {
+        (1..=self.starts)
+            .flat_map(|n| ["out", "err"].map(|x| self.dir.join(format!("run-{n}.{x}"))))
+            .collect()
+    }
+}
+
+/// The pids whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // `pid (comm) state ppid ...`; comm may hold spaces, so split after ')'.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .collect()
+}

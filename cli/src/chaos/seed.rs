@@ -1,0 +1,316 @@
+//! One seed of the campaign: fresh topics and subscriptions, a publisher, the pipeline
+//! under its fault schedule, then a final run to completion and the checks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use google_cloud_pubsub::model::Message;
+use pubsub_connector_core::tcp_cutter::TcpCutter;
+use pubsub_connector_core::{admin, client};
+use tokio::sync::Mutex;
+
+use super::check::{self, Observed, Outcome};
+use super::payload::payload;
+use super::pipeline::Pipeline;
+use super::schedule::{Fault, Schedule};
+
+const PROJECT: &str = "chaos";
+/// The input subscription's ack deadline (s): shorter than the longest checkpoint interval.
+const ACK_DEADLINE_S: i32 = 10;
+/// The final run stops after this long without a message (and after any dead run's
+/// leases, 10 s here).
+const FINAL_IDLE: Duration = Duration::from_secs(3);
+/// Bounds: a graceful stop, and the final run to completion. Past them: a hang.
+const STOP_BOUND: Duration = Duration::from_secs(120);
+const FINAL_BOUND: Duration = Duration::from_secs(240);
+
+/// Where a seed runs.
+pub struct Env {
+    /// The binary under test.
+    pub exe: PathBuf,
+    /// The emulator behind its half-closing proxy (what the pipeline reaches, through
+    /// the cutters), and directly (the campaign's own publisher and readers).
+    pub proxy: String,
+    pub direct: String,
+    pub dir: PathBuf,
+}
+
+/// Outages in progress on one cutter: each cut (or stall) ends when its last one ends.
+#[derive(Clone)]
+struct Outages {
+    cutter: Arc<TcpCutter>,
+    until: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Outages {
+    fn new(cutter: TcpCutter) -> Self {
+        Outages {
+            cutter: Arc::new(cutter),
+            until: Default::default(),
+        }
+    }
+
+    /// Cuts (or stalls) for `for_`; the returned task ends the outage.
+    async fn begin(&self, for_: Duration, stall: bool) -> tokio::task::JoinHandle<()> {
+        let end = Instant::now() + for_;
+        {
+            let mut until = self.until.lock().await;
+            if until.is_none() {
+                if stall {
+                    self.cutter.stall(true);
+                } else {
+                    self.cutter.cut();
+                }
+            }
+            *until = Some(until.map_or(end, |u| u.max(end)));
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(end.into()).await;
+            let mut until = me.until.lock().await;
+            if until.is_some_and(|u| u <= Instant::now()) {
+                *until = None;
+                me.cutter.stall(false);
+                // Restores a cut port; on a stall the port is still bound and this fails.
+                if !stall {
+                    if let Err(e) = me.cutter.restore().await {
+                        tracing::error!("chaos: {e:#}");
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Runs `schedule` in `env`: returns what was observed and checked.
+pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
+    let started = Instant::now();
+    let name = format!("chaos-{}-{}", schedule.seed, std::process::id());
+    let direct = client::emulator_profile(PROJECT, &env.direct);
+    let (input, output) = (format!("{name}-in"), format!("{name}-out"));
+    let (input_sub, output_sub) = (format!("{input}-sub"), format!("{output}-sub"));
+    admin::create_topic(&direct, &input).await?;
+    admin::create_topic(&direct, &output).await?;
+    admin::create_subscription(&direct, &input_sub, &input, ACK_DEADLINE_S).await?;
+    admin::create_subscription(&direct, &output_sub, &output, 60).await?;
+
+    let source = Outages::new(TcpCutter::start(&env.proxy).await?);
+    let sink = Outages::new(TcpCutter::start(&env.proxy).await?);
+    let dir = env.dir.join(&name);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("pipeline.sql"),
+        sql(
+            &input_sub,
+            &output,
+            &source.cutter.endpoint(),
+            &sink.cutter.endpoint(),
+        ),
+    )?;
+    std::fs::write(dir.join("schedule.txt"), schedule.to_string())?;
+    let secret = format!("chaos-secret-{:016x}", rand::random::<u64>());
+    let workers = 1 + (schedule.seed as usize / 2) % 2;
+    let mut pipeline = Pipeline::new(
+        &env.exe,
+        &dir,
+        schedule.processes,
+        workers,
+        schedule.checkpoint_interval,
+        &secret,
+    );
+
+    let mut obs = Observed::default();
+    pipeline.start(None)?;
+    let t0 = Instant::now();
+    let publisher = tokio::spawn(publish(
+        direct.clone(),
+        input.clone(),
+        schedule.messages,
+        schedule.publish_for,
+    ));
+
+    // The fault schedule, supervising the pipeline meanwhile (a `run` that ends by itself
+    // is restarted, as `cluster` restarts its children).
+    let mut restores = Vec::new();
+    for timed in &schedule.faults {
+        let at = tokio::time::Instant::from(t0 + timed.at);
+        loop {
+            tokio::select! {
+                status = pipeline.wait() => {
+                    obs.unexpected_exit(status.ok().and_then(|s| s.code()), &pipeline.logs());
+                    pipeline.start(None)?;
+                }
+                _ = tokio::time::sleep_until(at) => break,
+            }
+        }
+        let injected = match &timed.fault {
+            Fault::Kill { process } => {
+                let done = pipeline.kill_process(*process);
+                if done && schedule.processes == 1 {
+                    pipeline.wait().await.ok();
+                    pipeline.start(None)?;
+                }
+                done
+            }
+            Fault::TermRestart => {
+                let done = pipeline.signal(libc::SIGTERM);
+                if done {
+                    match pipeline.wait_at_most(STOP_BOUND).await {
+                        None => obs.hang(format!(
+                            "a graceful stop (SIGTERM at {:?}) did not end within {STOP_BOUND:?}",
+                            timed.at
+                        )),
+                        Some(s) if s.code() != Some(0) => obs.note(format!(
+                            "the graceful stop at {:?} exited {:?}",
+                            timed.at,
+                            s.code()
+                        )),
+                        Some(_) => {}
+                    }
+                    pipeline.start(None)?;
+                }
+                done
+            }
+            Fault::CutSource { for_ } => {
+                restores.push(source.begin(*for_, false).await);
+                true
+            }
+            Fault::CutSink { for_ } => {
+                restores.push(sink.begin(*for_, false).await);
+                true
+            }
+            Fault::StallSink { for_ } => {
+                restores.push(sink.begin(*for_, true).await);
+                true
+            }
+        };
+        if injected {
+            obs.faults.push(timed.fault.clone());
+        }
+    }
+    // Every outage ends and every message is published before the final run.
+    let mut publisher = publisher;
+    let published = loop {
+        tokio::select! {
+            status = pipeline.wait() => {
+                obs.unexpected_exit(status.ok().and_then(|s| s.code()), &pipeline.logs());
+                pipeline.start(None)?;
+            }
+            p = &mut publisher => break p??,
+        }
+    };
+    for r in restores {
+        r.await?;
+    }
+    if pipeline.signal(libc::SIGTERM) {
+        match pipeline.wait_at_most(STOP_BOUND).await {
+            None => obs.hang(format!(
+                "the graceful stop before the final run did not end within {STOP_BOUND:?}"
+            )),
+            Some(s) if s.code() != Some(0) => obs.note(format!(
+                "the graceful stop before the final run exited {:?}",
+                s.code()
+            )),
+            Some(_) => {}
+        }
+    }
+    pipeline.start(Some(FINAL_IDLE))?;
+    match pipeline.wait_at_most(FINAL_BOUND).await {
+        None => obs.hang(format!(
+            "the final run (--stop-when-idle {FINAL_IDLE:?}) did not end within {FINAL_BOUND:?}"
+        )),
+        Some(s) => obs.final_exit = s.code(),
+    }
+
+    // What is left: unread input (must be nothing after an exit 0), every output row.
+    obs.unread = admin::drain(&direct, &input_sub, 1, None, Duration::from_secs(3))
+        .await?
+        .len();
+    obs.rows = admin::drain_messages(&direct, &output_sub, 2, None, Duration::from_secs(5))
+        .await?
+        .into_iter()
+        .map(|m| m.data.to_vec())
+        .collect();
+    obs.published = published;
+    let full = |kind: &str, id: &str| format!("projects/{PROJECT}/{kind}/{id}");
+    let (in_sub, out_topic) = (full("subscriptions", &input_sub), full("topics", &output));
+    obs.wire = pubsub_connector_core::wire_log::take(|k| {
+        k.resource() == in_sub || k.resource() == out_topic
+    });
+    obs.input_subscription = in_sub;
+    obs.output_topic = out_topic;
+    obs.logs = pipeline.logs();
+    obs.secret = secret;
+    obs.restarts = pipeline.starts.saturating_sub(1);
+    let outcome = check::check(schedule, obs, started.elapsed());
+    if outcome.violations.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+        for s in [&input_sub, &output_sub] {
+            let _ = admin::delete_subscription(&direct, s).await;
+        }
+        for t in [&input, &output] {
+            let _ = admin::delete_topic(&direct, t).await;
+        }
+    }
+    Ok(outcome)
+}
+
+/// The pipeline: every column of a real payload, its message id and attributes, from the
+/// input subscription (through the source's cutter) to the output topic (through the
+/// sink's). A 10 s lease extension keeps a dead run's leases at 10 s.
+fn sql(input_sub: &str, output: &str, source: &str, sink: &str) -> String {
+    format!(
+        "CREATE TABLE src (seq BIGINT NOT NULL, body JSON, mid TEXT NOT NULL METADATA FROM 'message-id', attrs JSON NOT NULL METADATA FROM 'attributes')
+         WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{input_sub}', 'emulator-endpoint' = '{source}',
+               'format' = 'json', 'scan.ack.max-duration-per-extension' = '10s');
+         CREATE TABLE dst (seq BIGINT NOT NULL, body JSON, mid TEXT NOT NULL, attrs JSON NOT NULL)
+         WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{output}', 'emulator-endpoint' = '{sink}', 'format' = 'json');
+         INSERT INTO dst SELECT seq, body, mid, attrs FROM src;\n"
+    )
+}
+
+/// Publishes messages 0..n evenly over `over`, as a real publisher would (each retried
+/// by the client until confirmed). Returns seq -> message id.
+async fn publish(
+    profile: pubsub_schema::PubSubProfile,
+    topic: String,
+    n: usize,
+    over: Duration,
+) -> anyhow::Result<BTreeMap<u64, String>> {
+    let publisher = client::publisher(&profile, &client::topic_path(&profile.project, &topic))?
+        .build()
+        .await?;
+    let start = tokio::time::Instant::now();
+    let mut pending = Vec::with_capacity(n);
+    for seq in 0..n as u64 {
+        tokio::time::sleep_until(start + over.mul_f64(seq as f64 / n.max(1) as f64)).await;
+        let p = payload(seq);
+        let msg = Message::new().set_data(p.data).set_attributes(p.attributes);
+        pending.push((seq, publisher.publish(msg)));
+    }
+    publisher.flush().await;
+    let mut ids = BTreeMap::new();
+    for (seq, fut) in pending {
+        let id = fut
+            .await
+            .map_err(|e| anyhow::anyhow!("publish of seq {seq} failed: {e}"))?;
+        ids.insert(seq, id);
+    }
+    Ok(ids)
+}
+
+/// Text of every log file (for the secret check and failure reports).
+pub fn read_logs(logs: &[PathBuf]) -> HashMap<PathBuf, String> {
+    logs.iter()
+        .map(|p| (p.clone(), std::fs::read_to_string(p).unwrap_or_default()))
+        .collect()
+}
+
+/// The last `n` lines of `path`.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

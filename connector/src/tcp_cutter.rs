@@ -1,0 +1,194 @@
+//! A TCP forwarder on 127.0.0.1 that a fault test can cut (every connection dropped, the
+//! port closed), restore (the same port bound again) and stall (connections stay open but
+//! no byte moves in either direction). It stands *in front of* the emulator proxy
+//! ([`crate::emulator_proxy`]): cutting there is what a client sees when the network to
+//! the real service fails, while the proxy still releases the emulator's side cleanly.
+//! Used by the end-to-end tests and by `pubsub-connector chaos`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A cuttable forwarder; dropping it cuts it for good.
+pub struct TcpCutter {
+    pub port: u16,
+    upstream: String,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    stalled: watch::Sender<bool>,
+}
+
+impl TcpCutter {
+    /// Starts forwarding `127.0.0.1:<free port>` to `upstream` (`host:port`). Errors when
+    /// no port can be bound.
+    pub async fn start(upstream: &str) -> anyhow::Result<TcpCutter> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let c = TcpCutter {
+            port,
+            upstream: upstream.to_string(),
+            tasks: Default::default(),
+            stalled: watch::channel(false).0,
+        };
+        c.serve(listener);
+        Ok(c)
+    }
+
+    /// `127.0.0.1:port`, for a table's `emulator-endpoint`.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn serve(&self, listener: TcpListener) {
+        let tasks = self.tasks.clone();
+        let upstream = self.upstream.clone();
+        let stalled = self.stalled.subscribe();
+        let accept = tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let stalled = stalled.clone();
+                let conn = tokio::spawn(async move {
+                    if let Ok(up) = TcpStream::connect(&upstream).await {
+                        forward(down, up, stalled).await;
+                    }
+                });
+                tasks.lock().expect("cutter lock").push(conn);
+            }
+        });
+        self.tasks.lock().expect("cutter lock").push(accept);
+    }
+
+    /// Drops every connection and closes the port.
+    pub fn cut(&self) {
+        for t in self.tasks.lock().expect("cutter lock").drain(..) {
+            t.abort();
+        }
+    }
+
+    /// Binds the same port again and forwards new connections. Errors when the port
+    /// cannot be bound again within 10 s.
+    pub async fn restore(&self) -> anyhow::Result<()> {
+        let start = Instant::now();
+        let listener = loop {
+            match TcpListener::bind(("127.0.0.1", self.port)).await {
+                Ok(l) => break l,
+                Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                    tracing::debug!("rebinding 127.0.0.1:{}: {e}", self.port);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => anyhow::bail!("cannot bind 127.0.0.1:{} again: {e}", self.port),
+            }
+        };
+        self.serve(listener);
+        Ok(())
+    }
+
+    /// Stalls (`true`) or resumes (`false`) every connection, open and new: while
+    /// stalled, nothing is read from either side, so the peers' windows fill up.
+    pub fn stall(&self, stalled: bool) {
+        self.stalled.send_replace(stalled);
+    }
+}
+
+impl Drop for TcpCutter {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
+
+async fn forward(down: TcpStream, up: TcpStream, stalled: watch::Receiver<bool>) {
+    let (dr, dw) = down.into_split();
+    let (ur, uw) = up.into_split();
+    let a = pump(dr, uw, stalled.clone());
+    let b = pump(ur, dw, stalled);
+    // Either side closing ends the connection, as `copy_bidirectional` would on error.
+    tokio::select! {
+        _ = a => {}
+        _ = b => {}
+    }
+}
+
+async fn pump(
+    mut from: impl AsyncReadExt + Unpin,
+    mut to: impl AsyncWriteExt + Unpin,
+    mut stalled: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => {
+                let _ = to.shutdown().await;
+                return;
+            }
+            Ok(n) => n,
+        };
+        // What was read when a stall began is held until it ends.
+        if stalled.wait_for(|s| !*s).await.is_err() {
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn echo_server() -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn roundtrip(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<Vec<u8>> {
+        s.write_all(msg).await?;
+        let mut got = vec![0u8; msg.len()];
+        s.read_exact(&mut got).await?;
+        Ok(got)
+    }
+
+    #[tokio::test]
+    async fn forwards_cuts_restores_and_stalls() {
+        let cutter = TcpCutter::start(&echo_server().await).await.unwrap();
+        let mut s = TcpStream::connect(cutter.endpoint()).await.unwrap();
+        assert_eq!(roundtrip(&mut s, b"one").await.unwrap(), b"one");
+        cutter.cut();
+        let after_cut =
+            tokio::time::timeout(Duration::from_secs(5), roundtrip(&mut s, b"two")).await;
+        assert!(
+            matches!(after_cut, Ok(Err(_))),
+            "a cut connection fails: {after_cut:?}"
+        );
+        assert!(
+            TcpStream::connect(cutter.endpoint()).await.is_err(),
+            "the port is closed"
+        );
+        cutter.restore().await.unwrap();
+        let mut s = TcpStream::connect(cutter.endpoint()).await.unwrap();
+        assert_eq!(roundtrip(&mut s, b"three").await.unwrap(), b"three");
+        cutter.stall(true);
+        let stalled =
+            tokio::time::timeout(Duration::from_millis(300), roundtrip(&mut s, b"four")).await;
+        assert!(stalled.is_err(), "nothing moves while stalled");
+        cutter.stall(false);
+        let mut rest = vec![0u8; 4];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(rest, b"four", "what was held moves on once resumed");
+    }
+}
