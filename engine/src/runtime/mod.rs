@@ -8,6 +8,7 @@ mod control;
 mod coordinator;
 mod dataflow;
 mod leader;
+mod peer_panic;
 mod process;
 mod route;
 mod state;
@@ -20,6 +21,7 @@ use arrow::array::RecordBatch;
 
 pub use cluster::read_hosts;
 pub use coordinator::{JobError, JobSummary, StopHandle};
+pub use leader::STOP_PROGRESS_LOG;
 pub use state::{CheckpointMetadata, CheckpointStore};
 
 use crate::spi::{CheckpointBarrier, OperatorState};
@@ -157,8 +159,9 @@ pub(crate) enum CoordEvent {
         operator_id: String,
         subtask: usize,
         error: String,
-        /// The error is a [`crate::ConfigError`]: no restart fixes it (exit 2).
-        config: bool,
+        /// The error is a [`crate::ConfigError`] or [`crate::PermanentError`]: no restart
+        /// fixes it (exit 2).
+        permanent: bool,
     },
     TaskFinished {
         operator_id: String,
