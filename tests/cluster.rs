@@ -304,3 +304,118 @@ async fn processes_whose_pipelines_differ_only_in_options_are_refused_before_any
         assert!(out.contains("messages read: 0, rows written: 0,"), "{out}");
     }
 }
+
+/// Opens connections to `addr` until one succeeds (the process listens), then `more`
+/// further ones; none of them ever sends a byte. They stay open while held.
+async fn silent_connections(addr: &str, more: usize) -> Vec<tokio::net::TcpStream> {
+    let start = std::time::Instant::now();
+    let first = loop {
+        if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
+            break s;
+        }
+        assert!(start.elapsed() < LIMIT, "{addr} never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut held = vec![first];
+    for _ in 0..more {
+        held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_connect_to_process_0_and_never_greet_cannot_hold_start_up_past_the_connect_timeout(
+) {
+    let w = Workdir::new(&nexmark_sql(1_000));
+    let (hosts, addrs) = hosts_file(w.dir.path(), 2);
+    let p0 = spawn_process(&w, &hosts, 2, 0, &["--connect-timeout", "3s"]);
+    // Each one used to be read for 5 s before the deadline was looked at again: 20 held
+    // start-up for 100 s.
+    let _held = silent_connections(&addrs[0], 19).await;
+    let (code, _out, err) = finish(p0, Duration::from_secs(60)).await;
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "waited 3s (--connect-timeout) for process 1 ({}) to connect",
+            addrs[1]
+        )) && err.contains("did not greet (not a process of this job?)"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_accepts_but_never_greets_is_named_at_the_connect_timeout() {
+    let w = Workdir::new(&nexmark_sql(1_000));
+    let (hosts, addrs) = hosts_file(w.dir.path(), 2);
+    // Process 0's address is held by a listener that accepts and says nothing (a stray
+    // service on that port).
+    let listener = tokio::net::TcpListener::bind(&addrs[0]).await.unwrap();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    let accept = tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            keep.lock().unwrap().push(s);
+        }
+    });
+    let p1 = spawn_process(&w, &hosts, 2, 1, &["--connect-timeout", "2s"]);
+    let (code, _out, err) = finish(p1, Duration::from_secs(60)).await;
+    accept.abort();
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "process 0 at {} accepted the connection but did not greet within 2s (--connect-timeout)",
+            addrs[0]
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_peer_is_one_error_line_on_the_survivor_not_pages_of_panics() {
+    let w = Workdir::new(&format!(
+        "CREATE TABLE b (auction BIGINT, price BIGINT) WITH ('connector' = 'nexmark', 'events-per-second' = '1000');
+         CREATE TABLE d (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO d SELECT auction, price FROM b;"
+    ));
+    let (hosts, addrs) = hosts_file(w.dir.path(), 2);
+    let args = ["--checkpoint-interval", "200ms"];
+    let p0 = spawn_process(&w, &hosts, 2, 0, &args);
+    let p1 = spawn_process(&w, &hosts, 2, 1, &args);
+    wait_until("a first checkpoint", LIMIT, || {
+        w.checkpoint_epoch().is_some()
+    })
+    .await;
+    signal(&p1, "KILL");
+    let (code, _out, err) = finish(p0, LIMIT).await;
+    drop(p1);
+    assert_eq!(code, 1, "{err}");
+    let named = format!("lost the connection to process 1 ({})", addrs[1]);
+    let lines: Vec<&str> = err.lines().collect();
+    let one = lines.iter().filter(|l| l.contains(&named)).count();
+    assert_eq!(one, 1, "one line names the peer: {err}");
+    assert!(
+        lines.iter().any(|l| l.contains(&named)
+            && l.contains("ERROR")
+            && l.contains("restarted from the last completed checkpoint")),
+        "{err}"
+    );
+    let about: Vec<&&str> = lines
+        .iter()
+        .filter(|l| {
+            [
+                "panick",
+                "backtrace",
+                "MergeQueue",
+                "timely communication",
+                "lost the connection",
+            ]
+            .iter()
+            .any(|m| l.contains(m))
+        })
+        .collect();
+    assert!(
+        about.len() <= 4 && !err.contains("panicked at"),
+        "{} lines about the lost peer: {err}",
+        about.len()
+    );
+}

@@ -157,7 +157,8 @@ async fn a_key_file_that_cannot_be_used_fails_the_job_at_start_naming_the_option
         }
         let w = Workdir::new(&pipeline(&key, ""));
         let (code, stdout, stderr) = run(&w, true).await;
-        assert_eq!(code, 1, "{case}: a failed job exits 1\nstderr: {stderr}");
+        // No restart fixes the file: exit 2, which `cluster` does not restart.
+        assert_eq!(code, 2, "{case}: exit 2\nstderr: {stderr}");
         assert!(
             stderr.contains("'service-account-key-file'") && stderr.contains(want),
             "{case}: want '{want}' naming the option in stderr:\n{stderr}"

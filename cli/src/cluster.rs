@@ -9,9 +9,11 @@
 //!
 //! Exit codes: 0 when every process exited 0 (also after one SIGINT/SIGTERM, which is
 //! forwarded to every process as SIGTERM for a graceful final checkpoint); 2 when a process
-//! exited with 2 (the pipeline file cannot be read, parsed or planned, or the job's start
-//! refused its configuration: no restart can fix that); 1 when the restart budget is spent, on a second signal (forwarded again, the
-//! processes abort) or when a process fails while the cluster is stopping.
+//! exited with 2 (the pipeline file cannot be read, parsed or planned, the job's start
+//! refused its configuration, or the job failed in a way any restart repeats: see the
+//! README's exit codes); 1 when the restart budget is spent, on a second signal
+//! (forwarded again, the processes abort) or when a process fails while the cluster is
+//! stopping.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -34,9 +36,9 @@ use crate::pipeline::{BadPipeline, EXIT_BAD_PIPELINE};
 /// How long the other processes get to exit on their own after one failed (they notice a
 /// dead peer within seconds), before they are killed.
 pub const PEER_EXIT_WAIT: Duration = Duration::from_secs(10);
-/// How long a stop (SIGINT/SIGTERM) waits for the processes before killing them: the
-/// runtime's shutdown timeout.
-pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(60);
+/// How long past its own stop deadline (`--shutdown-timeout` without progress) a process
+/// may take to exit by itself: aborting, releasing what it holds, closing its tasks.
+pub const STOP_GRACE: Duration = Duration::from_secs(30);
 /// How long trailing output of exited processes is still copied.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 
@@ -68,6 +70,13 @@ pub struct ClusterArgs {
     /// How long each process's start-up waits for every peer process before failing.
     #[arg(long, default_value = "30s", value_parser = crate::parse_positive_duration)]
     pub connect_timeout: Duration,
+    /// How long a graceful stop may go without progress of its final checkpoint (each
+    /// process fails then); processes are killed STOP_GRACE (30 s) after that.
+    #[arg(long, default_value = "60s", value_parser = crate::parse_positive_duration)]
+    pub shutdown_timeout: Duration,
+    /// Rows read and not yet taken by a sink, per process (back-pressure bound).
+    #[arg(long, default_value_t = 32_768, value_parser = clap::value_parser!(u32).range(1..=1_000_000_000).map(|n| n as usize))]
+    pub max_inflight_rows: usize,
     /// Restarts allowed within --restart-window; one more failure gives up.
     #[arg(long, default_value_t = 3)]
     pub max_restarts: u32,
@@ -164,6 +173,30 @@ impl RestartBudget {
     }
 }
 
+/// The kill deadline of a graceful stop: `wait` after the stop began or after the last
+/// progress any process reported, whichever is later. Pure: time is passed in.
+#[derive(Debug, Clone, Copy)]
+pub struct StopClock {
+    wait: Duration,
+    last: Instant,
+}
+
+impl StopClock {
+    pub fn new(wait: Duration, now: Instant) -> Self {
+        StopClock { wait, last: now }
+    }
+
+    /// A process reported progress at `now`.
+    pub fn progress(&mut self, now: Instant) {
+        self.last = self.last.max(now);
+    }
+
+    /// When the processes still running are killed.
+    pub fn deadline(&self) -> Instant {
+        self.last + self.wait
+    }
+}
+
 /// `giving up: 3 restarts within 10m (--max-restarts 3, --restart-window 10m); the last
 /// failure: process 1 (exit code 1)`.
 pub fn give_up_message(count: u32, window: Duration, last: &Failure) -> String {
@@ -247,6 +280,10 @@ pub fn child_args(args: &ClusterArgs, process: usize, hosts: &Path) -> Vec<Strin
         args.state_dir.clone(),
         "--connect-timeout".into(),
         flag_duration(args.connect_timeout),
+        "--shutdown-timeout".into(),
+        flag_duration(args.shutdown_timeout),
+        "--max-inflight-rows".into(),
+        args.max_inflight_rows.to_string(),
     ];
     if let Some(d) = args.stop_when_idle {
         a.push("--stop-when-idle".into());
@@ -325,6 +362,8 @@ struct Generation {
     orders: Vec<mpsc::UnboundedSender<Order>>,
     running: Vec<bool>,
     exits: mpsc::UnboundedReceiver<(usize, std::io::Result<ExitStatus>)>,
+    /// A process logged that its graceful stop made progress.
+    progress: mpsc::UnboundedReceiver<()>,
     pumps: Vec<tokio::task::JoinHandle<()>>,
     /// Holds the hosts file until every child is gone.
     _dir: tempfile::TempDir,
@@ -349,10 +388,12 @@ impl Generation {
             hosts_file.display()
         );
         let (exit_tx, exits) = mpsc::unbounded_channel();
+        let (progress_tx, progress) = mpsc::unbounded_channel();
         let mut generation = Generation {
             orders: Vec::new(),
             running: Vec::new(),
             exits,
+            progress,
             pumps: Vec::new(),
             _dir: dir,
         };
@@ -384,8 +425,12 @@ impl Generation {
             };
             let out = child.stdout.take().expect("piped");
             let err = child.stderr.take().expect("piped");
-            generation.pumps.push(tokio::spawn(pump(out, i, false)));
-            generation.pumps.push(tokio::spawn(pump(err, i, true)));
+            generation
+                .pumps
+                .push(tokio::spawn(pump(out, i, false, progress_tx.clone())));
+            generation
+                .pumps
+                .push(tokio::spawn(pump(err, i, true, progress_tx.clone())));
             let (order_tx, order_rx) = mpsc::unbounded_channel();
             tokio::spawn(watch(i, child, order_rx, exit_tx.clone()));
             generation.orders.push(order_tx);
@@ -446,8 +491,14 @@ async fn watch(
     let _ = exits.send((i, status));
 }
 
-/// Copies a child's output line by line, each prefixed `[pI] `.
-async fn pump(stream: impl AsyncRead + Unpin, i: usize, to_stderr: bool) {
+/// Copies a child's output line by line, each prefixed `[pI] `; tells `progress` of each
+/// line saying the graceful stop advanced.
+async fn pump(
+    stream: impl AsyncRead + Unpin,
+    i: usize,
+    to_stderr: bool,
+    progress: mpsc::UnboundedSender<()>,
+) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     let prefix = format!("[p{i}] ");
@@ -458,6 +509,10 @@ async fn pump(stream: impl AsyncRead + Unpin, i: usize, to_stderr: bool) {
             Ok(_) => {
                 if !line.ends_with(b"\n") {
                     line.push(b'\n');
+                }
+                let marker = pubsub_engine::runtime::STOP_PROGRESS_LOG.as_bytes();
+                if line.windows(marker.len()).any(|w| w == marker) {
+                    let _ = progress.send(());
                 }
                 let mut out = Vec::with_capacity(prefix.len() + line.len());
                 out.extend_from_slice(prefix.as_bytes());
@@ -488,11 +543,12 @@ enum Ended {
 }
 
 /// Runs one start of the cluster until every process is gone.
-async fn supervise(mut generation: Generation, signals: &mut Signals) -> Ended {
+async fn supervise(mut generation: Generation, signals: &mut Signals, args: &ClusterArgs) -> Ended {
     let mut failed: Option<(Failure, bool)> = None;
     let mut stop_signals = 0u32;
     let mut stop_failure: Option<Failure> = None;
     let mut kill_at: Option<Instant> = None;
+    let mut stop_clock: Option<StopClock> = None;
     while generation.running.iter().any(|r| *r) {
         tokio::select! {
             exit = generation.exits.recv() => {
@@ -532,10 +588,20 @@ async fn supervise(mut generation: Generation, signals: &mut Signals) -> Ended {
                 if stop_signals == 1 {
                     let sent = generation.send_running(Order::Term);
                     tracing::info!("signal received: forwarding SIGTERM to processes {sent:?} (graceful stop with a final checkpoint; no restart); another signal aborts them");
-                    kill_at = Some(Instant::now() + SHUTDOWN_WAIT);
+                    let clock = StopClock::new(args.shutdown_timeout + STOP_GRACE, Instant::now());
+                    kill_at = Some(clock.deadline());
+                    stop_clock = Some(clock);
                 } else {
                     let sent = generation.send_running(Order::Term);
                     tracing::warn!("second signal received: forwarding SIGTERM again to processes {sent:?} (they abort)");
+                }
+            }
+            Some(()) = generation.progress.recv() => {
+                // While the final checkpoint advances, the stop's deadline moves (as each
+                // process's own does); a failure's kill deadline does not.
+                if let (Some(clock), true) = (stop_clock.as_mut(), stop_signals == 1) {
+                    clock.progress(Instant::now());
+                    kill_at = Some(clock.deadline());
                 }
             }
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
@@ -572,7 +638,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let mut budget = RestartBudget::new(args.max_restarts, args.restart_window);
     loop {
         let generation = Generation::start(&args)?;
-        match supervise(generation, &mut signals).await {
+        match supervise(generation, &mut signals, &args).await {
             Ended::Finished => {
                 println!(
                     "pubsub-connector cluster: {} processes finished, restarts: {}",
@@ -609,7 +675,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 bad_pipeline: true,
             } => {
                 return Err(BadPipeline(anyhow::anyhow!(
-                    "process {} exited with {}: the pipeline file or its options are invalid (see its error above); a restart cannot fix this", first.process, first.status
+                    "process {} exited with {}: the pipeline, its options or its data fail the same way on every start (see its error above); a restart cannot fix this", first.process, first.status
                 ))
                 .into());
             }
@@ -728,10 +794,39 @@ mod tests {
         let a = child_args(&t.c, 1, Path::new("/tmp/hosts")).join(" ");
         assert_eq!(
             a,
-            "run p.sql --processes 3 --process 1 --hosts /tmp/hosts --workers 2 --checkpoint-interval 10s --checkpoint-timeout 600s --state-dir /s --connect-timeout 30s --stop-when-idle 5s"
+            "run p.sql --processes 3 --process 1 --hosts /tmp/hosts --workers 2 --checkpoint-interval 10s --checkpoint-timeout 600s --state-dir /s --connect-timeout 30s --shutdown-timeout 60s --max-inflight-rows 32768 --stop-when-idle 5s"
+        );
+        let t = T::parse_from([
+            "x",
+            "p.sql",
+            "--processes",
+            "2",
+            "--shutdown-timeout",
+            "2m",
+            "--max-inflight-rows",
+            "500",
+        ]);
+        let a = child_args(&t.c, 0, Path::new("/tmp/hosts")).join(" ");
+        assert!(
+            a.contains(" --shutdown-timeout 120s --max-inflight-rows 500"),
+            "{a}"
         );
         assert_eq!(t.c.max_restarts, 3);
         assert_eq!(t.c.restart_window, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn a_stop_is_killed_only_after_a_whole_wait_without_progress() {
+        let t0 = Instant::now();
+        let wait = Duration::from_secs(90);
+        let mut c = StopClock::new(wait, t0);
+        assert_eq!(c.deadline(), t0 + wait);
+        // Progress at 80 s: the stop may run to 170 s, past the first deadline.
+        c.progress(t0 + Duration::from_secs(80));
+        assert_eq!(c.deadline(), t0 + Duration::from_secs(170));
+        // A report that arrives late never pulls the deadline in.
+        c.progress(t0 + Duration::from_secs(10));
+        assert_eq!(c.deadline(), t0 + Duration::from_secs(170));
     }
 
     #[test]

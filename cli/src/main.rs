@@ -179,6 +179,14 @@ pub struct RunArgs {
     /// How long start-up waits for every peer process before failing.
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub connect_timeout: Duration,
+    /// How long a graceful stop may go without progress of its final checkpoint before
+    /// the job fails (extended while it advances); also bounds the close of every task.
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
+    pub shutdown_timeout: Duration,
+    /// Rows read and not yet taken by a sink, in this process (the back-pressure bound:
+    /// its sources wait while it is reached).
+    #[arg(long, default_value_t = 32_768, value_parser = clap::value_parser!(u32).range(1..=1_000_000_000).map(|n| n as usize))]
+    pub max_inflight_rows: usize,
     /// Where `serve` saved the connection profiles that tables name with
     /// 'connection-profile'. Default: as `serve`'s.
     #[arg(long)]
@@ -315,10 +323,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            // A pipeline that cannot be planned, or an option the job's start refused
-            // (e.g. against the checkpoint interval or the subscription): no restart helps.
+            // A pipeline that cannot be planned, an option the job's start refused (e.g.
+            // against the checkpoint interval or the subscription), or a failure any
+            // restart repeats (bad data under policy `fail`, a locked state directory):
+            // no restart helps.
             if e.downcast_ref::<pipeline::BadPipeline>().is_some()
-                || pubsub_engine::ConfigError::is_in(&e)
+                || pubsub_engine::restart_cannot_fix(&e)
             {
                 ExitCode::from(pipeline::EXIT_BAD_PIPELINE)
             } else {

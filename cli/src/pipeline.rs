@@ -24,10 +24,12 @@ pub fn connectors() -> Vec<Arc<dyn ErasedConnector>> {
     ]
 }
 
-/// `run`'s exit code when the pipeline file cannot be read, parsed or planned, or the
-/// job's start refused its configuration (a `pubsub_engine::ConfigError`, e.g. an option
-/// that does not fit the checkpoint interval or the subscription): a restart cannot fix
-/// it, so `cluster` gives up at once instead of restarting.
+/// `run`'s exit code when the pipeline file cannot be read, parsed or planned, the job's
+/// start refused its configuration (a `pubsub_engine::ConfigError`, e.g. an option that
+/// does not fit the checkpoint interval or the subscription), or the job failed in a way
+/// any restart repeats (a `pubsub_engine::PermanentError`, e.g. a row too large to
+/// publish under `sink.failure-handler = fail`): `cluster` gives up at once instead of
+/// restarting.
 pub const EXIT_BAD_PIPELINE: u8 = 2;
 
 /// An error no restart can fix (the pipeline file cannot be read, parsed or planned);
@@ -145,6 +147,8 @@ pub async fn execute(
         state_dir: args.state_dir.clone(),
         cluster,
         stop_when_idle: args.stop_when_idle,
+        shutdown_timeout: args.shutdown_timeout,
+        max_inflight_rows: args.max_inflight_rows,
         job_id: args.pipeline.display().to_string(),
         metrics,
         ..RuntimeConfig::default()

@@ -54,6 +54,8 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         process: 0,
         hosts: None,
         connect_timeout: Duration::from_secs(30),
+        shutdown_timeout: Duration::from_secs(60),
+        max_inflight_rows: 32_768,
         data_dir: None,
         metrics_addr: None,
     };

@@ -268,7 +268,7 @@ impl PubSubDeadLetterQueue {
 
     /// The credential errors (`credentials`, `diagnose`) name the table's key-file option;
     /// the queue's key file is its own option, so name that one instead. Keeps a
-    /// [`pubsub_engine::ConfigError`] one.
+    /// [`pubsub_engine::ConfigError`] or [`pubsub_engine::PermanentError`] marker.
     fn own_key(&self, e: anyhow::Error) -> anyhow::Error {
         let table_key = format!("'{}'", pubsub_table_options::SERVICE_ACCOUNT_KEY_FILE);
         let text = format!("{e:#}");
@@ -292,6 +292,8 @@ impl PubSubDeadLetterQueue {
         );
         if pubsub_engine::ConfigError::is_in(&e) {
             pubsub_engine::ConfigError::wrap(renamed)
+        } else if pubsub_engine::PermanentError::is_in(&e) {
+            pubsub_engine::PermanentError::wrap(renamed)
         } else {
             renamed
         }

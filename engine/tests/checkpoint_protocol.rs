@@ -1100,3 +1100,119 @@ async fn a_process_waits_in_connect_for_process_0_which_listens_only_after_prepa
     // Process 1 neither prepared (only process 0 does) nor started a subtask.
     assert_eq!(*trace("prep6").lock().unwrap(), []);
 }
+
+/// A named fake for a local disk that hangs (no real store does so on demand): a state
+/// directory whose temp file `checkpoint.json.tmp` is a FIFO without a reader, so the
+/// checkpoint write blocks in open(2). Dropping it opens the read side without blocking
+/// (the blocked write goes on and fails: a FIFO cannot be fsynced) and removes the FIFO
+/// (a later write creates a plain file), so no thread stays blocked past the test.
+struct HangingStateDirFake {
+    dir: tempfile::TempDir,
+}
+
+impl HangingStateDirFake {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("checkpoint.json.tmp");
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfifo {}", fifo.display());
+        HangingStateDirFake { dir }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for HangingStateDirFake {
+    fn drop(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let fifo = self.dir.path().join("checkpoint.json.tmp");
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+        // A writer blocked in open(2) proceeds once a reader opened, even if it closed
+        // again; one that comes later finds no FIFO.
+        let _ = std::fs::remove_file(&fifo);
+        drop(reader);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_write_that_hangs_fails_at_the_checkpoint_timeout_naming_the_store_hanging_state_dir_fake(
+) {
+    let state = HangingStateDirFake::new();
+    let cfg = RuntimeConfig {
+        checkpoint_timeout: Duration::from_secs(1),
+        stop_when_idle: None,
+        shutdown_timeout: Duration::from_secs(5),
+        ..config(state.path())
+    };
+    let run = run_pipeline(
+        pipeline("hang-write", 100_000, None),
+        cfg,
+        StopHandle::new(),
+    );
+    let err = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the checkpoint timeout must end the job while the write hangs")
+        .unwrap_err();
+    let msg = format!("{:#}", err.error);
+    assert!(
+        msg.contains("checkpoint 1 did not complete within --checkpoint-timeout 1s")
+            && msg.contains("the write of its metadata to the checkpoint store")
+            && msg.contains(&state.path().display().to_string()),
+        "{msg}"
+    );
+    assert_eq!(err.summary.last_completed_epoch, None);
+    assert!(log("hang-write").acked.lock().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stop_signal_while_a_checkpoint_write_hangs_aborts_at_once_hanging_state_dir_fake()
+{
+    let state = HangingStateDirFake::new();
+    // The checkpoint timeout (10 min) cannot end this job: only the signals can.
+    let cfg = RuntimeConfig {
+        stop_when_idle: None,
+        ..config(state.path())
+    };
+    let stop = StopHandle::new();
+    let l = log("abort-write");
+    let signals = async {
+        // The sink made rows of two checkpoints durable: the first one's write, which
+        // starts as soon as its sinks are done, is hanging by then.
+        let start = std::time::Instant::now();
+        let mut first = 0;
+        loop {
+            let n = l.durable.lock().unwrap().len();
+            if first == 0 {
+                first = n;
+            } else if n > first {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no rows durable");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.stop();
+        stop.abort();
+    };
+    let run = run_pipeline(pipeline("abort-write", 1_000_000, None), cfg, stop.clone());
+    let (result, ()) = tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(run, signals)
+    })
+    .await
+    .expect("a second signal must end the job while the write hangs");
+    let err = result.unwrap_err();
+    assert!(
+        err.to_string().contains("aborted by a second stop signal"),
+        "{err}"
+    );
+    assert_eq!(err.summary.last_completed_epoch, None);
+    assert!(l.acked.lock().unwrap().is_empty());
+}

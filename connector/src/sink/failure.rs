@@ -1,7 +1,7 @@
 //! The failure handler (SPEC 6): a row the encoder rejects or a message rejected on its
 //! own either fails the job, is logged and dropped, or goes to the dead-letter queue.
 
-use pubsub_engine::OperatorContext;
+use pubsub_engine::{OperatorContext, PermanentError};
 use pubsub_schema::FailureHandler;
 
 use super::metrics::SinkMetrics;
@@ -56,8 +56,9 @@ impl FailureRoute {
     }
 
     /// Routes one rejected row (`payload`: its encoded data, if any). Errors when the
-    /// handler is `fail`, when too many rows were rejected in a row, or when the
-    /// dead-letter queue cannot take it.
+    /// handler is `fail` or too many rows were rejected in a row (both a
+    /// [`pubsub_engine::PermanentError`]: a restart republishes the same rows and rejects
+    /// them again), or when the dead-letter queue cannot take it.
     pub async fn reject(
         &mut self,
         payload: Vec<u8>,
@@ -67,19 +68,19 @@ impl FailureRoute {
         metrics.rejected.add(1);
         self.in_a_row += 1;
         if self.max_in_a_row >= 0 && self.in_a_row > self.max_in_a_row as u64 {
-            anyhow::bail!(
+            return Err(PermanentError::wrap(anyhow::anyhow!(
                 "{} rows in a row were rejected (more than '{}' = {}), which looks like a systematic fault rather than bad rows; the last: {reason}",
                 self.in_a_row,
                 pubsub_table_options::MAX_CONSECUTIVE_REJECTIONS,
                 self.max_in_a_row
-            );
+            )));
         }
         match self.handler {
-            FailureHandler::Fail => anyhow::bail!(
+            FailureHandler::Fail => Err(PermanentError::wrap(anyhow::anyhow!(
                 "{reason} (for {}; set '{}' to 'log-and-drop' or 'dead-letter' to route such rows)",
                 self.destination,
                 pubsub_table_options::FAILURE_HANDLER
-            ),
+            ))),
             FailureHandler::LogAndDrop => {
                 metrics.skipped.add(1);
                 let n = metrics.skipped.get();

@@ -75,6 +75,8 @@ pub struct SinkWriter {
     failure: FailureRoute,
     /// The first unrepairable failure; the checkpoint in progress fails with it.
     fatal: Option<String>,
+    /// `fatal` is a failure every restart repeats (a row the failure handler refused).
+    fatal_permanent: bool,
     metrics: SinkMetrics,
     /// Failed publishes by gRPC code, registered on first use.
     errors_by_code: BTreeMap<String, pubsub_engine::Counter>,
@@ -107,6 +109,7 @@ impl SinkWriter {
             warned_stall: false,
             failure,
             fatal: None,
+            fatal_permanent: false,
             metrics: SinkMetrics::default(),
             errors_by_code: BTreeMap::new(),
             metric_scope: None,
@@ -125,9 +128,16 @@ impl SinkWriter {
 
     fn check_fatal(&self) -> anyhow::Result<()> {
         match &self.fatal {
-            Some(f) => anyhow::bail!(
-                "{f}; the checkpoint in progress failed and nothing of it is acknowledged"
-            ),
+            Some(f) => {
+                let e = anyhow::anyhow!(
+                    "{f}; the checkpoint in progress failed and nothing of it is acknowledged"
+                );
+                Err(if self.fatal_permanent {
+                    pubsub_engine::PermanentError::wrap(e)
+                } else {
+                    e
+                })
+            }
             None => Ok(()),
         }
     }
@@ -268,6 +278,9 @@ impl SinkWriter {
                     .reject(p.message.data.to_vec(), reason, &self.metrics)
                     .await
                 {
+                    if self.fatal.is_none() {
+                        self.fatal_permanent = pubsub_engine::restart_cannot_fix(&f);
+                    }
                     self.fail(f.to_string());
                 }
             }
@@ -439,10 +452,11 @@ impl ArrowOperator for SinkWriter {
                 }
             };
             if !ordering && !ordering_key.is_empty() {
-                anyhow::bail!(
+                // The same row comes back on every restart.
+                return Err(pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
                     "row {row} of the batch carries ordering key '{ordering_key}', but '{}' is false: enable it to publish ordering keys (Pub/Sub keeps a key's order only for a publisher that orders), or leave the ordering-key column NULL or empty",
                     pubsub_table_options::MESSAGE_ORDERING
-                );
+                )));
             }
             if let Some(reason) =
                 limits::violation(&self.topic, data.len(), &attributes, &ordering_key)

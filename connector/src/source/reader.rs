@@ -291,13 +291,15 @@ impl SourceReader {
         )
     }
 
+    /// A [`pubsub_engine::PermanentError`]: Pub/Sub redelivers the same message after a
+    /// restart, which fails on it again.
     fn decode_error(&self, split: usize, id: &str, e: &DeserializeError) -> anyhow::Error {
-        anyhow::anyhow!(
+        pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
             "message {id} from {} could not be decoded as {:?}: {} (the message was not acknowledged)",
             self.splits[split].subscription,
             self.op.format,
             e.reason
-        )
+        ))
     }
 
     /// The split `tag` belongs to, if it is that split's current tag. A delivery of

@@ -71,14 +71,19 @@ pub(crate) fn connect(
         let mut stream = dial(peer, addr, deadline, cfg.connect_timeout)?;
         stream.write_all(&hello(me, shape))?;
         // Wait for the peer's own greeting: a peer that refuses us (another shape) closes
-        // the connection, and nothing may start before every peer agreed.
-        stream.set_read_timeout(Some(cfg.connect_timeout.max(Duration::from_secs(5))))?;
+        // the connection, and nothing may start before every peer agreed. Bounded by
+        // --connect-timeout: whatever listens there may never answer.
+        stream.set_read_timeout(Some(remaining(deadline)))?;
         let from = stream.peer_addr()?;
         let answer = read_hello(&mut stream, me, shape, from);
         match answer {
             Ok(p) if p == peer => {}
             Ok(p) => bail!("{addr} answered as process {p}, not process {peer}: check the --hosts file"),
             Err(e) if e.downcast_ref::<Mismatch>().is_some() => return Err(e),
+            Err(e) if timed_out(&e) => bail!(
+                "process {peer} at {addr} accepted the connection but did not greet within {:?} (--connect-timeout): is a pubsub-connector process of this job listening there?",
+                cfg.connect_timeout
+            ),
             Err(_) => bail!(
                 "process {peer} at {addr} refused this process: it runs another pipeline or other --processes/--workers (its log names the difference)"
             ),
@@ -86,11 +91,31 @@ pub(crate) fn connect(
         stream.set_read_timeout(None)?;
         sockets[peer] = Some(stream);
     }
+    // Connections that did not greet in time, named if the wait runs out.
+    let mut silent: Vec<SocketAddr> = Vec::new();
     while let Some(missing) = (me + 1..n).find(|&p| sockets[p].is_none()) {
+        if Instant::now() >= deadline {
+            let also = if silent.is_empty() {
+                String::new()
+            } else {
+                let from: Vec<String> = silent.iter().map(|a| a.to_string()).collect();
+                format!(
+                    "; connections from {} did not greet (not a process of this job?)",
+                    from.join(", ")
+                )
+            };
+            bail!(
+                "process {me} waited {:?} (--connect-timeout) for process {missing} ({}) to connect: start every process with the same --hosts file{also}",
+                cfg.connect_timeout,
+                cfg.hosts[missing]
+            );
+        }
         match listener.accept() {
             Ok((mut stream, from)) => {
                 stream.set_nonblocking(false)?;
-                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                // At most 5 s per connection, and never past the deadline: a client that
+                // connects and says nothing cannot hold the start-up.
+                stream.set_read_timeout(Some(remaining(deadline).min(Duration::from_secs(5))))?;
                 match read_hello(&mut stream, me, shape, from) {
                     Ok(peer) if peer > me && peer < n && sockets[peer].is_none() => {
                         stream.write_all(&hello(me, shape))?;
@@ -103,18 +128,12 @@ pub(crate) fn connect(
                     }
                     Err(e) if e.downcast_ref::<Mismatch>().is_some() => return Err(e),
                     Err(e) => {
-                        tracing::warn!(%from, "ignoring a connection that did not greet: {e:#}")
+                        tracing::warn!(%from, "ignoring a connection that did not greet: {e:#}");
+                        silent.push(from);
                     }
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    bail!(
-                        "process {me} waited {:?} (--connect-timeout) for process {missing} ({}) to connect: start every process with the same --hosts file",
-                        cfg.connect_timeout,
-                        cfg.hosts[missing]
-                    );
-                }
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => {
@@ -122,6 +141,8 @@ pub(crate) fn connect(
             }
         }
     }
+    // From here a dead peer makes Timely's threads panic: one line instead of pages.
+    super::peer_panic::install(cfg.hosts.clone());
     let hooks = Hooks::default();
     let process_allocators =
         ProcessBuilder::new_typed_vector(shape.workers, hooks.refill.clone(), hooks.spill.clone());
@@ -132,6 +153,23 @@ pub(crate) fn connect(
         builders.into_iter().map(AllocatorBuilder::Tcp).collect(),
         Box::new(guard),
     ))
+}
+
+/// Time left until `deadline`, at least 1 ms (a zero read timeout is refused).
+fn remaining(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+/// Whether a greeting read failed because its timeout passed.
+fn timed_out(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    })
 }
 
 fn dial(peer: usize, addr: &str, deadline: Instant, budget: Duration) -> anyhow::Result<TcpStream> {

@@ -432,7 +432,7 @@ pub async fn run_pipeline(
                                 operator_id: "timely-worker".into(),
                                 subtask: index,
                                 error: format!("panicked: {}", panic_message(&*panic)),
-                                config: false,
+                                permanent: false,
                             });
                             // Timely steps a worker until its dataflows finish: drop them.
                             for id in worker.installed_dataflows() {
@@ -453,7 +453,7 @@ pub async fn run_pipeline(
                         operator_id: "timely".into(),
                         subtask: 0,
                         error: format!("Timely workers failed: {e}"),
-                        config: false,
+                        permanent: false,
                     });
                 }
                 result
@@ -638,7 +638,7 @@ fn spawn_task(
                 operator_id,
                 subtask,
                 error,
-                config: false,
+                permanent: false,
             });
         }
     })

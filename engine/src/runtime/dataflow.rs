@@ -246,7 +246,7 @@ pub(crate) fn run_worker(
                                                 operator_id: op_id.clone(),
                                                 subtask: index,
                                                 error: format!("{e:#}"),
-                                                config: crate::ConfigError::is_in(&e),
+                                                permanent: crate::restart_cannot_fix(&e),
                                             });
                                         }
                                     }

@@ -65,7 +65,23 @@ pub(crate) struct Leader {
     stop_once_started: Option<String>,
     /// The idle stop waits until then (after an unclean stop of the previous run).
     idle_not_before: Option<Instant>,
+    /// The checkpoint whose metadata is being written, and when its barrier was sent:
+    /// the write is bounded by the checkpoint timeout like the rest of the checkpoint.
+    writing: Option<(u64, Instant)>,
+    /// When the last progress line of a graceful stop was logged (rate limit).
+    stop_progress_logged: Option<Instant>,
 }
+
+/// A checkpoint write in flight ([`Leader::start_write`]): the event loop selects on it,
+/// so signals, reports and the checkpoint timeout are serviced while it runs.
+pub(crate) struct CheckpointWrite {
+    pub epoch: u64,
+    pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Logged (INFO) while a graceful stop makes progress, at most once per second: `cluster`
+/// extends its own stop deadline on each such line (see cli/src/cluster.rs).
+pub const STOP_PROGRESS_LOG: &str = "graceful stop in progress";
 
 impl Leader {
     #[allow(clippy::too_many_arguments)]
@@ -102,6 +118,8 @@ impl Leader {
             last_received: (0, Instant::now()),
             stop_once_started: None,
             idle_not_before: None,
+            writing: None,
+            stop_progress_logged: None,
         }
     }
 
@@ -138,6 +156,7 @@ impl Leader {
     pub fn finished(&self) -> bool {
         self.final_epoch.is_some()
             && self.pending.is_empty()
+            && self.writing.is_none()
             && self.ended.len() == self.sources.len() + self.sinks.len()
     }
 
@@ -320,6 +339,15 @@ impl Leader {
     /// Fails a checkpoint that takes longer than `--checkpoint-timeout`, and a graceful
     /// stop that makes no progress for the shutdown timeout.
     pub fn watchdog(&mut self) -> anyhow::Result<()> {
+        if let Some((epoch, at)) = self.writing {
+            if at.elapsed() >= self.config.checkpoint_timeout {
+                return Err(anyhow!(
+                    "checkpoint {epoch} did not complete within --checkpoint-timeout {:?}: the write of its metadata to the checkpoint store {} has not returned",
+                    self.config.checkpoint_timeout,
+                    self.store.describe()
+                ));
+            }
+        }
         if let Some((&epoch, (at, _))) = self.pending.first_key_value() {
             if at.elapsed() >= self.config.checkpoint_timeout {
                 return Err(anyhow!(
@@ -330,22 +358,37 @@ impl Leader {
             }
         }
         let now = self.progress();
+        let writing = self.writing;
         if let Some((last, since)) = &mut self.stopping {
             if now != *last {
                 *last = now;
                 *since = Instant::now();
+                let due = self
+                    .stop_progress_logged
+                    .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1));
+                if due {
+                    self.stop_progress_logged = Some(Instant::now());
+                    tracing::info!(
+                        "{STOP_PROGRESS_LOG}: the final checkpoint advanced (the stop's deadline of {:?} without progress starts again)",
+                        self.config.shutdown_timeout
+                    );
+                }
             } else if since.elapsed() >= self.config.shutdown_timeout {
                 let epoch = self.final_epoch.unwrap_or_default();
                 let waiting = self.pending.keys().next().copied();
                 return Err(anyhow!(
                     "graceful stop made no progress for {:?}: {}",
                     self.config.shutdown_timeout,
-                    match waiting {
-                        Some(e) => format!(
+                    match (waiting, writing) {
+                        (Some(e), _) => format!(
                             "final checkpoint {epoch} is still waiting for {}",
                             self.waiting_for(e)
                         ),
-                        None => format!(
+                        (None, Some((e, _))) => format!(
+                            "checkpoint {e} is still being written to the checkpoint store {}",
+                            self.store.describe()
+                        ),
+                        (None, None) => format!(
                             "final checkpoint {epoch} committed, still waiting for {} to end",
                             self.unended()
                         ),
@@ -396,48 +439,64 @@ impl Leader {
         }
     }
 
-    /// Completes, in order, every pending epoch that the sinks' frontier has passed and
-    /// every source subtask has snapshotted: write metadata, then broadcast `Commit`
-    /// (and `Stop` after the final one). Returns the epochs completed.
-    pub async fn complete_ready(&mut self) -> anyhow::Result<Vec<u64>> {
-        let mut done = Vec::new();
-        while let Some((&epoch, (_, snaps))) = self.pending.first_key_value() {
-            let passed = match self.frontier {
-                Some(None) => true,
-                Some(Some(f)) => f > epoch,
-                None => false,
-            };
-            if !passed || snaps.len() < self.sources.len() {
-                break;
-            }
-            let snaps = self
-                .pending
-                .remove(&epoch)
-                .map(|(_, s)| s)
-                .unwrap_or_default();
-            let mut operators: BTreeMap<String, BTreeMap<usize, OperatorState>> = BTreeMap::new();
-            for ((op, subtask), state) in snaps {
-                operators.entry(op).or_default().insert(subtask, state);
-            }
-            let meta = CheckpointMetadata {
-                version: 1,
-                job_id: self.config.job_id.clone(),
-                epoch,
-                completed_at_ms: now_ms(),
-                operators,
-            };
-            self.store
+    /// Starts writing the oldest pending checkpoint once the sinks' frontier has passed
+    /// it and every source subtask has snapshotted it, unless a write is in flight
+    /// (checkpoints are written one at a time, in order). The returned task runs the
+    /// store's write; pass its outcome to [`written`](Self::written).
+    pub fn start_write(&mut self) -> Option<CheckpointWrite> {
+        if self.writing.is_some() {
+            return None;
+        }
+        let (&epoch, (_, snaps)) = self.pending.first_key_value()?;
+        let passed = match self.frontier {
+            Some(None) => true,
+            Some(Some(f)) => f > epoch,
+            None => false,
+        };
+        if !passed || snaps.len() < self.sources.len() {
+            return None;
+        }
+        let (triggered, snaps) = self.pending.remove(&epoch)?;
+        let mut operators: BTreeMap<String, BTreeMap<usize, OperatorState>> = BTreeMap::new();
+        for ((op, subtask), state) in snaps {
+            operators.entry(op).or_default().insert(subtask, state);
+        }
+        let meta = CheckpointMetadata {
+            version: 1,
+            job_id: self.config.job_id.clone(),
+            epoch,
+            completed_at_ms: now_ms(),
+            operators,
+        };
+        self.writing = Some((epoch, triggered));
+        let store = self.store.clone();
+        let task = tokio::spawn(async move {
+            store
                 .write(&meta)
                 .await
-                .with_context(|| format!("checkpoint {epoch} could not be written"))?;
-            self.completed += 1;
-            self.last_completed = Some(epoch);
-            self.decide(Control::Commit { epoch });
-            if self.final_epoch == Some(epoch) {
-                self.decide(Control::Stop);
-            }
-            done.push(epoch);
+                .with_context(|| format!("checkpoint {epoch} could not be written"))
+        });
+        Some(CheckpointWrite { epoch, task })
+    }
+
+    /// The write of checkpoint `epoch` ended: on success the checkpoint is complete, so
+    /// broadcast `Commit` (and `Stop` after the final one). Errors: the write failed.
+    pub fn written(
+        &mut self,
+        epoch: u64,
+        outcome: Result<anyhow::Result<()>, tokio::task::JoinError>,
+    ) -> anyhow::Result<()> {
+        self.writing = None;
+        match outcome {
+            Ok(result) => result?,
+            Err(e) => return Err(anyhow!("checkpoint {epoch} could not be written: {e}")),
         }
-        Ok(done)
+        self.completed += 1;
+        self.last_completed = Some(epoch);
+        self.decide(Control::Commit { epoch });
+        if self.final_epoch == Some(epoch) {
+            self.decide(Control::Stop);
+        }
+        Ok(())
     }
 }

@@ -9,6 +9,7 @@ mod coordinator;
 mod dataflow;
 mod job_log;
 mod leader;
+mod peer_panic;
 mod process;
 mod route;
 mod state;
@@ -21,6 +22,7 @@ use arrow::array::RecordBatch;
 
 pub use cluster::read_hosts;
 pub use coordinator::{JobError, JobSummary, StopHandle};
+pub use leader::STOP_PROGRESS_LOG;
 pub use state::{CheckpointMetadata, CheckpointStore, JobRecord};
 
 use crate::spi::{CheckpointBarrier, OperatorState};
@@ -158,8 +160,9 @@ pub(crate) enum CoordEvent {
         operator_id: String,
         subtask: usize,
         error: String,
-        /// The error is a [`crate::ConfigError`]: no restart fixes it (exit 2).
-        config: bool,
+        /// The error is a [`crate::ConfigError`] or [`crate::PermanentError`]: no restart
+        /// fixes it (exit 2).
+        permanent: bool,
     },
     TaskFinished {
         operator_id: String,

@@ -14,7 +14,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::control::{barrier, Control, Report};
 use super::coordinator::{JobSummary, StopHandle, ABORT_WAIT};
 use super::dataflow::WorkerWaker;
-use super::leader::{Leader, TaskKey};
+use super::leader::{CheckpointWrite, Leader, TaskKey};
 use super::{CoordEvent, JobShared, RuntimeConfig, SinkEvent};
 use crate::spi::{
     ControlMessage, Counter, Gauge, Metrics, PullState, StopMode, CHECKPOINTS_COMPLETED,
@@ -170,8 +170,14 @@ impl ProcessCoordinator {
         let mut status_tick = tokio::time::interval(status_every);
         let mut watchdog = tokio::time::interval(Duration::from_millis(250));
         let leads = self.leader.is_some();
+        // The leader's checkpoint write in flight: awaited here among the other events,
+        // never inline, so a store that hangs cannot stall signals or the watchdog.
+        let mut writing: Option<CheckpointWrite> = None;
 
         let outcome: anyhow::Result<()> = loop {
+            if writing.is_none() {
+                writing = self.leader.as_mut().and_then(|l| l.start_write());
+            }
             if self.done() {
                 break Ok(());
             }
@@ -218,30 +224,30 @@ impl ProcessCoordinator {
                     },
                     None => Err(self.why_closed(&mut events, "reports").await),
                 },
+                (epoch, outcome) = write_done(&mut writing) => {
+                    writing = None;
+                    match self.leader.as_mut() {
+                        Some(l) => l.written(epoch, outcome).map(|()| {
+                            tracing::info!(
+                                epoch,
+                                read = self.metrics.total(MESSAGES_RECEIVED),
+                                "checkpoint {epoch} completed"
+                            );
+                        }),
+                        None => Ok(()),
+                    }
+                }
             };
             if let Err(e) = step {
                 break Err(e);
             }
             // The leader may have decided something: wake the worker that broadcasts it.
             self.waker.wake();
-            if let Some(l) = self.leader.as_mut() {
-                match l.complete_ready().await {
-                    Ok(epochs) => {
-                        if !epochs.is_empty() {
-                            self.waker.wake();
-                        }
-                        for epoch in epochs {
-                            tracing::info!(
-                                epoch,
-                                read = self.metrics.total(MESSAGES_RECEIVED),
-                                "checkpoint {epoch} completed"
-                            );
-                        }
-                    }
-                    Err(e) => break Err(e),
-                }
-            }
         };
+        if let Some(w) = writing.take() {
+            // Failed or aborted meanwhile: the checkpoint is not committed either way.
+            w.task.abort();
+        }
         if let Err(e) = &outcome {
             tracing::error!("job failed: {e:#}");
             // Tell everyone: the leader decides an abort; another process reports its
@@ -311,7 +317,7 @@ impl ProcessCoordinator {
                 operator_id,
                 subtask,
                 error,
-                config,
+                permanent,
             } => {
                 self.ended.insert((operator_id.clone(), subtask));
                 // Timely's network threads panic when a peer's socket closes; the
@@ -327,10 +333,10 @@ impl ProcessCoordinator {
                     "{} subtask {subtask} failed: {error}",
                     self.name(&operator_id)
                 );
-                // A configuration error found when a task starts ends the run like one
-                // found when the job is prepared: exit 2, no restart.
-                return Err(if config {
-                    crate::ConfigError::wrap(e)
+                // A configuration error found when a task starts, or a failure any restart
+                // repeats, ends the run like one found when the job is prepared: exit 2.
+                return Err(if permanent {
+                    crate::PermanentError::wrap(e)
                 } else {
                     e
                 });
@@ -476,6 +482,16 @@ impl RuntimeMetrics {
         }
         // A commit covers every earlier epoch too.
         self.barrier_at = self.barrier_at.split_off(&(epoch + 1));
+    }
+}
+
+/// The outcome of the checkpoint write in flight; pending forever when there is none.
+async fn write_done(
+    w: &mut Option<CheckpointWrite>,
+) -> (u64, Result<anyhow::Result<()>, tokio::task::JoinError>) {
+    match w {
+        Some(w) => (w.epoch, (&mut w.task).await),
+        None => std::future::pending().await,
     }
 }
 

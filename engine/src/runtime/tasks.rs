@@ -31,7 +31,7 @@ pub(crate) async fn run_source(
             operator_id: operator_id.clone(),
             subtask,
             error: format!("{e:#}"),
-            config: crate::ConfigError::is_in(e),
+            permanent: crate::restart_cannot_fix(e),
         });
     }
     if let Err(e) = op.on_close(&mut ctx).await {
@@ -61,10 +61,13 @@ pub(crate) async fn run_sink(
             operator_id: operator_id.clone(),
             subtask,
             error,
-            config: crate::ConfigError::is_in(e),
+            permanent: crate::restart_cannot_fix(e),
         });
     };
     let mut ok = true;
+    // Rows were dropped unpublished (after an abort): no checkpoint may complete after
+    // them, or the leader could commit rows this sink never wrote.
+    let mut skipped = false;
     match op.on_start(&mut ctx).await {
         Ok(()) => {
             let _ = shared.coordinator.send(CoordEvent::TaskStarted {
@@ -86,11 +89,13 @@ pub(crate) async fn run_sink(
                         fail(format!("{e:#}"), &e);
                         ok = false;
                     }
+                } else {
+                    skipped = true;
                 }
                 // The permits go back when the last query's clone of these rows is dropped.
                 drop(rows.permits);
             }
-            SinkEvent::Checkpoint(barrier) if ok => {
+            SinkEvent::Checkpoint(barrier) if ok && !skipped && !shared.is_aborted() => {
                 match op.handle_checkpoint(barrier, &mut ctx).await {
                     Ok(()) => {
                         let _ = done_tx.send(barrier.epoch);
@@ -120,5 +125,103 @@ pub(crate) async fn run_sink(
             operator_id,
             subtask,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Permits, Rows};
+    use crate::spi::{CheckpointBarrier, TaskInfo};
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::{Arc, Mutex};
+
+    /// Counts the rows it is given; every checkpoint succeeds.
+    struct CountingSink(Arc<Mutex<usize>>);
+
+    #[async_trait::async_trait]
+    impl ArrowOperator for CountingSink {
+        fn name(&self) -> String {
+            "counting".into()
+        }
+        async fn process_batch(
+            &mut self,
+            batch: RecordBatch,
+            _ctx: &mut OperatorContext,
+        ) -> anyhow::Result<()> {
+            *self.0.lock().unwrap() += batch.num_rows();
+            Ok(())
+        }
+        async fn handle_checkpoint(
+            &mut self,
+            _barrier: CheckpointBarrier,
+            _ctx: &mut OperatorContext,
+        ) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sink_that_skipped_rows_after_an_abort_completes_no_checkpoint() {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![1, 2]))])
+                .unwrap();
+        let (coord, _events) = tokio::sync::mpsc::unbounded_channel();
+        let shared = JobShared {
+            permits: Arc::new(tokio::sync::Semaphore::new(10)),
+            coordinator: coord,
+            aborted: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        };
+        let ctx = OperatorContext {
+            task_info: TaskInfo {
+                job_id: "j".into(),
+                operator_id: "q0-sink-d".into(),
+                operator_name: "d".into(),
+                task_index: 0,
+                parallelism: 1,
+            },
+            in_schema: schema,
+            metrics: Default::default(),
+            state: Default::default(),
+        };
+        let rows = || {
+            SinkEvent::Batch(Rows {
+                batch: batch.clone(),
+                permits: Arc::new(Permits::none()),
+            })
+        };
+        let barrier = |epoch| {
+            SinkEvent::Checkpoint(CheckpointBarrier {
+                epoch,
+                min_epoch: 1,
+                timestamp: std::time::SystemTime::now(),
+                then_stop: false,
+            })
+        };
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let written = Arc::new(Mutex::new(0));
+        tx.send(rows()).unwrap();
+        tx.send(barrier(1)).unwrap();
+        let sink = tokio::spawn(run_sink(
+            Box::new(CountingSink(written.clone())),
+            ctx,
+            rx,
+            done_tx,
+            Arc::new(Mutex::new(None)),
+            shared.clone(),
+        ));
+        let first = done_rx.recv_timeout(std::time::Duration::from_secs(30));
+        assert_eq!(first, Ok(1), "a normal checkpoint completes");
+        // The job aborts: these rows are skipped, so checkpoint 2 must not complete.
+        shared.abort();
+        tx.send(rows()).unwrap();
+        tx.send(barrier(2)).unwrap();
+        tx.send(SinkEvent::Close).unwrap();
+        sink.await.unwrap();
+        assert_eq!(*written.lock().unwrap(), 2, "the second batch was skipped");
+        assert!(done_rx.try_recv().is_err(), "checkpoint 2 completed");
     }
 }

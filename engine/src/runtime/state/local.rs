@@ -51,12 +51,13 @@ impl LocalDir {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
                 let owner = fs::read_to_string(&path).unwrap_or_default();
-                anyhow::bail!(
+                // A restart finds the other job still running: restarting cannot help.
+                return Err(crate::PermanentError::wrap(anyhow::anyhow!(
                     "state directory {} is in use by another pubsub-connector process (pid {}, lock file {}): stop it or use another --state-dir",
                     dir.display(),
                     owner.trim(),
                     path.display()
-                );
+                )));
             }
             Err(fs::TryLockError::Error(e)) => {
                 return Err(e).with_context(|| format!("cannot lock {}", path.display()))
