@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use google_cloud_pubsub::model::Message;
 use pubsub_connector_core::dead_letter::{
-    ATTR_CONNECTOR, ATTR_DESTINATION, ATTR_ERROR, ATTR_SUBTASK, ATTR_TIMESTAMP, MAX_ERROR_BYTES,
+    ATTR_CONNECTOR, ATTR_DESTINATION, ATTR_DROPPED, ATTR_ERROR, ATTR_MESSAGE_ID, ATTR_ORDERING_KEY,
+    ATTR_SUBTASK, ATTR_TIMESTAMP, MAX_ERROR_BYTES,
 };
 use pubsub_connector_core::{admin, client};
 use support::*;
@@ -176,11 +177,13 @@ async fn bad_messages_reach_the_dead_letter_topic_in_their_envelope_and_are_acke
                 ATTR_CONNECTOR,
                 ATTR_DESTINATION,
                 ATTR_ERROR,
+                ATTR_MESSAGE_ID,
                 ATTR_SUBTASK,
                 ATTR_TIMESTAMP
             ],
-            "exactly the five attributes"
+            "the five attributes and the message id (the original had no attribute)"
         );
+        assert_eq!(&m.attributes[ATTR_MESSAGE_ID], id);
         assert_eq!(m.attributes[ATTR_CONNECTOR], "pubsub-source");
         assert_eq!(m.attributes[ATTR_DESTINATION], destination);
         let error = &m.attributes[ATTR_ERROR];
@@ -329,6 +332,9 @@ async fn the_in_flight_bound_decides_when_an_offer_waits() {
         destination: client::topic_path(PROJECT, "meant-for"),
         error: "é".repeat(600),
         subtask: 1,
+        attributes: Default::default(),
+        ordering_key: String::new(),
+        message_id: None,
     };
     let open = |max: i64| {
         let dead = dead.clone();
@@ -426,6 +432,9 @@ async fn flush_and_close_are_bounded_by_their_timeouts_when_pubsub_is_out_of_rea
         destination: client::topic_path(PROJECT, "meant-for"),
         error: "refused".into(),
         subtask: 0,
+        attributes: Default::default(),
+        ordering_key: String::new(),
+        message_id: None,
     };
     let mut q = open().await;
     proxy.cut();
@@ -441,4 +450,193 @@ async fn flush_and_close_are_bounded_by_their_timeouts_when_pubsub_is_out_of_rea
     tokio::time::timeout(Duration::from_secs(240), q.close())
         .await
         .expect("close is bounded by the shutdown timeout");
+}
+
+/// The attributes a Google product puts on its messages (`shared/fixtures/payloads`).
+fn fixture_attrs(name: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value = serde_json::from_slice(&fixture(name)).unwrap();
+    v.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// Publishes each (payload, attributes, ordering key) in order; returns the message ids.
+async fn publish_with(
+    topic: &str,
+    messages: Vec<(Vec<u8>, Vec<(String, String)>, &str)>,
+) -> Vec<String> {
+    let publisher = client::publisher(&profile(), &client::topic_path(PROJECT, topic))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let futs: Vec<_> = messages
+        .into_iter()
+        .map(|(data, attrs, key)| {
+            publisher.publish(
+                Message::new()
+                    .set_data(data)
+                    .set_attributes(attrs)
+                    .set_ordering_key(key),
+            )
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for f in futs {
+        ids.push(f.await.unwrap());
+    }
+    ids
+}
+
+/// A source dead letter keeps its message's context: the original attributes (a real
+/// GCS notification's and Cloud Build's) under their own keys, the ordering key and the
+/// message id as `dlq-*` attributes; past Pub/Sub's 100 attributes the originals that do
+/// not fit are dropped and named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_dead_letter_carries_the_original_attributes_and_ordering_key() {
+    let (t, dead, dead_sub) = setup("dlq-ctx").await;
+    let gcs = fixture_attrs("gcs-notification-none.attrs.json");
+    let build = fixture_attrs("cloud-build-success.attrs.json");
+    // 100 attributes: the originals that fit beside the dlq-* ones stay.
+    let mut full = gcs.clone();
+    full.extend((full.len()..100).map(|i| (format!("zz{i:03}"), "x".to_string())));
+    let ids = publish_with(
+        &t.input,
+        vec![
+            // A GCS notification without payload (all in its attributes) and a Cloud
+            // Scheduler text body are no Cloud Build table rows.
+            (
+                fixture("gcs-notification-none.txt"),
+                gcs.clone(),
+                "bucket-a",
+            ),
+            (fixture("scheduler-plain-text.txt"), build.clone(), ""),
+            (b"not json either".to_vec(), full.clone(), "bucket-b"),
+        ],
+    )
+    .await;
+    let w = Workdir::new(&sql(&t, &dead, ""));
+    let (code, stdout, stderr) = finish(w.spawn(&RUN), LIMIT).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert_eq!(
+        summary_count(&stdout, "dead letters published:"),
+        3,
+        "{stdout}"
+    );
+    let letters = pull_until(&dead_sub, Duration::from_secs(10), |m| m.len() >= 3).await;
+    let by_id: HashMap<&str, &Message> = letters
+        .iter()
+        .map(|m| (m.attributes[ATTR_MESSAGE_ID].as_str(), m))
+        .collect();
+    let (first, second, third) = (
+        by_id[ids[0].as_str()],
+        by_id[ids[1].as_str()],
+        by_id[ids[2].as_str()],
+    );
+    for (k, v) in &gcs {
+        assert_eq!(first.attributes.get(k), Some(v), "{k} on {first:?}");
+    }
+    assert_eq!(first.attributes[ATTR_ORDERING_KEY], "bucket-a");
+    assert_eq!(first.attributes.len(), 7 + gcs.len(), "{first:?}");
+    assert!(
+        first.ordering_key.is_empty(),
+        "the letter itself is unordered"
+    );
+    for (k, v) in &build {
+        assert_eq!(second.attributes.get(k), Some(v), "{k}");
+    }
+    assert!(!second.attributes.contains_key(ATTR_ORDERING_KEY));
+    // 100 originals beside 7 dlq-* attributes: 92 kept, 8 dropped and named.
+    assert_eq!(third.attributes.len(), 100, "{:?}", third.attributes.keys());
+    for (k, v) in &gcs {
+        assert_eq!(third.attributes.get(k), Some(v), "{k}");
+    }
+    let dropped = &third.attributes[ATTR_DROPPED];
+    assert!(dropped.starts_with("8: zz092,"), "{dropped}");
+    assert!(!third.attributes.contains_key("zz092"));
+    let left = redelivered(&t.input_sub, Duration::from_secs(12)).await;
+    assert!(left.is_empty(), "redelivered: {:?}", left.keys());
+}
+
+/// A sink dead letter names the source message its row was read from, when the pipeline
+/// carries the source's `message-id` column into the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_dead_letter_names_the_source_message_of_its_row() {
+    let p = profile();
+    let (t, dead, dead_sub) = setup("dlq-sink-id").await;
+    let e = endpoint();
+    // `attrs` must be a JSON object of strings to become attributes: "[1]" is refused.
+    let sql = format!(
+        "CREATE TABLE src (n BIGINT, attrs TEXT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+            'emulator-endpoint' = '{e}');
+         CREATE TABLE dst (n BIGINT, mid TEXT, a TEXT METADATA FROM 'attributes') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+            'emulator-endpoint' = '{e}', 'sink.failure-handler' = 'dead-letter',
+            'sink.dead-letter.topic' = '{dead}', 'sink.dead-letter.emulator-endpoint' = '{e}');
+         INSERT INTO dst SELECT n, mid, attrs FROM src;",
+        sub = t.input_sub,
+        out = t.output
+    );
+    let ids = admin::publish_all(
+        &p,
+        &t.input,
+        vec![
+            br#"{"n": 1, "attrs": "{\"ok\": \"1\"}"}"#.to_vec(),
+            br#"{"n": 2, "attrs": "[1]"}"#.to_vec(),
+        ],
+        10,
+    )
+    .await
+    .unwrap();
+    let w = Workdir::new(&sql);
+    let (code, stdout, stderr) = finish(w.spawn(&RUN), LIMIT).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert_eq!(
+        summary_count(&stdout, "dead letters published:"),
+        1,
+        "{stdout}"
+    );
+    let letters = pull_until(&dead_sub, Duration::from_secs(10), |m| !m.is_empty()).await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let m = &letters[0];
+    assert_eq!(m.attributes[ATTR_CONNECTOR], "pubsub-sink");
+    assert_eq!(m.attributes[ATTR_MESSAGE_ID], ids[1]);
+    assert!(
+        m.attributes[ATTR_ERROR].contains(&format!("(source message {})", ids[1])),
+        "{:?}",
+        m.attributes
+    );
+}
+
+/// A queue without an endpoint of its own, on a table that uses an emulator, is refused
+/// at start (exit 2) saying the queue does not inherit the endpoint and how to set it,
+/// instead of failing on real Pub/Sub's credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_that_would_leave_the_tables_emulator_is_refused_naming_the_option() {
+    let (t, dead, _) = setup("dlq-no-endpoint").await;
+    let pipeline = sql(&t, &dead, "").replace(
+        &format!(
+            ",\n            'scan.dead-letter.emulator-endpoint' = '{}'",
+            endpoint()
+        ),
+        "",
+    );
+    assert!(
+        !pipeline.contains("dead-letter.emulator-endpoint"),
+        "{pipeline}"
+    );
+    let w = Workdir::new(&pipeline);
+    let (code, _stdout, stderr) = finish(w.spawn(&RUN), Duration::from_secs(60)).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("does not inherit the table's endpoint")
+            && stderr.contains(&format!(
+                "'scan.dead-letter.emulator-endpoint' = '{}'",
+                endpoint()
+            )),
+        "{stderr}"
+    );
 }

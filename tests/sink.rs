@@ -275,31 +275,122 @@ async fn large_messages_are_published_in_requests_under_10_mb_and_one_over_it_is
     assert!(largest > 9_000_000, "largest request {largest} bytes");
 }
 
+/// Polls until `topic` exists again (the sink recreated it), within [`LIMIT`].
+async fn until_recreated(topic: &str) {
+    let admin = pubsub_connector_core::client::topic_admin(&profile())
+        .await
+        .unwrap();
+    let name = pubsub_connector_core::client::topic_path(PROJECT, topic);
+    let start = std::time::Instant::now();
+    while admin
+        .get_topic()
+        .set_topic(name.clone())
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < LIMIT, "the sink never recreated {name}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_topic_deleted_mid_run_is_recreated_under_create_if_needed_and_nothing_is_lost() {
+async fn a_topic_recreated_mid_run_with_a_subscription_gets_every_row_readable_there() {
     let t = topics("sink-recreate", 10).await;
-    let first = publish_seq(&t.input, 0..200).await;
-    let w = Workdir::new(&pipeline_sql(
+    let ids = publish_seq(&t.input, 0..300).await;
+    // One sink subtask, whose republish after the recreation would come 1-2 ms later
+    // (recovery backoff 1 ms): before this test can add the subscription below, so the
+    // rows would be discarded unless the sink waits for a subscription.
+    let w = Workdir::new(&via_sql(
         &t,
         &endpoint(),
         ", 'scan.rate-limit.messages-per-second' = '100'",
+        ", 'sink.recovery.initial-backoff' = '1ms', 'sink.recovery.max-backoff' = '2s', 'sink.recovery.max-attempts' = '20'",
     ));
-    let child = w.spawn(&["--checkpoint-interval", "500ms", "--stop-when-idle", "5s"]);
-    // Delete the topic while the first rows flow, then publish more.
-    let got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(30)).await;
+    let child = w.spawn(&[
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "500ms",
+        "--stop-when-idle",
+        "5s",
+    ]);
+    let mut got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(30)).await;
     assert!(got.len() >= 50);
+    // As a fault campaign does: delete the topic, then recreate it (unless the sink was
+    // first) with a subscription through the admin API.
     admin::delete_topic(&profile(), &t.output).await.unwrap();
-    let second = publish_seq(&t.input, 200..300).await;
+    until_recreated(&t.output).await;
+    let _ = admin::create_topic(&profile(), &t.output).await;
+    let sub = unique("sink-recreate-sub2");
+    admin::create_subscription(&profile(), &sub, &t.output, 60)
+        .await
+        .unwrap();
     let (code, stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("created topic"), "{stderr}");
     assert_eq!(summary_count(&stdout, "topics created:"), 1, "{stdout}");
-    // Every row was confirmed by Pub/Sub (rows written counts confirmations) and every
-    // input message acknowledged; nothing is left to redeliver.
-    assert!(summary_count(&stdout, "rows written:") >= first.len() + second.len());
+    // Rows confirmed before the deletion are on the old subscription; every later one is
+    // readable on the new one.
+    got.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
+    got.extend(sink_ids(&sub, None, Duration::from_secs(5)).await);
+    assert_eq!(missing(&ids, &got), 0, "{stderr}");
     assert!(redelivered(&t.input_sub, Duration::from_secs(3))
         .await
         .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_recreated_mid_run_without_a_subscription_fails_the_job_and_acknowledges_no_lost_row(
+) {
+    let t = topics("sink-recreate-none", 10).await;
+    let ids = publish_seq(&t.input, 0..300).await;
+    let w = Workdir::new(&via_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.rate-limit.messages-per-second' = '100'",
+        ", 'sink.recovery.initial-backoff' = '10ms', 'sink.recovery.max-attempts' = '3'",
+    ));
+    let child = w.spawn(&["--checkpoint-interval", "500ms", "--stop-when-idle", "5s"]);
+    let mut got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(30)).await;
+    assert!(got.len() >= 50);
+    admin::delete_topic(&profile(), &t.output).await.unwrap();
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_ne!(
+        code, 0,
+        "the job went on into a topic without subscription: {stdout}"
+    );
+    assert!(stderr.contains("ERROR"), "{stderr}");
+    assert!(
+        stderr.contains("has no subscription") && stderr.contains("Create a subscription"),
+        "{stderr}"
+    );
+    // Every row is readable (on the old subscription, written before the deletion) or
+    // still unacknowledged on the input subscription.
+    got.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
+    let back: HashSet<String> = redelivered(&t.input_sub, Duration::from_secs(15))
+        .await
+        .into_keys()
+        .collect();
+    let lost: Vec<&String> = ids
+        .iter()
+        .filter(|id| !got.contains(*id) && !back.contains(*id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} rows neither readable nor redelivered: {stderr}",
+        lost.len()
+    );
+    // A restart without a subscription is refused again, naming the topic.
+    let (code, _, stderr) = finish(
+        w.spawn(&["--checkpoint-interval", "500ms", "--stop-when-idle", "5s"]),
+        LIMIT,
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains(&t.output) && stderr.contains("has no subscription"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -253,11 +253,15 @@ async fn the_emulator_command_creates_what_a_pipeline_names_and_a_pipeline_runs_
         "{text}"
     );
 
+    // The sink topic gets a subscription to read the output from, named in the output.
+    let sink_sub = format!("{out}-read");
+    assert!(
+        text.contains(&format!(
+            "topic projects/{PROJECT}/topics/{out}; read what the job writes from subscription projects/{PROJECT}/subscriptions/{sink_sub}"
+        )) && text.contains(&format!("http://{endpoint}/v1/projects/{PROJECT}/subscriptions/{sink_sub}:pull")),
+        "{text}"
+    );
     let p = pubsub_connector_core::client::emulator_profile(PROJECT, &endpoint);
-    let sink_sub = unique("emucmd-out-sub");
-    pubsub_connector_core::admin::create_subscription(&p, &sink_sub, &out, 60)
-        .await
-        .unwrap();
     let payloads = (0..500)
         .map(|i| format!("{{\"seq\": {i}}}").into_bytes())
         .collect();
@@ -364,6 +368,14 @@ async fn run_emulator_refuses_key_files_and_creates_ordered_subscriptions_for_pe
     );
     assert!(
         stderr.contains("table 'd': dead-letter topic projects/other/topics/dl-sink-dead"),
+        "{stderr}"
+    );
+    // The sink topic gets a subscription to read the output from, named in an INFO line,
+    // which also says the private emulator ends with the job and how to keep one.
+    assert!(
+        stderr.contains(&format!(
+            "read what the job writes from subscription projects/{PROJECT}/subscriptions/dl-out-read"
+        )) && stderr.contains("pubsub-connector emulator --port 8085 --create"),
         "{stderr}"
     );
     // A table with its own endpoint keeps it, and so does its queue: the queue's topic

@@ -138,6 +138,9 @@ pub async fn execute(
         for l in lines {
             tracing::info!("{l}");
         }
+        tracing::info!(
+            "the private emulator of --emulator stops with the job, and what the job wrote goes with it: to read the output afterwards, start one with `pubsub-connector emulator --port 8085 --create PIPELINE.sql` in another terminal, set 'emulator-endpoint' = '127.0.0.1:8085' in the tables and run without --emulator"
+        );
     }
     let cluster = cluster_config(args).map_err(|e| (e, None))?;
     let config = RuntimeConfig {

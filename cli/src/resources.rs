@@ -27,11 +27,20 @@ fn pubsub_table(t: &PlannedTable) -> Option<(PubSubProfile, PubSubTable)> {
     Some((profile, table))
 }
 
-/// Creates every sink topic, and for every source subscription its topic (see
-/// [`topic_for_subscription`]) and the subscription itself (60 s ack deadline; with
-/// message ordering for a table with `'scan.ordering-mode' = 'per-key'`, which needs it).
-/// Existing resources are left as they are. Returns one line per table saying what it
-/// uses.
+/// The subscription created on a sink topic so that what the job writes can be read:
+/// `TOPIC-read` (not `TOPIC-sub`, the name a downstream pipeline's source would use, so
+/// that reading it by hand takes nothing from such a pipeline).
+pub fn read_subscription(topic: &str) -> String {
+    format!("{topic}-read")
+}
+
+/// Creates every sink topic with a subscription to read it ([`read_subscription`]; Pub/Sub
+/// keeps nothing a topic without subscription receives), and for every source
+/// subscription its topic (see [`topic_for_subscription`]) and the subscription itself
+/// (60 s ack deadline; with message ordering for a table with
+/// `'scan.ordering-mode' = 'per-key'`, which needs it, and for a sink with
+/// `'sink.message-ordering.enabled'`). Existing resources are left as they are. Returns
+/// one line per table saying what it uses (and, for a sink, how to read it).
 pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
     let mut done = std::collections::BTreeSet::new();
@@ -88,9 +97,18 @@ pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
             }
             PubSubTable::Sink(s) => {
                 admin::create_topic(&profile, &s.topic).await?;
+                let read = read_subscription(&s.topic);
+                let ordered = s.publisher.message_ordering;
+                create_subscription(&profile, &read, &s.topic, ordered).await?;
+                let endpoint = match &profile.authentication {
+                    Authentication::Emulator { endpoint } => endpoint.as_str(),
+                    _ => "HOST:PORT",
+                };
                 lines.push(format!(
-                    "table '{}': topic projects/{}/topics/{}",
-                    t.connection.name, profile.project, s.topic
+                    "table '{}': topic projects/{p}/topics/{}; read what the job writes from subscription projects/{p}/subscriptions/{read}, e.g. curl -s -X POST http://{endpoint}/v1/projects/{p}/subscriptions/{read}:pull -H 'content-type: application/json' -d '{{\"maxMessages\": 10}}' (data is base64; ack the ackIds with :acknowledge)",
+                    t.connection.name,
+                    s.topic,
+                    p = profile.project
                 ));
             }
         }

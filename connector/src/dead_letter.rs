@@ -16,8 +16,8 @@
 //! An expired wait cancels nothing: the client may still deliver those publishes later, a
 //! duplicate the dead-letter contract already asks consumers to expect.
 //!
-//! A dead letter is the original payload as data and exactly five attributes, see
-//! [`DeadLetter::into_message`].
+//! A dead letter is the original payload as data, the original message's attributes (a
+//! source's) and the `dlq-*` attributes, see [`DeadLetter::into_message`].
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -48,9 +48,22 @@ pub const ATTR_ERROR: &str = "dlq-error";
 pub const ATTR_TIMESTAMP: &str = "dlq-timestamp";
 /// Attribute: the index of the subtask that dead-lettered it, in decimal.
 pub const ATTR_SUBTASK: &str = "dlq-subtask";
+/// Attribute (when known): the id of the source message the letter comes from; a sink
+/// knows it when the pipeline selected the source's `message-id` column into the row.
+pub const ATTR_MESSAGE_ID: &str = "dlq-message-id";
+/// Attribute (when the original had one): the original message's ordering key. Carried as
+/// an attribute, not as the letter's ordering key: the queue publishes unordered, so a
+/// failed letter never pauses a key.
+pub const ATTR_ORDERING_KEY: &str = "dlq-ordering-key";
+/// Attribute (only when some were dropped): how many of the original attributes did not
+/// fit Pub/Sub's 100 per message next to the `dlq-*` ones, and their keys
+/// (`2: zz1,zz2`), at most [`MAX_ERROR_BYTES`] bytes.
+pub const ATTR_DROPPED: &str = "dlq-dropped-attributes";
 /// Pub/Sub's limit of an attribute value, in bytes: longer reasons are cut on a character
 /// boundary.
 pub const MAX_ERROR_BYTES: usize = 1024;
+/// Pub/Sub's limit of attributes per message.
+pub const MAX_ATTRIBUTES: usize = 100;
 
 /// `max_in_flight_messages`: publish each letter synchronously.
 pub const WRITE_THROUGH: i64 = 0;
@@ -77,25 +90,62 @@ pub struct DeadLetter {
     pub error: String,
     /// The index of the subtask that failed it.
     pub subtask: usize,
+    /// The original message's attributes (a source's; empty for a sink row).
+    pub attributes: std::collections::BTreeMap<String, String>,
+    /// The original message's ordering key (empty: none).
+    pub ordering_key: String,
+    /// The source message id, when known ([`ATTR_MESSAGE_ID`]).
+    pub message_id: Option<String>,
 }
 
 impl DeadLetter {
-    /// The envelope published for this letter at `now`: the payload as data and exactly
-    /// the attributes [`ATTR_CONNECTOR`], [`ATTR_DESTINATION`], [`ATTR_ERROR`] (cut to
+    /// The envelope published for this letter at `now`: the payload as data; the
+    /// attributes [`ATTR_CONNECTOR`], [`ATTR_DESTINATION`], [`ATTR_ERROR`] (cut to
     /// [`MAX_ERROR_BYTES`] on a character boundary), [`ATTR_TIMESTAMP`] (RFC 3339 UTC,
-    /// milliseconds) and [`ATTR_SUBTASK`]. An empty payload is fine: the attributes make
-    /// the message non-empty.
+    /// milliseconds), [`ATTR_SUBTASK`], and when known [`ATTR_MESSAGE_ID`] and
+    /// [`ATTR_ORDERING_KEY`]; then the original attributes under their own keys, as many
+    /// as fit Pub/Sub's [`MAX_ATTRIBUTES`] in key order: the `dlq-*` ones win (an original
+    /// key that is one of them is replaced), and the rest are dropped and named in
+    /// [`ATTR_DROPPED`]. An empty payload is fine: the attributes make the message
+    /// non-empty.
     pub fn into_message(self, now: SystemTime) -> Message {
-        Message::new().set_data(self.payload).set_attributes([
-            (ATTR_CONNECTOR, self.connector.to_string()),
-            (ATTR_DESTINATION, self.destination),
+        let mut attrs: Vec<(String, String)> = vec![
+            (ATTR_CONNECTOR.into(), self.connector.to_string()),
+            (ATTR_DESTINATION.into(), self.destination),
             (
-                ATTR_ERROR,
+                ATTR_ERROR.into(),
                 truncate_utf8(&self.error, MAX_ERROR_BYTES).to_string(),
             ),
-            (ATTR_TIMESTAMP, rfc3339_millis(now)),
-            (ATTR_SUBTASK, self.subtask.to_string()),
-        ])
+            (ATTR_TIMESTAMP.into(), rfc3339_millis(now)),
+            (ATTR_SUBTASK.into(), self.subtask.to_string()),
+        ];
+        if let Some(id) = self.message_id {
+            attrs.push((ATTR_MESSAGE_ID.into(), id));
+        }
+        if !self.ordering_key.is_empty() {
+            attrs.push((ATTR_ORDERING_KEY.into(), self.ordering_key));
+        }
+        let ours = attrs.len();
+        let mut dropped = Vec::new();
+        for (k, v) in self.attributes {
+            if attrs[..ours].iter().any(|(o, _)| *o == k) {
+                dropped.push(k);
+            } else {
+                attrs.push((k, v));
+            }
+        }
+        if attrs.len() > MAX_ATTRIBUTES || !dropped.is_empty() {
+            // One slot for the note saying what was dropped.
+            let keep = attrs.len().min(MAX_ATTRIBUTES - 1);
+            let over: Vec<String> = attrs.drain(keep..).map(|(k, _)| k).collect();
+            dropped.extend(over);
+            let note = format!("{}: {}", dropped.len(), dropped.join(","));
+            attrs.push((
+                ATTR_DROPPED.into(),
+                truncate_utf8(&note, MAX_ERROR_BYTES).to_string(),
+            ));
+        }
+        Message::new().set_data(self.payload).set_attributes(attrs)
     }
 }
 
@@ -403,6 +453,32 @@ impl PubSubDeadLetterQueue {
     }
 }
 
+/// Refuses a queue that would go to real Pub/Sub (application default credentials, no
+/// endpoint of its own) beside a table on an emulator: the queue does not inherit the
+/// table's endpoint, and without this the start fails with a credentials error from the
+/// real service. `prefix` (`sink.`, `scan.`) names the options. A
+/// [`pubsub_engine::ConfigError`] (exit 2): no restart fixes it. A queue with its own key
+/// file goes to real Pub/Sub on purpose and is left alone.
+pub fn check_not_inherited(
+    table: &PubSubProfile,
+    queue: &PubSubDeadLetterQueue,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    let Authentication::Emulator { endpoint } = &table.authentication else {
+        return Ok(());
+    };
+    if queue.config.authentication != Authentication::ApplicationDefault {
+        return Ok(());
+    }
+    Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+        "the table uses the emulator at {endpoint} ('{}'), but its dead-letter queue (topic {}) has no endpoint of its own: the queue does not inherit the table's endpoint and would publish to real Pub/Sub with application default credentials. Set '{prefix}{}' = '{endpoint}' (or run with --emulator, which sets it), or give the queue '{prefix}{}' to use real Pub/Sub on purpose",
+        pubsub_table_options::EMULATOR_ENDPOINT,
+        queue.topic,
+        pubsub_table_options::DLQ_EMULATOR_ENDPOINT,
+        pubsub_table_options::DLQ_KEY_FILE,
+    )))
+}
+
 /// A failed publish, naming the topic and the gRPC status.
 fn publish_error(topic: &str, e: &PublishError) -> String {
     let status = match e {
@@ -660,15 +736,64 @@ mod tests {
         assert!(std::str::from_utf8(cut.as_bytes()).is_ok());
     }
 
-    #[test]
-    fn envelope_has_exactly_the_five_attributes() {
-        let letter = DeadLetter {
+    fn letter(attributes: &[(&str, &str)]) -> DeadLetter {
+        DeadLetter {
             payload: bytes::Bytes::new(),
             connector: "pubsub-source",
             destination: "projects/p/subscriptions/s".into(),
             error: "é".repeat(600),
             subtask: 3,
-        };
+            attributes: attributes
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ordering_key: String::new(),
+            message_id: None,
+        }
+    }
+
+    #[test]
+    fn original_attributes_ride_along_and_the_overflow_is_named() {
+        let now = SystemTime::UNIX_EPOCH;
+        let mut l = letter(&[("eventType", "OBJECT_FINALIZE"), ("dlq-error", "old")]);
+        l.ordering_key = "k1".into();
+        l.message_id = Some("42".into());
+        let m = l.into_message(now);
+        assert_eq!(m.attributes["eventType"], "OBJECT_FINALIZE");
+        assert_eq!(m.attributes[ATTR_ORDERING_KEY], "k1");
+        assert_eq!(m.attributes[ATTR_MESSAGE_ID], "42");
+        assert!(m.ordering_key.is_empty(), "the letter itself is unordered");
+        // The envelope's own key wins over an original one, which is named as dropped.
+        assert_eq!(m.attributes[ATTR_ERROR].len(), 1024);
+        assert_eq!(m.attributes[ATTR_DROPPED], "1: dlq-error");
+        // 100 originals: 7 dlq-* attributes, 92 originals in key order, the note.
+        let many: Vec<(String, String)> =
+            (0..100).map(|i| (format!("a{i:03}"), "v".into())).collect();
+        let refs: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut l = letter(&refs);
+        l.ordering_key = "k".into();
+        l.message_id = Some("1".into());
+        let m = l.into_message(now);
+        assert_eq!(m.attributes.len(), MAX_ATTRIBUTES);
+        assert!(m.attributes.contains_key("a091") && !m.attributes.contains_key("a092"));
+        let note = &m.attributes[ATTR_DROPPED];
+        assert!(
+            note.starts_with("8: a092,a093,") && note.ends_with("a099"),
+            "{note}"
+        );
+        // 95 originals fit exactly next to the five: no note.
+        let refs95 = &refs[..95];
+        let m = letter(refs95).into_message(now);
+        assert_eq!(m.attributes.len(), 100);
+        assert!(!m.attributes.contains_key(ATTR_DROPPED));
+        let m = letter(&refs[..96]).into_message(now);
+        assert_eq!(m.attributes.len(), 100);
+        assert_eq!(m.attributes[ATTR_DROPPED], "2: a094,a095");
+    }
+
+    #[test]
+    fn envelope_without_context_has_exactly_the_five_attributes() {
+        let letter = letter(&[]);
         let now = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_061_600_123);
         let m = letter.into_message(now);
         assert!(m.data.is_empty());
@@ -813,6 +938,9 @@ mod tests {
                 destination: "projects/p/topics/t".into(),
                 error: "bad".into(),
                 subtask: 0,
+                attributes: Default::default(),
+                ordering_key: String::new(),
+                message_id: None,
             }))
             .unwrap_err();
         assert!(e.to_string().contains("projects/p/topics/dead"), "{e}");

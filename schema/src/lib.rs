@@ -396,7 +396,9 @@ pub struct SinkConfig {
     )]
     pub topic: String,
     /// `create-if-needed` (default): a missing topic is created with `topicCreate`, at
-    /// start and whenever a publish finds it gone; `create-never`: a missing topic fails.
+    /// start and whenever a publish finds it gone; a topic recreated mid-run is published
+    /// to only once it has a subscription (Pub/Sub discards what a topic without one
+    /// receives), else the checkpoint fails; `create-never`: a missing topic fails.
     #[serde(default)]
     #[schemars(title = "Create disposition")]
     pub create_disposition: CreateDisposition,

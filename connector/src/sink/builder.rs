@@ -107,6 +107,12 @@ impl PubSubSinkBuilder {
     }
 
     /// Create a missing topic (`CreateIfNeeded`, the default) or fail (`CreateNever`).
+    /// Under `CreateIfNeeded` a topic missing at a start is created as it is; one deleted
+    /// mid-run (a NOT_FOUND after this run's start-up check found or created it) is
+    /// recreated, labelled `pubsub-connector-recreated`, and published to again only once
+    /// it has a subscription (Pub/Sub discards what a topic without one receives): until
+    /// then the checkpoint waits the recovery backoff, then fails (ERROR, nothing
+    /// acknowledged); every later start checks a labelled topic for a subscription.
     pub fn create_disposition(mut self, d: CreateDisposition) -> Self {
         self.create_disposition = d;
         self

@@ -40,10 +40,12 @@ impl FailureRoute {
         })
     }
 
-    /// Opens the dead-letter queue (its topic must exist).
-    pub async fn open(&mut self, ctx: &OperatorContext) -> anyhow::Result<()> {
+    /// Opens the dead-letter queue (its topic must exist). A queue that would go to real
+    /// Pub/Sub beside a table on an emulator is refused first (exit 2).
+    pub async fn open(&mut self, sink: &PubSubSink, ctx: &OperatorContext) -> anyhow::Result<()> {
         self.subtask = ctx.task_info.task_index;
         if let Some(q) = &mut self.queue {
+            crate::dead_letter::check_not_inherited(sink.profile(), q, "sink.")?;
             q.set_counter(ctx.counter(crate::dead_letter::DEAD_LETTERS_PUBLISHED));
             q.open().await?;
         }
@@ -55,14 +57,16 @@ impl FailureRoute {
         self.in_a_row = 0;
     }
 
-    /// Routes one rejected row (`payload`: its encoded data, if any). Errors when the
-    /// handler is `fail` or too many rows were rejected in a row (both a
+    /// Routes one rejected row (`payload`: its encoded data, if any; `message_id`: the
+    /// source message it was read from, when the row carries it). Errors when the handler
+    /// is `fail` or too many rows were rejected in a row (both a
     /// [`pubsub_engine::PermanentError`]: a restart republishes the same rows and rejects
     /// them again), or when the dead-letter queue cannot take it.
     pub async fn reject(
         &mut self,
         payload: Vec<u8>,
         reason: String,
+        message_id: Option<String>,
         metrics: &SinkMetrics,
     ) -> anyhow::Result<()> {
         metrics.rejected.add(1);
@@ -103,6 +107,9 @@ impl FailureRoute {
                     destination: self.destination.clone(),
                     error: reason,
                     subtask: self.subtask,
+                    attributes: Default::default(),
+                    ordering_key: String::new(),
+                    message_id,
                 })
                 .await
             }

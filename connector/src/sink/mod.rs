@@ -18,7 +18,7 @@ mod topic;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use arrow::array::RecordBatch;
+use arrow::array::{Array, RecordBatch};
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -49,6 +49,9 @@ struct Pending {
     attempts: u32,
     /// Published in a request of its own (after a refused batch).
     solo: bool,
+    /// The source message the row was read from, when the row carries it (see
+    /// [`source_ids`]): named in a dead letter.
+    source_id: Option<String>,
 }
 
 type Outcome = (Pending, Result<String, PublishError>);
@@ -68,6 +71,9 @@ pub struct SinkWriter {
     /// Ordering keys the client paused after a failure; resumed before republishing.
     paused_keys: BTreeSet<String>,
     topic_missing: bool,
+    /// Sink subtasks of this table (set in `on_start`): with more than one, a topic a
+    /// sink recreated may have taken other subtasks' rows before any subscription existed.
+    parallelism: usize,
     next_seq: u64,
     /// The last publish result (success or failure): the progress timeout runs from it.
     last_completion: Instant,
@@ -104,6 +110,7 @@ impl SinkWriter {
             parked: BTreeMap::new(),
             paused_keys: BTreeSet::new(),
             topic_missing: false,
+            parallelism: 1,
             next_seq: 0,
             last_completion: Instant::now(),
             warned_stall: false,
@@ -273,9 +280,18 @@ impl SinkWriter {
                         s.resume_publish(k.clone());
                     }
                 }
+                let reason = match &p.source_id {
+                    Some(id) => format!("the row of source message {id}: {reason}"),
+                    None => reason,
+                };
                 if let Err(f) = self
                     .failure
-                    .reject(p.message.data.to_vec(), reason, &self.metrics)
+                    .reject(
+                        p.message.data.to_vec(),
+                        reason,
+                        p.source_id.clone(),
+                        &self.metrics,
+                    )
                     .await
                 {
                     if self.fatal.is_none() {
@@ -320,10 +336,11 @@ impl SinkWriter {
         while !self.parked.is_empty() {
             self.check_fatal()?;
             if self.topic_missing {
-                let created = topic::ensure(&self.sink).await?;
-                if created {
+                let ensured = topic::ensure(&self.sink, true).await?;
+                if ensured.created {
                     self.metrics.topics_created.add(1);
                 }
+                self.await_subscription(ensured).await?;
                 self.topic_missing = false;
             }
             let attempts = self.parked.values().map(|p| p.attempts).max().unwrap_or(0);
@@ -359,6 +376,48 @@ impl SinkWriter {
         self.check_fatal()
     }
 
+    /// After the topic was found deleted mid-run and recreated: republishing goes on only
+    /// into a topic with a subscription, since Pub/Sub discards what a topic without one
+    /// receives (decision 0018). Checks at once and then after each recovery backoff, up to
+    /// the recovery attempts, so that a subscription created meanwhile (by whoever
+    /// recreated the topic) lets the job go on; then fails the checkpoint, logged at ERROR
+    /// with what to do. A topic a sink created (labelled) with more than one sink subtask
+    /// fails at once: the other subtasks, which saw no NOT_FOUND, may already have
+    /// published into it before any subscription existed; only a restart, which reads
+    /// everything since the last completed checkpoint again, writes those rows.
+    async fn await_subscription(&mut self, ensured: topic::Ensured) -> anyhow::Result<()> {
+        let fail = |why: String| {
+            tracing::error!("{why}");
+            anyhow::anyhow!(why)
+        };
+        if ensured.recreated && self.parallelism > 1 {
+            return Err(fail(format!(
+                "{} ({} sink subtasks: the others may have published into the recreated topic before any subscription existed)",
+                topic::no_subscription_error(&self.topic),
+                self.parallelism
+            )));
+        }
+        let recovery = self.options().recovery.clone();
+        for attempt in 1..=recovery.max_attempts + 1 {
+            if topic::has_subscription(&self.sink).await? {
+                return Ok(());
+            }
+            if attempt > recovery.max_attempts {
+                break;
+            }
+            let delay = backoff(&recovery, attempt);
+            tracing::warn!(
+                "topic {} was recreated and has no subscription yet: {} messages stay parked; checking again in {delay:?} (attempt {attempt} of '{}' = {})",
+                self.topic,
+                self.parked.len(),
+                pubsub_table_options::RECOVERY_MAX_ATTEMPTS,
+                recovery.max_attempts
+            );
+            tokio::time::sleep(delay).await;
+        }
+        Err(fail(topic::no_subscription_error(&self.topic)))
+    }
+
     /// Waits until one more message of `bytes` fits the in-flight caps: sends the partial
     /// batches once, then waits for results until half the window is free.
     async fn make_room(&mut self, bytes: u64) -> anyhow::Result<()> {
@@ -383,6 +442,24 @@ impl SinkWriter {
         }
         Ok(())
     }
+}
+
+/// The column of `batch` filled from the source's `message-id` metadata column, if the
+/// query selected it (the planner marks it, see [`pubsub_engine::SOURCE_METADATA_KEY`]):
+/// how a sink row names its source message without an extra column (decision 0018).
+fn source_ids(batch: &RecordBatch) -> Option<arrow::array::StringArray> {
+    let i = batch.schema().fields().iter().position(|f| {
+        f.data_type() == &arrow::datatypes::DataType::Utf8
+            && f.metadata()
+                .get(pubsub_engine::SOURCE_METADATA_KEY)
+                .map(String::as_str)
+                == Some(crate::connector::MESSAGE_ID)
+    })?;
+    batch
+        .column(i)
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .cloned()
 }
 
 /// The recovery backoff before republish attempt `attempt` (1-based): initial doubling
@@ -415,11 +492,15 @@ impl ArrowOperator for SinkWriter {
         ));
         // Fail fast, naming the cause (unreachable endpoint, credentials, permission).
         // The dead-letter topic first: a run refused for it creates no output topic.
-        self.failure.open(ctx).await?;
-        // A missing topic is created under create-if-needed.
-        if topic::ensure(&self.sink).await? {
+        self.failure.open(&self.sink, ctx).await?;
+        self.parallelism = ctx.task_info.parallelism.max(1);
+        // A missing topic is created under create-if-needed (as at a first start); one a
+        // sink recreated mid-run must have a subscription by now.
+        let ensured = topic::ensure(&self.sink, false).await?;
+        if ensured.created {
             self.metrics.topics_created.add(1);
         }
+        topic::require_subscription(&self.sink, ensured).await?;
         let (profile, c) = (self.sink.profile().clone(), self.options().clone());
         self.publisher = Some(publisher::build(&profile, &self.topic, &c, false).await?);
         self.solo = Some(publisher::build(&profile, &self.topic, &c, true).await?);
@@ -433,7 +514,16 @@ impl ArrowOperator for SinkWriter {
     ) -> anyhow::Result<()> {
         self.check_fatal()?;
         let ordering = self.options().message_ordering;
+        let ids = source_ids(&batch);
         for (row, e) in self.encoder.encode(&batch)?.into_iter().enumerate() {
+            let source_id = ids
+                .as_ref()
+                .and_then(|a| a.is_valid(row).then(|| a.value(row).to_string()));
+            // Only built for a rejected row.
+            let which = || match &source_id {
+                Some(id) => format!("row {row} of the batch (source message {id})"),
+                None => format!("row {row} of the batch"),
+            };
             let (data, attributes, ordering_key) = match e {
                 Encoded::Message {
                     data,
@@ -444,7 +534,8 @@ impl ArrowOperator for SinkWriter {
                     self.failure
                         .reject(
                             payload,
-                            format!("row {row} of the batch: {reason}"),
+                            format!("{}: {reason}", which()),
+                            source_id,
                             &self.metrics,
                         )
                         .await?;
@@ -454,7 +545,8 @@ impl ArrowOperator for SinkWriter {
             if !ordering && !ordering_key.is_empty() {
                 // The same row comes back on every restart.
                 return Err(pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
-                    "row {row} of the batch carries ordering key '{ordering_key}', but '{}' is false: enable it to publish ordering keys (Pub/Sub keeps a key's order only for a publisher that orders), or leave the ordering-key column NULL or empty",
+                    "{} carries ordering key '{ordering_key}', but '{}' is false: enable it to publish ordering keys (Pub/Sub keeps a key's order only for a publisher that orders), or leave the ordering-key column NULL or empty",
+                    which(),
                     pubsub_table_options::MESSAGE_ORDERING
                 )));
             }
@@ -464,7 +556,8 @@ impl ArrowOperator for SinkWriter {
                 self.failure
                     .reject(
                         data,
-                        format!("row {row} of the batch: {reason}"),
+                        format!("{}: {reason}", which()),
+                        source_id,
                         &self.metrics,
                     )
                     .await?;
@@ -485,6 +578,7 @@ impl ArrowOperator for SinkWriter {
                 bytes,
                 attempts: 0,
                 solo: false,
+                source_id,
             });
         }
         if !self.parked.is_empty() {

@@ -20,6 +20,15 @@ pub(super) struct Held {
     pub payload: Bytes,
     /// The message's metadata column values, in declared order.
     pub meta: Vec<FieldValue>,
+    /// The message's attributes and ordering key, kept only under the `dead-letter`
+    /// policy (a dead letter carries them); `None` otherwise, costing nothing.
+    pub context: Option<Box<MessageContext>>,
+}
+
+/// What a dead letter carries of its original message besides the payload.
+pub(super) struct MessageContext {
+    pub attributes: std::collections::HashMap<String, String>,
+    pub ordering_key: String,
 }
 
 /// The paused caps of a split: messages, and payload bytes.
@@ -83,6 +92,7 @@ mod tests {
             id: id.into(),
             payload: Bytes::from(vec![b'x'; size]),
             meta: Vec::new(),
+            context: None,
         }
     }
 

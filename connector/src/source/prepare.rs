@@ -44,11 +44,11 @@ pub async fn prepare(
     }
     // The dead-letter topic must exist: the queue never creates it (SPEC 6.1).
     if let Some(d) = &config.dead_letter {
-        crate::dead_letter::PubSubDeadLetterQueue::from_config(&profile.project, d)
+        let q = crate::dead_letter::PubSubDeadLetterQueue::from_config(&profile.project, d)
             .map_err(ConfigError::wrap)?
-            .with_key_prefix("scan.")
-            .check_topic()
-            .await?;
+            .with_key_prefix("scan.");
+        crate::dead_letter::check_not_inherited(profile, &q, "scan.")?;
+        q.check_topic().await?;
     }
     let applied = AppliedStartPosition::from_state(restored);
     let admin = client::subscription_admin(profile).await?;

@@ -456,6 +456,14 @@ impl SourceReader {
         }
         let id = m.message_id.clone();
         let meta = self.metadata(split, &m, &h);
+        let context = (bad_message_action(self.config.deserialization_failure_policy)
+            == BadMessageAction::DeadLetter)
+            .then(|| {
+                Box::new(super::park::MessageContext {
+                    attributes: m.attributes,
+                    ordering_key: m.ordering_key,
+                })
+            });
         if self.splits[split]
             .tracker
             .receive(id.clone(), h, m.data.len())
@@ -467,6 +475,7 @@ impl SourceReader {
             id,
             payload: m.data,
             meta,
+            context,
         }))
     }
 
@@ -487,7 +496,7 @@ impl SourceReader {
             }
             Err(e) => {
                 self.counters().in_error.add(1);
-                self.on_bad_message(split, held.id, held.payload, &e)?;
+                self.on_bad_message(split, held.id, held.payload, held.context, &e)?;
             }
         }
         Ok(())
@@ -601,6 +610,7 @@ impl SourceReader {
         split: usize,
         id: String,
         payload: bytes::Bytes,
+        context: Option<Box<super::park::MessageContext>>,
         e: &DeserializeError,
     ) -> anyhow::Result<()> {
         let sub = self.splits[split].subscription.clone();
@@ -633,12 +643,18 @@ impl SourceReader {
                     "message {id} could not be decoded as {:?}: {}",
                     self.op.format, e.reason
                 );
+                let (attributes, ordering_key) = context
+                    .map(|c| (c.attributes.into_iter().collect(), c.ordering_key))
+                    .unwrap_or_default();
                 self.letters.push(DeadLetter {
                     payload,
                     connector: DEAD_LETTER_CONNECTOR,
                     destination: sub.clone(),
                     error,
                     subtask: self.subtask,
+                    attributes,
+                    ordering_key,
+                    message_id: Some(id.clone()),
                 });
                 let n = self.counters().in_error.get();
                 if should_log_bad(n) {
@@ -839,6 +855,7 @@ impl SourceOperator for SourceReader {
         });
         self.subtask = ctx.task_info.task_index;
         if let Some(q) = self.dead_letter.as_mut() {
+            crate::dead_letter::check_not_inherited(&self.profile, q, "scan.")?;
             // Fails fast on a missing topic (never created) or unusable credentials.
             q.set_counter(ctx.counter(DEAD_LETTERS_PUBLISHED));
             q.open().await?;

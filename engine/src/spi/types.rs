@@ -299,6 +299,12 @@ impl ConnectionSchema {
     }
 }
 
+/// Arrow field metadata key on a sink's input column filled by a source metadata column:
+/// its value is that column's metadata key (`message-id`, ...). The planner sets it for
+/// each query, so a sink can tell a row's source (e.g. name its message id in a dead
+/// letter) without an extra column; the rows carry nothing more.
+pub const SOURCE_METADATA_KEY: &str = "source-metadata";
+
 /// A metadata column requested by a table: column `field_name` is filled from `key`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetadataField {

@@ -199,7 +199,11 @@ pub(crate) fn plan_query(
         &source.connection.schema,
         &sink.connection.schema,
     )?;
-    let sink_schema = sink.connection.schema.arrow_schema();
+    let sink_schema = mark_source_metadata(
+        &sink.connection.schema.arrow_schema(),
+        &projection,
+        &source.connection.schema,
+    );
     let route_by = sink
         .connector
         .sink_key(&sink.connection)
@@ -213,6 +217,30 @@ pub(crate) fn plan_query(
         sink_schema,
         route_by,
     })
+}
+
+/// `schema` with [`SOURCE_METADATA_KEY`](crate::spi::SOURCE_METADATA_KEY) on every column
+/// that `projection` fills from a source metadata column, naming its key.
+fn mark_source_metadata(
+    schema: &SchemaRef,
+    projection: &[Option<usize>],
+    src: &ConnectionSchema,
+) -> SchemaRef {
+    let fields: Vec<arrow::datatypes::Field> = schema
+        .fields()
+        .iter()
+        .zip(projection)
+        .map(
+            |(f, i)| match i.and_then(|i| src.fields[i].metadata_key.clone()) {
+                Some(key) => f
+                    .as_ref()
+                    .clone()
+                    .with_metadata([(crate::spi::SOURCE_METADATA_KEY.to_string(), key)].into()),
+                None => f.as_ref().clone(),
+            },
+        )
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new(fields))
 }
 
 /// Two source tables reading one exclusive resource (e.g. one Pub/Sub subscription) would
