@@ -226,13 +226,14 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-/// A duration as `run` parses it back: whole seconds as `Ns`, else seconds with the
-/// shortest fraction that reads back to the same `f64`.
+/// A duration as `run` parses it back exactly: whole seconds as `Ns`, else seconds with
+/// nine fractional digits.
 fn flag_duration(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
     } else {
-        format!("{}s", d.as_secs_f64())
+        // Exact to the nanosecond: a float would round long values.
+        format!("{}.{:09}s", d.as_secs(), d.subsec_nanos())
     }
 }
 
@@ -771,6 +772,12 @@ mod tests {
             );
             assert_eq!(human(parsed), d);
         }
+        // More digits than a float keeps: passed on to each process unrounded.
+        let long = pubsub_engine::duration::parse_duration("100000000.123456789s").unwrap();
+        assert_eq!(
+            pubsub_engine::duration::parse_duration(&flag_duration(long)).unwrap(),
+            long
+        );
     }
 
     #[test]

@@ -220,6 +220,7 @@ pub fn summary_count(stdout: &str, label: &str) -> usize {
 }
 
 /// A TCP forwarder a test can cut, restore and stall (in front of the emulator proxy).
+#[allow(unused_imports)] // not every test binary cuts
 pub use pubsub_connector_core::tcp_cutter::TcpCutter;
 
 /// A closed TCP port on 127.0.0.1 (bound, then released).

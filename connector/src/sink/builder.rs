@@ -247,8 +247,9 @@ impl PublisherOptionsBuilder {
         self.c.batching_element_count_threshold = n;
         self
     }
-    /// Payload bytes per request; at most what keeps the request within 10 MB with the
-    /// element count's worst framing (9,908,395 for 100). Default 1,000,000.
+    /// Payload bytes per request; at most what keeps the request within Pub/Sub's
+    /// 10,485,760 bytes with the element count's worst framing, and at most the client's
+    /// 10,000,000 (which binds up to 531 messages; 9,572,455 for 1000). Default 1,000,000.
     pub fn batching_request_byte_threshold(mut self, bytes: u32) -> Self {
         self.c.batching_request_byte_threshold = bytes;
         self
@@ -357,8 +358,10 @@ impl PublisherOptionsBuilder {
                 "publisher.batching_element_count_threshold",
                 bytes,
                 format!(
-                    "must be between 1 and {} with {{other}} {count}: a request of {count} messages needs room for their framing within Pub/Sub's 10000000-byte request limit",
-                    max_batch_bytes(count)
+                    "must be between 1 and {} with {{other}} {count}: at most the client's {} and, for a request of {count} messages, room for their framing within Pub/Sub's {}-byte request limit",
+                    max_batch_bytes(count),
+                    super::limits::CLIENT_MAX_BATCH_BYTES,
+                    super::limits::MAX_REQUEST_BYTES
                 ),
             ));
         }
@@ -622,12 +625,16 @@ mod tests {
         let b = PublisherOptions::builder;
         assert!(err(b().batching_element_count_threshold(1001))
             .starts_with("option 'publisher.batching_element_count_threshold' is invalid"));
-        assert!(err(b().batching_request_byte_threshold(10_000_000))
-            .contains("must be between 1 and 9908395"));
+        assert!(err(b().batching_request_byte_threshold(10_000_001))
+            .contains("must be between 1 and 10000000"));
         assert!(b()
-            .batching_request_byte_threshold(9_908_395)
+            .batching_request_byte_threshold(10_000_000)
             .build()
             .is_ok());
+        assert!(err(b()
+            .batching_element_count_threshold(1000)
+            .batching_request_byte_threshold(9_572_456))
+        .contains("must be between 1 and 9572455"));
         assert!(err(b().message_ordering(true).retry_max_attempts(3))
             .starts_with("option 'publisher.retry_max_attempts' is invalid: cannot be set with 'publisher.message_ordering'"));
         assert!(err(b()

@@ -1,22 +1,32 @@
-//! Pub/Sub's publish limits, counted in encoded (UTF-8, protobuf) bytes, never characters
-//! (https://cloud.google.com/pubsub/quotas#resource_limits). The emulator enforces none of
-//! them (measured: a 10.4 MB request, a 257-byte key and 101 attributes all accepted), so
-//! the sink checks every message before sending and routes the ones that cannot fit.
+//! Pub/Sub's publish limits, counted in encoded (UTF-8, protobuf) bytes, never characters.
+//! Each constant is the limit the service enforces, with its source; a message exactly at
+//! a limit passes. The sink checks every message before sending and routes the ones that
+//! cannot fit (the emulator enforces none of these; see decision 0017 for what it does).
+//! Documented limits: <https://cloud.google.com/pubsub/quotas#resource_limits>.
 
 use std::collections::HashMap;
 
-/// Largest publish request, in bytes: "10 MB" as the Go client's `MaxPublishRequestBytes`
-/// and Python's publish flow control count it (10^7, not 10 MiB).
-pub const MAX_REQUEST_BYTES: usize = 10_000_000;
-/// Messages per publish request.
+/// Largest publish request, in encoded bytes: 10 MiB. The quotas page says "10 MB"; the
+/// service enforces 10,485,760 and says so in its own refusal ("Request payload size
+/// exceeds the limit: 10485760 bytes", quoted in public client issues), and it accepts a
+/// 9.9 MiB message (a 10,380,938-byte request, issue 16). The service is the source.
+/// The documented per-message "10 MB" is not a separate, smaller limit: that message's
+/// 10,380,902 data bytes exceed 10^7, so the request limit is the one that binds.
+pub const MAX_REQUEST_BYTES: usize = 10_485_760;
+/// The client's cap on its batching byte threshold (google-cloud-pubsub 1.7,
+/// `publisher::constants::MAX_BYTES = 1e7`): a larger threshold is silently clamped to
+/// it, so the option refuses more instead. A client setting, not a service limit.
+pub const CLIENT_MAX_BATCH_BYTES: u64 = 10_000_000;
+/// Messages per publish request (quotas page, "Publish request": 1,000 messages; the
+/// client's `MAX_MESSAGES` is the same).
 pub const MAX_MESSAGES_PER_REQUEST: u32 = 1000;
-/// Attributes per message.
+/// Attributes per message (quotas page: 100).
 pub const MAX_ATTRIBUTES: usize = 100;
-/// Bytes of an attribute key.
+/// Bytes of an attribute key (quotas page: 256 bytes).
 pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 256;
-/// Bytes of an attribute value.
+/// Bytes of an attribute value (quotas page: 1024 bytes).
 pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 1024;
-/// Bytes of an ordering key.
+/// Bytes of an ordering key (quotas page: 1 KB, as 1024 bytes like attribute values).
 pub const MAX_ORDERING_KEY_BYTES: usize = 1024;
 
 /// Upper bound of what a message adds to a request beyond the bytes the client's batching
@@ -29,9 +39,11 @@ pub const MAX_FRAMING_PER_MESSAGE: usize = 5 + 5 + 3 + 9 * MAX_ATTRIBUTES;
 pub const MAX_TOPIC_FIELD_BYTES: usize = 3 + "projects/".len() + 30 + "/topics/".len() + 255;
 
 /// The largest batching byte threshold that keeps a request of `count` messages within
-/// [`MAX_REQUEST_BYTES`] whatever their framing.
+/// [`MAX_REQUEST_BYTES`] whatever their framing, and within the client's
+/// [`CLIENT_MAX_BATCH_BYTES`].
 pub fn max_batch_bytes(count: u32) -> u64 {
-    (MAX_REQUEST_BYTES - count as usize * MAX_FRAMING_PER_MESSAGE - MAX_TOPIC_FIELD_BYTES) as u64
+    let room = MAX_REQUEST_BYTES - count as usize * MAX_FRAMING_PER_MESSAGE - MAX_TOPIC_FIELD_BYTES;
+    (room as u64).min(CLIENT_MAX_BATCH_BYTES)
 }
 
 fn varint_len(mut n: usize) -> usize {
@@ -190,9 +202,11 @@ mod tests {
     fn the_request_limit_counts_the_encoded_request() {
         let t = "projects/p/topics/t";
         let none = HashMap::new();
-        // 9.9 MB fits; 9.9 MiB (10,380,902 bytes) does not.
-        assert!(violation(t, 9_900_000, &none, "").is_none());
-        assert!(violation(t, 10_380_902, &none, "").is_some());
+        // 9.9 MiB (10,380,902 bytes, issue 16) fits; 10 MiB of data does not.
+        assert!(violation(t, 10_380_902, &none, "").is_none());
+        assert!(violation(t, 10_485_760, &none, "")
+            .unwrap()
+            .contains("more than Pub/Sub's 10485760"));
         // The exact edge: topic field (21) + message tag/length (5) + data tag/length (5).
         let edge = MAX_REQUEST_BYTES - field(t.len()) - 5 - 5;
         assert!(violation(t, edge, &none, "").is_none());
@@ -208,6 +222,14 @@ mod tests {
         let data = per - batching_bytes(0, &a, "");
         let wire = field(MAX_TOPIC_FIELD_BYTES - 3) + 1000 * message_wire_bytes(data, &a, "");
         assert!(wire <= MAX_REQUEST_BYTES, "{wire}");
-        assert_eq!(max_batch_bytes(100), 9_908_395);
+        // Below 532 messages the client's own cap binds.
+        assert_eq!(max_batch_bytes(100), 10_000_000);
+        assert_eq!(max_batch_bytes(531), 10_000_000);
+        assert_eq!(max_batch_bytes(532), 9_999_739);
+        assert_eq!(max_batch_bytes(1000), 9_572_455);
+        let a1: HashMap<String, String> = HashMap::new();
+        let per = 10_000_000 / 531;
+        let wire = field(MAX_TOPIC_FIELD_BYTES - 3) + 531 * message_wire_bytes(per, &a1, "");
+        assert!(wire <= MAX_REQUEST_BYTES, "{wire}");
     }
 }

@@ -75,7 +75,9 @@ pub struct SinkWriter {
     /// sink recreated may have taken other subtasks' rows before any subscription existed.
     parallelism: usize,
     next_seq: u64,
-    /// The last publish result (success or failure): the progress timeout runs from it.
+    /// Where the progress clock runs from: the last publish result (success or failure),
+    /// or the moment something went in flight after nothing was. It runs only while
+    /// something is in flight: idle time is not a stall.
     last_completion: Instant,
     warned_stall: bool,
     failure: FailureRoute,
@@ -161,6 +163,11 @@ impl SinkWriter {
         let publisher = publisher
             .as_ref()
             .expect("publishers are built in on_start");
+        if self.in_flight.is_empty() {
+            // Nothing was in flight: the clock starts now, not at the last completion.
+            self.last_completion = Instant::now();
+            self.warned_stall = false;
+        }
         self.in_flight_bytes += p.bytes;
         let result = publisher.publish(p.message.clone());
         self.in_flight
@@ -186,6 +193,9 @@ impl SinkWriter {
             let warn_at = self.last_completion + timeout / 10;
             let wake = if self.warned_stall { deadline } else { warn_at };
             tokio::select! {
+                // A result that is already there is progress, whatever the clock says
+                // (results are only collected here, so they may wait a while).
+                biased;
                 next = self.in_flight.next() => {
                     if let Some((p, r)) = next {
                         self.settled(p, r).await;

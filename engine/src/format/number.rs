@@ -85,8 +85,9 @@ fn split(s: &str) -> Option<Parts<'_>> {
 /// The exact integer value of the number text `s`, if it is integral and fits `i64`.
 pub(crate) fn exact_i64(s: &str) -> Result<i64, IntError> {
     let p = split(s).ok_or(IntError::Syntax)?;
-    if p.frac.is_empty() && p.exp == 0 {
-        // Plain integer text: the common case.
+    if p.frac.is_empty() && !s.contains(['e', 'E']) {
+        // Plain integer text: the common case. (An exponent of zero, `1e0`, is not plain
+        // text: it takes the general path below.)
         return s.parse::<i64>().map_err(|_| IntError::OutOfRange);
     }
     // value = digits * 10^scale, digits = int ++ frac without leading/trailing zeros.

@@ -2,6 +2,7 @@
 
 mod fixtures;
 mod messages;
+mod numbers;
 mod roundtrip;
 mod values;
 
