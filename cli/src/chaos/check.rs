@@ -27,8 +27,8 @@ pub struct Observed {
     pub published: BTreeMap<u64, String>,
     /// Every output row (the output subscription drained).
     pub rows: Vec<Vec<u8>>,
-    /// Messages still on the input subscription after the final run.
-    pub unread: usize,
+    /// Message ids still on the input subscription after the final run.
+    pub unread: HashSet<String>,
     pub final_exit: Option<i32>,
     pub wire: Vec<WireEvent>,
     pub input_subscription: String,
@@ -106,10 +106,10 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
     if obs.hangs.is_empty() && obs.final_exit != Some(0) {
         v.push(format!("the final run exited {:?}, not 0", obs.final_exit));
     }
-    if obs.final_exit == Some(0) && obs.unread > 0 {
+    if obs.final_exit == Some(0) && !obs.unread.is_empty() {
         v.push(format!(
             "the final run exited 0 with {} messages still unread on its subscription",
-            obs.unread
+            obs.unread.len()
         ));
     }
 
@@ -156,15 +156,16 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
             wrong[0]
         ));
     }
+    // Not in the output and not on the input subscription either: acknowledged, lost.
     let lost: Vec<u64> = obs
         .published
-        .keys()
-        .filter(|s| !seen.contains(s))
-        .copied()
+        .iter()
+        .filter(|(s, mid)| !seen.contains(*s) && !obs.unread.contains(*mid))
+        .map(|(s, _)| *s)
         .collect();
     if !lost.is_empty() {
         v.push(format!(
-            "{} of {} published messages never reached the output (first seqs: {:?})",
+            "{} of {} published messages are lost: in neither the output nor the input subscription (first seqs: {:?})",
             lost.len(),
             obs.published.len(),
             &lost[..lost.len().min(10)]

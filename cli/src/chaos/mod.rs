@@ -111,7 +111,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
         total.duplicates,
         total.hangs
     );
-    if total.failed_seeds == 0 {
+    if total.failed_seeds == 0 && !total.noted {
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(total.failed_seeds == 0)
@@ -126,6 +126,8 @@ struct Totals {
     duplicates: usize,
     hangs: usize,
     failed_seeds: usize,
+    /// A seed left a note: its logs are kept.
+    noted: bool,
 }
 
 impl Totals {
@@ -167,6 +169,7 @@ impl Totals {
         }
         for n in &o.notes {
             println!("  note: {n}");
+            self.noted = true;
         }
     }
 }
