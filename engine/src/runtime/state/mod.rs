@@ -41,7 +41,7 @@ pub struct CheckpointStore {
     backend: Backend,
     /// `false`: `write` is refused.
     writer: bool,
-    /// The location without credentials or query string.
+    /// The location with credentials and query values hidden ([`crate::redact_url`]).
     describe: String,
 }
 
@@ -133,7 +133,8 @@ impl CheckpointStore {
     /// `object_store::memory::InMemory`, or a builder with explicit credentials) under
     /// `prefix` (`/`-separated; empty for the root), with the pointer protocol of
     /// [`write`](Self::write). Opened as a writer. `describe` names the location in logs
-    /// and errors (credentials and query string are removed from it if it is a URL).
+    /// and errors (credentials and query values are hidden if it is a URL, as
+    /// [`crate::redact_url`] does).
     pub fn from_object_store(
         store: Arc<dyn object_store::ObjectStore>,
         prefix: &str,
@@ -141,7 +142,7 @@ impl CheckpointStore {
     ) -> Self {
         let prefix: object_store::path::Path =
             prefix.split('/').filter(|part| !part.is_empty()).collect();
-        let describe = location::redact(describe);
+        let describe = crate::redact_url(describe);
         CheckpointStore {
             backend: Backend::Objects(object::ObjectCheckpoints::new(
                 store,
@@ -206,8 +207,8 @@ impl CheckpointStore {
         }
     }
 
-    /// The location for logs and errors: a path as given, a URL without user credentials,
-    /// query string or fragment (never log secrets).
+    /// The location for logs and errors: a path as given, a URL with its credentials and
+    /// query values hidden ([`crate::redact_url`]; never log secrets).
     pub fn describe(&self) -> String {
         self.describe.clone()
     }
@@ -408,13 +409,13 @@ pub(super) mod tests {
             .unwrap();
         let d = store.describe();
         assert!(!d.contains("secret") && !d.contains("abc"), "{d}");
-        assert_eq!(d, "s3://bucket/p");
+        assert_eq!(d, "s3://***@bucket/p?token=***");
         assert!(!format!("{store:?}").contains("secret"));
         let mem = CheckpointStore::from_object_store(
             Arc::new(object_store::memory::InMemory::new()),
             "p",
             "s3://user:secret@bucket/p?token=abc",
         );
-        assert_eq!(mem.describe(), "s3://bucket/p");
+        assert_eq!(mem.describe(), "s3://***@bucket/p?token=***");
     }
 }
