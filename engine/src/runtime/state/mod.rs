@@ -395,7 +395,7 @@ pub(super) mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("--state-dir 's3://bu cket/p'")
+            e.contains("--state-dir 's3://***@bu cket/p?token=***'")
                 && !e.contains("secret")
                 && !e.contains("abc"),
             "{e}"
