@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use google_cloud_pubsub::model::Message;
-use pubsub_connector_core::client;
+use pubsub_connector_core::{admin, client};
 use serde_json::{json, Value};
 use support::*;
 
@@ -18,6 +18,8 @@ struct Server {
     base: String,
     http: reqwest::Client,
     data: tempfile::TempDir,
+    /// The line `serve` printed at start.
+    stdout: String,
     _child: tokio::process::Child,
 }
 
@@ -28,12 +30,29 @@ impl Server {
     }
 
     async fn start_in(data: tempfile::TempDir) -> Server {
+        Self::start_with(data, &["--listen", "127.0.0.1:0"], None).await
+    }
+
+    /// `serve --data-dir DATA` with `args`; stderr to `log` when given. Requests go to
+    /// 127.0.0.1 and the printed port (also for a wildcard listen address).
+    async fn start_with(
+        data: tempfile::TempDir,
+        args: &[&str],
+        log: Option<&std::path::Path>,
+    ) -> Server {
         use tokio::io::AsyncBufReadExt;
+        let stderr = match log {
+            Some(path) => std::process::Stdio::from(std::fs::File::create(path).unwrap()),
+            None => std::process::Stdio::null(),
+        };
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg("serve")
+            .args(args)
+            .arg("--data-dir")
             .arg(data.path())
+            .env("RUST_LOG", "debug")
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -44,13 +63,43 @@ impl Server {
             .unwrap()
             .expect("a line");
         let at = line.split("http://").nth(1).expect("an address");
-        let base = format!("http://{}", at.split('/').next().unwrap());
+        let port = at.split('/').next().unwrap().rsplit(':').next().unwrap();
         Server {
-            base,
+            base: format!("http://127.0.0.1:{port}"),
             http: reqwest::Client::new(),
             data,
+            stdout: line,
             _child: child,
         }
+    }
+
+    fn port(&self) -> u16 {
+        self.base.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// A request to `path` with extra headers: (status, body as JSON or as text).
+    async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        if let Some(b) = body {
+            r = r.json(b);
+        }
+        let r = r.send().await.unwrap();
+        let code = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (
+            code,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {
@@ -104,6 +153,48 @@ impl Server {
             .filter_map(|l| l.strip_prefix("data:"))
             .map(|d| serde_json::from_str(d.trim()).unwrap())
             .collect()
+    }
+
+    /// As [`Server::events`], running `publish` once the copy of the subscription exists
+    /// (the "reading the copy" event): on the emulator only messages published then
+    /// reach the sample (it does not replay a snapshot into a new subscription).
+    async fn events_publishing<F: std::future::Future<Output = ()>>(
+        &self,
+        path: &str,
+        body: &Value,
+        publish: F,
+    ) -> Vec<Value> {
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let mut publish = Some(publish);
+        let (mut text, mut events) = (String::new(), Vec::new());
+        while let Some(chunk) = tokio::time::timeout(LIMIT, r.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(i) = text.find("\n\n") {
+                let block: String = text.drain(..i + 2).collect();
+                for d in block.lines().filter_map(|l| l.strip_prefix("data:")) {
+                    let v: Value = serde_json::from_str(d.trim()).unwrap();
+                    let copied = v["message"].as_str().unwrap().contains("reading the copy");
+                    events.push(v);
+                    if copied {
+                        if let Some(p) = publish.take() {
+                            p.await;
+                        }
+                    }
+                }
+            }
+        }
+        events
     }
 
     /// Saves an emulator profile named `name`; returns its id.
@@ -279,24 +370,31 @@ async fn the_table_test_streams_a_decoded_row_and_a_decode_error_and_acknowledge
         .unwrap();
     let attrs: HashMap<String, String> =
         serde_json::from_slice(&fixture("gcs-notification-json-api-v1.attrs.json")).unwrap();
-    let good = publisher
-        .publish(
+    let ids = std::sync::Mutex::new(Vec::new());
+    // Published once the copy exists, so the emulator's copy gets them too.
+    let publish = async {
+        let good = publisher.publish(
             Message::new()
                 .set_data(fixture("gcs-notification-json-api-v1.json"))
                 .set_attributes(attrs),
-        )
-        .await
-        .unwrap();
-    let bad = publisher
-        .publish(Message::new().set_data(b"{\"name\": \"x\", \"bucket\": ".to_vec()))
-        .await
-        .unwrap();
+        );
+        let bad =
+            publisher.publish(Message::new().set_data(b"{\"name\": \"x\", \"bucket\": ".to_vec()));
+        let (good, bad) = (good.await.unwrap(), bad.await.unwrap());
+        ids.lock().unwrap().extend([good, bad]);
+    };
     let s = Server::start().await;
     let id = s.emulator_profile("local").await;
     let body = json!({"name": "gcs", "connector": "pubsub", "connectionProfileId": id,
         "config": {"type": "source", "subscriptions": [{"id": t.input_sub}]},
         "schema": gcs_columns(), "sampleSize": 5});
-    let events = s.events("/v1/connection_tables/test", &body).await;
+    let events = s
+        .events_publishing("/v1/connection_tables/test", &body, publish)
+        .await;
+    let (good, bad) = {
+        let ids = ids.lock().unwrap();
+        (ids[0].clone(), ids[1].clone())
+    };
     let text = serde_json::to_string_pretty(&events).unwrap();
     let last = events.last().unwrap();
     assert_eq!(last["done"], true, "{text}");
@@ -570,4 +668,342 @@ async fn a_saved_profile_is_used_by_name_in_sql_with_the_same_data_dir() {
     let (code, _, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("cannot both be set"), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Who may use `serve` (issue 16): Host, Origin, Sec-Fetch-Site, the bearer token.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_naming_another_host_are_refused_even_for_the_page() {
+    let s = Server::start().await;
+    let id = s.emulator_profile("kept").await;
+    let port = s.port();
+    // What a page on attacker.example sends after pointing its name at 127.0.0.1.
+    let evil = format!("attacker.example:{port}");
+    for (method, path) in [
+        ("GET", "/".to_string()),
+        ("GET", "/assets/wizard.js".to_string()),
+        ("GET", "/v1/connection_profiles".to_string()),
+        ("DELETE", format!("/v1/connection_profiles/{id}")),
+    ] {
+        let (code, e) = s.raw(method, &path, &[("host", &evil)], None).await;
+        assert_eq!(code, 421, "{method} {path}: {e}");
+        let m = e["error"].as_str().unwrap_or_else(|| panic!("{e}"));
+        assert!(
+            m.contains(&evil) && m.contains(&format!("localhost:{port}")),
+            "{m}"
+        );
+    }
+    for (code_wanted, host) in [
+        (421, format!("localhost:{}", port.wrapping_add(1))),
+        (421, "localhost".to_string()),
+        (200, format!("localhost:{port}")),
+        (200, format!("127.0.0.1:{port}")),
+        (200, format!("[::1]:{port}")),
+    ] {
+        let (code, v) = s
+            .raw("GET", "/v1/connection_profiles", &[("host", &host)], None)
+            .await;
+        assert_eq!(code, code_wanted, "{host}: {v}");
+    }
+    // The refused DELETE deleted nothing.
+    let (_, all) = s.get("/v1/connection_profiles").await;
+    assert_eq!(all["data"][0]["id"], id.as_str(), "{all}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_changes_from_another_sites_page_are_refused() {
+    let s = Server::start().await;
+    let id = s.emulator_profile("kept").await;
+    let port = s.port();
+    let foreign = [("origin", "http://attacker.example")];
+    let (code, e) = s
+        .raw(
+            "POST",
+            "/v1/connection_profiles",
+            &foreign,
+            Some(&profile_body("evil", &endpoint())),
+        )
+        .await;
+    assert_eq!(code, 403, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("http://attacker.example"),
+        "{e}"
+    );
+    let path = format!("/v1/connection_profiles/{id}");
+    for origin in [
+        "http://attacker.example",
+        "null",
+        &format!("https://127.0.0.1:{port}"),
+    ] {
+        let (code, e) = s.raw("DELETE", &path, &[("origin", origin)], None).await;
+        assert_eq!(code, 403, "{origin}: {e}");
+    }
+    // A GET another site's page makes (e.g. through <img>) is refused on the API.
+    let (code, e) = s
+        .raw(
+            "GET",
+            "/v1/connection_profiles",
+            &[("sec-fetch-site", "cross-site")],
+            None,
+        )
+        .await;
+    assert_eq!(code, 403, "{e}");
+    let (_, all) = s.get("/v1/connection_profiles").await;
+    assert_eq!(
+        all["data"].as_array().unwrap().len(),
+        1,
+        "nothing changed: {all}"
+    );
+
+    // The wizard's own requests: same origin, under any accepted name.
+    let own = format!("http://127.0.0.1:{port}");
+    let same = [("origin", own.as_str()), ("sec-fetch-site", "same-origin")];
+    let (code, v) = s
+        .raw(
+            "POST",
+            "/v1/connection_profiles",
+            &same,
+            Some(&profile_body("mine", &endpoint())),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let own = format!("http://localhost:{port}");
+    let (code, v) = s
+        .raw("DELETE", &path, &[("origin", own.as_str())], None)
+        .await;
+    assert_eq!(code, 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_loopback_listen_address_without_a_token_file_exits_2() {
+    let data = tempfile::tempdir().unwrap();
+    let empty = data.path().join("empty-token");
+    std::fs::write(&empty, "\n").unwrap();
+    let empty = empty.display().to_string();
+    for (args, wanted) in [
+        (vec!["--listen", "0.0.0.0:0"], "--auth-token-file"),
+        (
+            vec!["--listen", "0.0.0.0:0", "--auth-token-file", &empty],
+            "empty",
+        ),
+    ] {
+        let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+            .arg("serve")
+            .args(&args)
+            .arg("--data-dir")
+            .arg(data.path())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .unwrap_or_else(|_| panic!("serve {args:?} must refuse to start, not serve"))
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(wanted) && stderr.contains("--auth-token-file"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_file_every_api_request_needs_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = unique("tok3n-Zq8");
+    let file = dir.path().join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    let log = dir.path().join("serve.log");
+    let file = file.display().to_string();
+    let s = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &["--listen", "0.0.0.0:0", "--auth-token-file", &file],
+        Some(&log),
+    )
+    .await;
+    let bearer = format!("Bearer {token}");
+    for auth in [None, Some("Bearer wrong"), Some("Basic Zm9vOmJhcg==")] {
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", *a)).collect();
+        let (code, e) = s.raw("GET", "/v1/connectors", &headers, None).await;
+        assert_eq!(code, 401, "{auth:?}: {e}");
+        assert!(
+            e["error"].as_str().unwrap().contains("--auth-token-file"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains(&token));
+    }
+    // Without the token, nothing is saved.
+    let (code, _) = s
+        .raw(
+            "POST",
+            "/v1/connection_profiles",
+            &[],
+            Some(&profile_body("x", &endpoint())),
+        )
+        .await;
+    assert_eq!(code, 401);
+    // The page holds no secret: it is served without the token, and asks for it.
+    let (code, page) = s.raw("GET", "/", &[], None).await;
+    assert_eq!(code, 200);
+    assert!(page.as_str().unwrap().contains("token-form"));
+    // With it, the API answers.
+    let auth = [("authorization", bearer.as_str())];
+    let (code, v) = s
+        .raw(
+            "POST",
+            "/v1/connection_profiles",
+            &auth,
+            Some(&profile_body("x", &endpoint())),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = s.raw("GET", "/v1/connection_profiles", &auth, None).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["data"].as_array().unwrap().len(), 1, "{v}");
+    // The token is in no reply, line or log.
+    assert!(!v.to_string().contains(&token) && !s.stdout.contains(&token));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(!logged.contains(&token), "{logged}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The table test leaves the subscription as it was (issue 16).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_tests_leave_a_dead_letter_subscription_as_it_was() {
+    let p = profile();
+    let topic = unique("sample-dl-in");
+    let dead = unique("sample-dl-dead");
+    let sub = unique("sample-dl-sub");
+    let dead_sub = unique("sample-dl-dead-sub");
+    admin::create_topic(&p, &topic).await.unwrap();
+    admin::create_topic(&p, &dead).await.unwrap();
+    admin::create_subscription(&p, &dead_sub, &dead, 10)
+        .await
+        .unwrap();
+    admin::create_subscription_with_dead_letter(&p, &sub, &topic, 10, &dead, 5)
+        .await
+        .unwrap();
+    let ids = publish_seq(&topic, 0..3).await;
+    let s = Server::start().await;
+    let id = s.emulator_profile("local").await;
+    let body = json!({"name": "t", "connector": "pubsub", "connectionProfileId": id,
+        "config": {"type": "source", "subscriptions": [{"id": sub}]},
+        "schema": {"fields": [{"name": "seq", "type": "BIGINT"}]}, "sampleSize": 5});
+    // More tests than the dead-letter policy's 5 delivery attempts. The emulator replays
+    // no snapshot into the copy, so each test says so instead of reading the backlog.
+    for i in 0..6 {
+        let events = s.events("/v1/connection_tables/test", &body).await;
+        let last = events.last().unwrap();
+        assert_eq!(last["done"], true, "test {i}: {events:?}");
+        let m = last["message"].as_str().unwrap();
+        assert!(
+            m.contains("3 decoded") || m.contains("does not replay a snapshot"),
+            "test {i}: {events:?}"
+        );
+    }
+    // The subscription delivers each message for the first time.
+    let subscriber = client::subscriber(&p).await.unwrap();
+    let mut stream = subscriber
+        .subscribe(client::subscription_path(PROJECT, &sub))
+        .build();
+    let mut attempts = HashMap::new();
+    while attempts.len() < ids.len() {
+        let next = tokio::time::timeout(Duration::from_secs(30), stream.next()).await;
+        let Ok(Some(Ok((m, h)))) = next else {
+            panic!("only {attempts:?} of {ids:?} came back");
+        };
+        attempts.insert(m.message_id.clone(), h.delivery_attempt());
+        h.ack();
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown_token().shutdown()).await;
+    assert!(attempts.values().all(|a| *a == Some(1)), "{attempts:?}");
+    let forwarded = redelivered(&dead_sub, Duration::from_secs(3)).await;
+    assert!(forwarded.is_empty(), "{forwarded:?}");
+    // Nothing is left behind: the topic has only its own subscription, and no snapshot.
+    let topics = client::topic_admin(&p).await.unwrap();
+    let subs = topics
+        .list_topic_subscriptions()
+        .set_topic(client::topic_path(PROJECT, &topic))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        subs.subscriptions,
+        vec![client::subscription_path(PROJECT, &sub)]
+    );
+    let snapshots = client::subscription_admin(&p)
+        .await
+        .unwrap()
+        .list_snapshots()
+        .set_project(format!("projects/{PROJECT}"))
+        .send()
+        .await
+        .unwrap();
+    let ours: Vec<_> = snapshots
+        .snapshots
+        .iter()
+        .filter(|x| x.topic == client::topic_path(PROJECT, &topic))
+        .collect();
+    assert!(ours.is_empty(), "{ours:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_table_test_at_once_is_refused_with_429() {
+    // An endpoint that accepts connections and never answers: two tests wait on it.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_addr = hole.local_addr().unwrap().to_string();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    let accept = tokio::spawn(async move {
+        while let Ok((c, _)) = hole.accept().await {
+            keep.lock().unwrap().push(c);
+        }
+    });
+    let s = Server::start().await;
+    let (code, v) = s
+        .post("/v1/connection_profiles", &profile_body("hole", &hole_addr))
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let body = json!({"name": "t", "connector": "pubsub", "connectionProfileId": v["id"],
+        "config": {"type": "source", "subscriptions": [{"id": "s"}]},
+        "schema": {"fields": [{"name": "a", "type": "TEXT"}]}});
+    let url = format!("{}/v1/connection_tables/test", s.base);
+    // The reply's head comes once the test holds its place.
+    let first = s.http.post(&url).json(&body).send().await.unwrap();
+    let second = s.http.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let (code, e) = s.post("/v1/connection_tables/test", &body).await;
+    assert_eq!(code, 429, "{e}");
+    assert!(
+        e["error"].as_str().unwrap().contains("at most 2 at once"),
+        "{e}"
+    );
+    // Once they end (the hole closed), tests are accepted again.
+    drop((first, second));
+    accept.abort();
+    held.lock().unwrap().clear();
+    let id = s.emulator_profile("local").await;
+    let sink = json!({"name": "t", "connector": "pubsub", "connectionProfileId": id,
+        "config": {"type": "sink", "topic": "any"}, "schema": {"fields": [{"name": "a", "type": "TEXT"}]}});
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let r = s.http.post(&url).json(&sink).send().await.unwrap();
+        if r.status().as_u16() == 200 {
+            break;
+        }
+        assert_eq!(r.status().as_u16(), 429);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the two tests never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -1,9 +1,10 @@
 //! `pubsub-connector cluster`, the one-machine supervisor, run as the real binary: it
 //! restarts a failing cluster within its budget and then gives up naming the budget and
 //! the last failure, gives up at once on a pipeline no restart can fix (exit 2), finishes
-//! with its children, forwards SIGTERM for a graceful stop, and leaves no orphan when it
-//! is killed. No emulator: failing pipelines point at a closed port, working ones use the
-//! `nexmark` and `blackhole` connectors.
+//! with its children, forwards SIGTERM for a graceful stop, leaves no orphan when it is
+//! killed, and never prints a credential of its `--state-dir` URL. No emulator: failing
+//! pipelines point at a closed port, working ones use the `nexmark` and `blackhole`
+//! connectors.
 
 mod support;
 
@@ -113,6 +114,37 @@ async fn a_failing_cluster_is_restarted_then_given_up_naming_the_budget() {
         "{stderr}"
     );
     assert!(stderr.contains("cannot reach Pub/Sub"), "{stderr}");
+}
+
+/// A credential in the `--state-dir` URL (a SAS token in the query) is in no output line:
+/// not in the supervisor's restart lines, not in its children's logs, not in the final
+/// error. The failing pipeline makes the supervisor restart once, then give up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_in_the_state_dir_url_is_never_printed() {
+    let w = Workdir::new(&unreachable_sql());
+    let state = format!("file://{}?sv=2024&sig=SECRET", w.state().display());
+    std::fs::create_dir_all(w.state()).unwrap();
+    let pipeline = w.pipeline().display().to_string();
+    let child = spawn(&[
+        "cluster",
+        &pipeline,
+        "--state-dir",
+        &state,
+        "--processes",
+        "1",
+        "--max-restarts",
+        "1",
+    ]);
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("restarting all 1 processes"), "{stderr}");
+    assert!(
+        stderr.contains("?sv=***&sig=***"),
+        "the location is shown, redacted: {stderr}"
+    );
+    for line in stdout.lines().chain(stderr.lines()) {
+        assert!(!line.contains("SECRET"), "{line}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

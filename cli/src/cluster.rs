@@ -687,7 +687,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 tracing::warn!(
                     "restarting all {} processes from the last completed checkpoint in {} (restart {} of at most {} within {})",
                     args.processes,
-                    args.state_dir,
+                    pubsub_engine::redact_url(&args.state_dir),
                     budget.total(),
                     args.max_restarts,
                     human(args.restart_window)

@@ -57,10 +57,17 @@ enum Command {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Address to listen on (`host:port`); a non-loopback address exposes the API to
-    /// the network without authentication.
+    /// Address to listen on (`host:port`). Requests must name it (or `localhost`,
+    /// `127.0.0.1`, `[::1]` with its port) as their Host. A non-loopback address requires
+    /// --auth-token-file.
     #[arg(long, default_value = "127.0.0.1:5115")]
     listen: String,
+    /// A file holding the token every API request (`/v1/...`) must carry as
+    /// `Authorization: Bearer TOKEN` (surrounding whitespace ignored). Required when
+    /// --listen is not a loopback address. A file, not a flag value, so that the token
+    /// does not show in `ps`; the wizard asks for it once per browser tab.
+    #[arg(long, value_name = "PATH")]
+    auth_token_file: Option<PathBuf>,
     /// Where profiles and tables are saved (`connections.sqlite`). Default:
     /// $XDG_DATA_HOME/pubsub-connector, else ~/.local/share/pubsub-connector.
     #[arg(long)]
@@ -71,6 +78,28 @@ async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
     let data_dir = args
         .data_dir
         .unwrap_or_else(pubsub_server::default_data_dir);
+    let bad = |e: anyhow::Error| pipeline::BadPipeline(e);
+    let token = match &args.auth_token_file {
+        Some(path) => Some(pubsub_server::guard::AuthToken::from_file(path).map_err(bad)?),
+        None => None,
+    };
+    // Checked before binding: a non-loopback address without a token is never listened on.
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(&args.listen)
+        .await
+        .map_err(|e| {
+            bad(anyhow::anyhow!(
+                "--listen {}: not a host:port this machine can resolve: {e}",
+                args.listen
+            ))
+        })?
+        .collect();
+    if token.is_none() && addrs.iter().any(|a| !a.ip().is_loopback()) {
+        return Err(bad(anyhow::anyhow!(
+            "--listen {}: not a loopback address, so others could use the saved profiles through it; pass --auth-token-file PATH (a file holding the token every API request must carry), or listen on 127.0.0.1",
+            args.listen
+        ))
+        .into());
+    }
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| {
@@ -80,8 +109,14 @@ async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
             ))
         })?;
     let addr = listener.local_addr()?;
+    let access = pubsub_server::guard::Access::new(&args.listen, addr, token);
     println!(
-        "pubsub-connector: the connection wizard is at http://{addr}/ (API under /v1; profiles and tables saved in {}); Ctrl-C stops it",
+        "pubsub-connector: the connection wizard is at http://{addr}/ (API under /v1{}; profiles and tables saved in {}); Ctrl-C stops it",
+        if access.has_token() {
+            ", each request with the token of --auth-token-file"
+        } else {
+            ""
+        },
         data_dir.display()
     );
     let shutdown = async {
@@ -95,7 +130,7 @@ async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
             _ = term.recv() => {}
         }
     };
-    pubsub_server::serve(listener, data_dir, shutdown).await
+    pubsub_server::serve(listener, data_dir, access, shutdown).await
 }
 
 #[derive(Args)]

@@ -1,7 +1,10 @@
 //! What a UI asks of the connector before a table exists (Arroyo's `test_profile`,
 //! `get_autocomplete` and table `test`): reach the project, list its topics and
-//! subscriptions, and read a few messages without acknowledging them. Every call is
-//! bounded (SPEC 10); no message names a key file's path.
+//! subscriptions, and read a few messages from a copy of a subscription ([`copy`]) so
+//! that the subscription itself is left as it was. Every call is bounded (SPEC 10); no
+//! message names a key file's path.
+
+pub mod copy;
 
 use std::time::{Duration, Instant};
 
@@ -126,32 +129,64 @@ fn list_error(profile: &PubSubProfile, e: &google_cloud_pubsub::Error) -> anyhow
 }
 
 /// One message read by [`sample`], with its delivery attempt (subscriptions with a
-/// dead-letter policy only).
+/// dead-letter policy only; never for a sample, read from a copy without one).
 #[derive(Debug, Clone)]
 pub struct Sampled {
     pub message: Message,
     pub delivery_attempt: Option<i32>,
 }
 
-/// Reads up to `max` distinct messages of subscription `id` and **acknowledges none**:
-/// they are held (leased) while the sample is taken, so none comes back into it, then all
-/// nacked together, so they are redelivered as if never read (their delivery attempt
-/// counts up, as Pub/Sub counts every delivery). Returns when `max` arrived or no new
-/// message came for `quiet` (the first one may take `quiet` plus the stream's start).
-/// Errors before reading when the subscription cannot be read (named cause, as at a
-/// job's start).
+/// What [`sample`] read, and what of its copy could not be removed (with the reason).
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub messages: Vec<Sampled>,
+    pub leftovers: Vec<String>,
+}
+
+/// Reads up to `max` distinct messages of subscription `id` **from a copy of it**
+/// ([`copy::Copy`]: a snapshot and a temporary subscription seeked to it, both deleted
+/// before this returns), so no message of the subscription is delivered, its delivery
+/// attempts do not count up and its dead-letter policy forwards nothing. A copied
+/// message's `delivery_attempt` is `None` (the copy has no dead-letter policy). Returns
+/// when `max` arrived or no new message came for `quiet` (for the first one: `first`).
+/// `copied` is called with the copy's name once it exists, before reading: a message
+/// published to the topic from then on reaches the copy too. Errors before reading when
+/// the subscription cannot be read or copied (named cause and permission); it never falls
+/// back to reading the subscription itself.
+///
+/// The Pub/Sub emulator does not replay a snapshot into a new subscription (measured,
+/// docs/decisions/0016): there the copy holds only what is published after `copied`.
 pub async fn sample(
     profile: &PubSubProfile,
     id: &str,
     max: usize,
+    (first, quiet): (Duration, Duration),
+    copied: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<Sample> {
+    let name = client::subscription_path(&profile.project, id);
+    let copy = copy::Copy::create(profile, &name).await?;
+    copied.await;
+    let read = read(profile, copy.subscription_id(), max, first, quiet).await;
+    let leftovers = copy.remove().await;
+    match read {
+        Ok(messages) => Ok(Sample {
+            messages,
+            leftovers,
+        }),
+        Err(e) if leftovers.is_empty() => Err(e),
+        Err(e) => Err(anyhow::anyhow!("{e:#}; {}", leftovers.join("; "))),
+    }
+}
+
+/// Reads up to `max` distinct messages of subscription `id`, acknowledging none.
+async fn read(
+    profile: &PubSubProfile,
+    id: &str,
+    max: usize,
+    first: Duration,
     quiet: Duration,
 ) -> anyhow::Result<Vec<Sampled>> {
     let name = client::subscription_path(&profile.project, id);
-    let admin = client::subscription_admin(profile).await?;
-    diagnose::bounded(admin.get_subscription().set_subscription(name.clone()))
-        .send()
-        .await
-        .map_err(|e| diagnose::startup_error(profile, Resource::Subscription(&name), &e))?;
     let subscriber = client::subscriber(profile).await?;
     let mut stream = subscriber.subscribe(name).build();
     let shutdown = stream.shutdown_token();
@@ -160,7 +195,8 @@ pub async fn sample(
     let mut last = Instant::now();
     let mut failed = None;
     while out.len() < max {
-        let left = quiet.saturating_sub(last.elapsed());
+        let wait = if out.is_empty() { first } else { quiet };
+        let left = wait.saturating_sub(last.elapsed());
         match tokio::time::timeout(left, stream.next()).await {
             Ok(Some(Ok((message, h)))) => {
                 let seen = out
@@ -185,7 +221,7 @@ pub async fn sample(
     held.into_iter().for_each(|h| h.nack());
     close(&mut stream, &shutdown).await;
     match failed {
-        Some(e) => anyhow::bail!("reading {id} failed: {e}"),
+        Some(e) => anyhow::bail!("reading the copy {id} failed: {e}"),
         None => Ok(out),
     }
 }

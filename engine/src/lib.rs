@@ -8,11 +8,13 @@
 pub mod duration;
 pub mod format;
 pub mod graph;
+pub mod redact;
 pub mod runtime;
 pub mod spi;
 pub mod sql;
 
 pub use graph::{GraphError, GraphTable, PipelineGraph};
+pub use redact::redact_url;
 pub use runtime::{run_pipeline, JobSummary, RuntimeConfig, StopHandle};
 pub use spi::*;
 pub use sql::PlannedPipeline;

@@ -14,7 +14,8 @@ const state = {
   editors: { profile: null, table: null, columns: null },
   schemas: { profile: null, source: null, sink: null, columns: null },
   tableType: 'source',
-  step: 'connector'
+  step: 'connector',
+  started: false // the connector list loaded (the token, if any, was accepted)
 }
 
 const $ = (sel, root = document) => root.querySelector(sel)
@@ -370,9 +371,26 @@ function showServerError (kind, reply, fallbackStep) {
 // ---------------------------------------------------------------------------------------
 // The API.
 
+// The token of `serve --auth-token-file`, when the server has one: asked for once per tab
+// (on the first 401), kept in sessionStorage, sent as `Authorization: Bearer`.
+const TOKEN_KEY = 'pubsub-connector-token'
+
+function authHeaders () {
+  const token = sessionStorage.getItem(TOKEN_KEY)
+  return token ? { authorization: `Bearer ${token}` } : {}
+}
+
+/** Shows the token form with the server's reason; the stored token (if any) was refused. */
+function askToken (why) {
+  sessionStorage.removeItem(TOKEN_KEY)
+  $('#token-why').textContent = why || 'this server requires a token'
+  $('#token-form').hidden = false
+  $('#token-input').focus()
+}
+
 /** JSON request; resolves { ok, status, body }. */
 async function call (method, path, body) {
-  const init = { method, headers: {} }
+  const init = { method, headers: authHeaders() }
   if (body !== undefined) {
     init.headers['content-type'] = 'application/json'
     init.body = JSON.stringify(body)
@@ -390,6 +408,7 @@ async function call (method, path, body) {
   } catch {
     parsed = { error: text || `${res.status} ${res.statusText}`, field: null }
   }
+  if (res.status === 401) askToken(parsed.error)
   return { ok: res.ok, status: res.status, body: parsed }
 }
 
@@ -402,7 +421,7 @@ async function streamEvents (path, body, onEvent) {
   try {
     res = await fetch(API + path, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
+      headers: { ...authHeaders(), 'content-type': 'application/json', accept: 'text/event-stream' },
       body: JSON.stringify(body)
     })
   } catch (e) {
@@ -417,6 +436,7 @@ async function streamEvents (path, body, onEvent) {
     } catch {
       parsed = { error: text || `${res.status} ${res.statusText}`, field: null }
     }
+    if (res.status === 401) askToken(parsed.error)
     return { ok: false, body: parsed }
   }
   const reader = res.body.getReader()
@@ -474,6 +494,8 @@ function busy (button, on) {
 async function start () {
   const r = await call('GET', '/connectors')
   $('#loading').hidden = true
+  if (r.status === 401) return // the token form is shown; its submit starts again
+  state.started = true
   if (!r.ok) {
     const g = $('#global-error')
     g.textContent = `cannot load the connectors: ${r.body.error}`
@@ -791,6 +813,14 @@ function wire () {
       await renderTableForm()
     })
   }
+  $('#token-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault()
+    sessionStorage.setItem(TOKEN_KEY, $('#token-input').value.trim())
+    $('#token-input').value = ''
+    $('#token-form').hidden = true
+    // Before the connectors loaded nothing else ran; later, the user repeats the action.
+    if (!state.started) await start()
+  })
   $('#table-next').addEventListener('click', tableNext)
   $('#columns-next').addEventListener('click', columnsNext)
   $('#table-test').addEventListener('click', testTable)

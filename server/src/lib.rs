@@ -5,6 +5,7 @@
 mod assets;
 pub mod columns;
 pub mod error;
+pub mod guard;
 mod profiles;
 mod redact;
 pub mod sql;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use axum::routing::{delete, get, post};
 use axum::Router;
 
+use crate::guard::Access;
 use crate::store::Store;
 use crate::validate::Validators;
 
@@ -30,6 +32,8 @@ pub const CONNECTOR: &str = "pubsub";
 pub struct AppState {
     pub store: Arc<Store>,
     pub validators: Arc<Validators>,
+    /// Permits for table tests running at once ([`table_test::MAX_RUNNING`]).
+    pub table_tests: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -38,12 +42,14 @@ impl AppState {
         Ok(AppState {
             store: Arc::new(Store::open(data_dir)?),
             validators: Arc::new(Validators::new()),
+            table_tests: Arc::new(tokio::sync::Semaphore::new(table_test::MAX_RUNNING)),
         })
     }
 }
 
-/// The API under `/v1` and the wizard at `/`.
-pub fn router(state: AppState) -> Router {
+/// The API under `/v1` and the wizard at `/`, every request first checked by
+/// [`guard::check`] against `access`.
+pub fn router(state: AppState, access: Access) -> Router {
     Router::new()
         .route("/v1/connectors", get(profiles::connectors))
         .route("/v1/connection_profiles/test", post(profiles::test))
@@ -65,16 +71,22 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(assets::index))
         .route("/assets/{*path}", get(assets::asset))
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(access),
+            guard::check,
+        ))
 }
 
-/// Serves until `shutdown` resolves. Errors if the store cannot be opened.
+/// Serves until `shutdown` resolves, answering only requests `access` lets through.
+/// Errors if the store cannot be opened.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     data_dir: PathBuf,
+    access: Access,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = AppState::open(&data_dir)?;
-    axum::serve(listener, router(state))
+    axum::serve(listener, router(state, access))
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())

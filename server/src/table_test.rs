@@ -1,12 +1,15 @@
 //! `POST /v1/connection_tables/test`: server-sent events while the table is tried. A
-//! source reads up to `sampleSize` messages without acknowledging them (each is nacked
-//! at once) and decodes each with the table's columns; a sink checks its topic. The body
-//! is checked first, so a bad body gets the usual JSON error, not an event stream.
+//! source reads up to `sampleSize` messages from a copy of each subscription (a snapshot
+//! and a temporary subscription, deleted afterwards: the subscription itself delivers
+//! nothing, so its dead-letter policy counts nothing) and decodes each with the table's
+//! columns; a sink checks its topic. The body is checked first, so a bad body gets the
+//! usual JSON error, not an event stream; at most [`MAX_RUNNING`] tests run at once.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::Json;
 use bytes::Bytes;
@@ -24,10 +27,16 @@ use crate::AppState;
 
 /// Messages read at most (`sampleSize`, default 5).
 pub const MAX_SAMPLE: u64 = 100;
-/// A read ends when no message came for this long.
+/// A read ends when no message came for this long after the last one...
 pub const QUIET: Duration = Duration::from_secs(3);
+/// ...or, before the first, for this long: a copy seeked to a snapshot may take a moment
+/// to deliver, and on the emulator only messages published meanwhile arrive.
+pub const FIRST_WAIT: Duration = Duration::from_secs(10);
 /// The whole test gives up after this.
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Table tests running at once; another is refused with 429. Each creates a snapshot and
+/// a subscription and holds a stream, so a page clicking repeatedly cannot pile them up.
+pub const MAX_RUNNING: usize = 2;
 
 pub async fn test(
     State(state): State<AppState>,
@@ -46,8 +55,15 @@ pub async fn test(
             })?,
     };
     let b = check(&state, &body)?;
+    let permit = state.table_tests.clone().try_acquire_owned().map_err(|_| ApiError {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        error: format!("{MAX_RUNNING} table tests are running already (at most {MAX_RUNNING} at once); try again when one has ended"),
+        field: None,
+    })?;
     let (tx, rx) = mpsc::channel::<Value>(16);
+    // The test runs to its end (and removes its copy) even if the client leaves.
     tokio::spawn(async move {
+        let _permit = permit;
         let steps = Steps(tx.clone());
         let end = match tokio::time::timeout(TEST_TIMEOUT, run(&b, size as usize, &steps)).await {
             Ok(Ok(summary)) => {
@@ -102,6 +118,10 @@ async fn run(b: &TableBody, size: usize, steps: &Steps) -> anyhow::Result<String
         PubSubTable::Source(s) => {
             let schema = b.columns.connection_schema();
             let (mut read, mut decoded, mut failed) = (0, 0, 0);
+            let emulator = matches!(
+                b.profile.authentication,
+                pubsub_schema::Authentication::Emulator { .. }
+            );
             for sub in &s.subscriptions {
                 if read >= size {
                     break;
@@ -112,16 +132,36 @@ async fn run(b: &TableBody, size: usize, steps: &Steps) -> anyhow::Result<String
                     .say(
                         false,
                         format!(
-                            "connecting to subscription {name} at {}",
-                            pubsub_connector_core::diagnose::endpoint(&b.profile)
+                            "copying subscription {name} at {} (a snapshot and a temporary subscription named {}…, deleted after the sample; the subscription itself delivers nothing)",
+                            pubsub_connector_core::diagnose::endpoint(&b.profile),
+                            explore::copy::PREFIX
                         ),
                         Value::Null,
                     )
                     .await;
-                let got = explore::sample(&b.profile, &sub.id, size - read, QUIET).await?;
+                let copied = steps.say(
+                    false,
+                    format!("copied subscription {name} (snapshot and temporary subscription made); reading the copy"),
+                    Value::Null,
+                );
+                let sample = explore::sample(
+                    &b.profile,
+                    &sub.id,
+                    size - read,
+                    (FIRST_WAIT, QUIET),
+                    copied,
+                )
+                .await?;
+                let got = sample.messages;
+                if got.is_empty() && emulator {
+                    anyhow::bail!("read 0 messages: the copy of subscription {name} was empty. On the Pub/Sub emulator it always is: the emulator does not replay a snapshot into a new subscription, so only messages published while the test reads reach the sample. The subscription itself is never read (each delivery would count towards its dead-letter policy), so its messages cannot be shown here; on Pub/Sub the copy holds the subscription's backlog");
+                }
                 steps
-                    .say(false, format!("connected to subscription {name}: read {} messages, none acknowledged (all released for redelivery)", got.len()), Value::Null)
+                    .say(false, format!("read {} messages from the copy of subscription {name}; the copy is deleted, the subscription is as it was", got.len()), Value::Null)
                     .await;
+                for left in sample.leftovers {
+                    steps.say(true, left, Value::Null).await;
+                }
                 for m in got {
                     read += 1;
                     match decode(&schema, &m, &sub.id) {
@@ -157,7 +197,7 @@ async fn run(b: &TableBody, size: usize, steps: &Steps) -> anyhow::Result<String
                     }
                 }
             }
-            Ok(format!("read {read} messages without acknowledging them: {decoded} decoded, {failed} failed"))
+            Ok(format!("read {read} messages from a copy, leaving the subscription as it was: {decoded} decoded, {failed} failed"))
         }
     }
 }

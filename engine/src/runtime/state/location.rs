@@ -7,6 +7,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreScheme};
 use url::Url;
 
+use crate::redact::{redact_url as redact, url_scheme};
+
 /// The option whose value a location is, for errors.
 const OPTION: &str = "--state-dir";
 /// What a user may pass, for errors.
@@ -22,63 +24,6 @@ pub(super) enum Location {
         prefix: Path,
         describe: String,
     },
-}
-
-/// The URL scheme `location` starts with (`scheme:/`, the scheme two or more characters
-/// long so that a Windows drive `C:/` stays a path), or `None` for a plain path.
-fn url_scheme(location: &str) -> Option<&str> {
-    let (scheme, rest) = location.split_once(':')?;
-    let mut chars = scheme.chars();
-    let valid = scheme.len() >= 2
-        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    (valid && rest.starts_with('/')).then_some(scheme)
-}
-
-/// `location` without credentials, query string or fragment: safe to log. A URL keeps its
-/// scheme, host and path (and, for `abfs`/`abfss`, the user part, which names the
-/// container); a value that is not a URL is returned as it is.
-pub(super) fn redact(location: &str) -> String {
-    if url_scheme(location).is_none() {
-        return location.to_string();
-    }
-    match Url::parse(location) {
-        Ok(mut url) => {
-            let keep_user = matches!(url.scheme(), "abfs" | "abfss");
-            if url.password().is_none()
-                && (keep_user || url.username().is_empty())
-                && url.query().is_none()
-                && url.fragment().is_none()
-            {
-                // Nothing to remove: keep the value as the user wrote it.
-                return location.to_string();
-            }
-            let _ = url.set_password(None);
-            if !keep_user {
-                let _ = url.set_username("");
-            }
-            url.set_query(None);
-            url.set_fragment(None);
-            url.to_string()
-        }
-        // Not parseable: cut by text (userinfo up to the last '@' of the authority, and
-        // everything from '?' or '#').
-        Err(_) => {
-            let cut = location.find(['?', '#']).unwrap_or(location.len());
-            let location = &location[..cut];
-            match location.split_once("://") {
-                Some((scheme, rest)) => {
-                    let authority_end = rest.find('/').unwrap_or(rest.len());
-                    let rest = match rest[..authority_end].rfind('@') {
-                        Some(at) => &rest[at + 1..],
-                        None => rest,
-                    };
-                    format!("{scheme}://{rest}")
-                }
-                None => location.to_string(),
-            }
-        }
-    }
 }
 
 /// The error for `location`, naming the option and the (redacted) value.
@@ -181,28 +126,5 @@ mod tests {
         assert_eq!(url_scheme("file:/tmp/x"), Some("file"));
         assert_eq!(url_scheme("s3://b/p"), Some("s3"));
         assert_eq!(url_scheme("ftp://x"), Some("ftp"));
-    }
-
-    #[test]
-    fn redaction_removes_credentials_and_query_even_from_malformed_urls() {
-        assert_eq!(
-            redact("s3://user:secret@bucket/p?token=abc#f"),
-            "s3://bucket/p"
-        );
-        assert_eq!(redact("gs://bucket/a/b"), "gs://bucket/a/b");
-        assert_eq!(
-            redact("abfss://container:key@acct.dfs.core.windows.net/p?sig=x"),
-            "abfss://container@acct.dfs.core.windows.net/p"
-        );
-        assert_eq!(
-            redact("s3://user:secret@bu cket/p?token=abc"),
-            "s3://bu cket/p"
-        );
-        assert_eq!(redact("/plain/path"), "/plain/path");
-        assert_eq!(
-            redact("ftp://x"),
-            "ftp://x",
-            "kept as written when nothing is secret"
-        );
     }
 }

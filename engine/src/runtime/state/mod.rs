@@ -44,7 +44,7 @@ pub struct CheckpointStore {
     backend: Backend,
     /// `false`: `write` is refused.
     writer: bool,
-    /// The location without credentials or query string.
+    /// The location with credentials and query values hidden ([`crate::redact_url`]).
     describe: String,
 }
 
@@ -136,7 +136,8 @@ impl CheckpointStore {
     /// `object_store::memory::InMemory`, or a builder with explicit credentials) under
     /// `prefix` (`/`-separated; empty for the root), with the pointer protocol of
     /// [`write`](Self::write). Opened as a writer. `describe` names the location in logs
-    /// and errors (credentials and query string are removed from it if it is a URL).
+    /// and errors (credentials and query values are hidden if it is a URL, as
+    /// [`crate::redact_url`] does).
     pub fn from_object_store(
         store: Arc<dyn object_store::ObjectStore>,
         prefix: &str,
@@ -144,7 +145,7 @@ impl CheckpointStore {
     ) -> Self {
         let prefix: object_store::path::Path =
             prefix.split('/').filter(|part| !part.is_empty()).collect();
-        let describe = location::redact(describe);
+        let describe = crate::redact_url(describe);
         CheckpointStore {
             backend: Backend::Objects(object::ObjectCheckpoints::new(
                 store,
@@ -209,8 +210,8 @@ impl CheckpointStore {
         }
     }
 
-    /// The location for logs and errors: a path as given, a URL without user credentials,
-    /// query string or fragment (never log secrets).
+    /// The location for logs and errors: a path as given, a URL with its credentials and
+    /// query values hidden ([`crate::redact_url`]; never log secrets).
     pub fn describe(&self) -> String {
         self.describe.clone()
     }
@@ -397,7 +398,7 @@ pub(super) mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("--state-dir 's3://bu cket/p'")
+            e.contains("--state-dir 's3://***@bu cket/p?token=***'")
                 && !e.contains("secret")
                 && !e.contains("abc"),
             "{e}"
@@ -411,13 +412,13 @@ pub(super) mod tests {
             .unwrap();
         let d = store.describe();
         assert!(!d.contains("secret") && !d.contains("abc"), "{d}");
-        assert_eq!(d, "s3://bucket/p");
+        assert_eq!(d, "s3://***@bucket/p?token=***");
         assert!(!format!("{store:?}").contains("secret"));
         let mem = CheckpointStore::from_object_store(
             Arc::new(object_store::memory::InMemory::new()),
             "p",
             "s3://user:secret@bucket/p?token=abc",
         );
-        assert_eq!(mem.describe(), "s3://bucket/p");
+        assert_eq!(mem.describe(), "s3://***@bucket/p?token=***");
     }
 }
