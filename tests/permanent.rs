@@ -66,9 +66,10 @@ async fn refused_without_restart(w: &Workdir, want: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_too_large_to_publish_under_failure_handler_fail_exits_2_without_restart() {
     let t = topics("perm-large", 60).await;
-    // 10,380,902 bytes of data: over Pub/Sub's 10,000,000-byte request, which the emulator
-    // does not enforce, so it reaches the sink, which refuses it.
-    let row = serde_json::json!({"seq": 1, "pad": "x".repeat(10_380_902)});
+    // 10,600,000 bytes of data: over Pub/Sub's 10,485,760-byte publish request, which the
+    // emulator does not enforce (it accepts up to about 11 MB), so it reaches the sink,
+    // which refuses it.
+    let row = serde_json::json!({"seq": 1, "pad": "x".repeat(10_600_000)});
     pubsub_connector_core::admin::publish_all(
         &profile(),
         &t.input,
