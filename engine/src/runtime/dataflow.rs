@@ -19,7 +19,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::control::{Control, Report};
 use super::route::{split_by_key, Routed};
-use super::{ActivatorSlot, CoordEvent, Rows, SinkEvent, SourceEvent};
+use super::{ActivatorSlot, CoordEvent, Flow, Permits, Rows, SinkEvent, SourceEvent};
 use crate::spi::CheckpointBarrier;
 use crate::sql::PlannedQuery;
 
@@ -114,7 +114,9 @@ pub(crate) fn run_worker(
     start_epoch: u64,
     coordinator: UnboundedSender<CoordEvent>,
     flags: WorkerFlags,
+    flow: Arc<Flow>,
 ) {
+    let process = flow.process as u32;
     let probe: ProbeHandle<u64> = ProbeHandle::new();
     let index = worker.index();
     let ControlPlumbing {
@@ -233,6 +235,7 @@ pub(crate) fn run_worker(
                                             for (target, batch) in parts {
                                                 session.give(Routed {
                                                     target,
+                                                    origin: process,
                                                     rows: Rows {
                                                         batch,
                                                         permits: rows.permits.clone(),
@@ -261,9 +264,10 @@ pub(crate) fn run_worker(
                     timely::dataflow::channels::pact::Exchange::new(|r: &Routed| r.target),
                     sink,
                     &probe,
+                    flow.clone(),
                 );
             } else {
-                sink_operator(routed, Pipeline, sink, &probe);
+                sink_operator(routed, Pipeline, sink, &probe, flow.clone());
             }
         }
     });
@@ -334,6 +338,7 @@ fn sink_operator<'scope, P>(
     pact: P,
     sink: SinkPlumbing,
     probe: &ProbeHandle<u64>,
+    flow: Arc<Flow>,
 ) where
     P: timely::dataflow::channels::pact::ParallelizationContract<u64, Vec<Routed>>,
 {
@@ -361,7 +366,12 @@ fn sink_operator<'scope, P>(
                             held.insert(t, c);
                         }
                     }
-                    for r in data.drain(..) {
+                    for mut r in data.drain(..) {
+                        if r.origin != flow.process as u32 {
+                            // From another process: held here until the sink task took it.
+                            let n = r.rows.batch.num_rows() as u32;
+                            r.rows.permits = Permits::peer(flow.clone(), r.origin as usize, n);
+                        }
                         let _ = sink_tx.send(SinkEvent::Batch(r.rows));
                     }
                 });

@@ -18,6 +18,8 @@ use super::{Permits, Rows};
 #[derive(Clone)]
 pub(crate) struct Routed {
     pub target: u64,
+    /// The process that routed the rows.
+    pub origin: u32,
     /// Within a process the rows keep their back-pressure permits until the sink task
     /// took them; rows sent to another process give theirs back when serialized.
     pub rows: Rows,
@@ -71,6 +73,7 @@ pub(crate) fn split_by_key(
 #[derive(Serialize, Deserialize)]
 struct Wire {
     target: u64,
+    origin: u32,
     #[serde(with = "ipc_bytes")]
     ipc: Vec<u8>,
 }
@@ -88,6 +91,7 @@ impl Serialize for Routed {
         }
         Wire {
             target: self.target,
+            origin: self.origin,
             ipc,
         }
         .serialize(serializer)
@@ -106,6 +110,7 @@ impl<'de> Deserialize<'de> for Routed {
             .map_err(D::Error::custom)?;
         Ok(Routed {
             target: wire.target,
+            origin: wire.origin,
             rows: Rows {
                 batch,
                 permits: Arc::new(Permits::none()),
@@ -209,6 +214,7 @@ mod tests {
         let b = batch(vec![Some("x"), None, Some("y")]);
         let r = Routed {
             target: 2,
+            origin: 1,
             rows: Rows {
                 batch: b.clone(),
                 permits: Arc::new(Permits::none()),
@@ -216,7 +222,7 @@ mod tests {
         };
         let bytes = bincode::serialize(&r).unwrap();
         let back: Routed = bincode::deserialize(&bytes).unwrap();
-        assert_eq!(back.target, 2);
+        assert_eq!((back.target, back.origin), (2, 1));
         assert_eq!(back.rows.batch, b);
     }
 }
