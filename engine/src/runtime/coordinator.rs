@@ -202,8 +202,17 @@ pub async fn run_pipeline(
     };
 
     let (coord_tx, coord_rx) = mpsc::unbounded_channel();
+    let waker = WorkerWaker::default();
+    let (flow, acks_rx) = Flow::new(
+        process,
+        processes,
+        workers,
+        config.max_inflight_rows,
+        &metrics,
+        waker.clone(),
+    );
     let shared = JobShared {
-        flow: Flow::new(process, config.max_inflight_rows, &metrics),
+        flow,
         coordinator: coord_tx.clone(),
         aborted: Arc::new(AtomicBool::new(false)),
     };
@@ -376,7 +385,7 @@ pub async fn run_pipeline(
     let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
     per_worker[0].control.reports = Some(reports_rx);
     per_worker[0].control.to_process = Some(deliver_tx);
-    let waker = WorkerWaker::default();
+    per_worker[0].control.acks = Some(acks_rx);
     let wake_at_end = waker.clone();
     per_worker[0].control.waker = Some(waker.clone());
     let mut leader_rx = None;

@@ -133,7 +133,7 @@ impl Permits {
         })
     }
 
-    /// Holds nothing (rows just deserialized, before their sink operator counts them).
+    /// Holds nothing (rows just deserialized, before their sink operator takes them over).
     pub(crate) fn none() -> Self {
         Permits {
             count: 0,
@@ -150,7 +150,10 @@ impl Drop for Permits {
                 flow.local.add_permits(self.count as usize);
                 flow.release(self.count);
             }
-            Release::Peer { flow, origin: _ } => flow.release(self.count),
+            Release::Peer { flow, origin } => {
+                flow.release(self.count);
+                flow.ack(*origin, self.count);
+            }
         }
     }
 }

@@ -18,7 +18,9 @@ use super::{Permits, Rows};
 #[derive(Clone)]
 pub(crate) struct Routed {
     pub target: u64,
-    /// The process that routed the rows.
+    /// The process that routed the rows: rows from another process took one of its
+    /// credits at this process per row, which the sink operator here turns into permits
+    /// that ack the rows back to it (see `flow.rs`).
     pub origin: u32,
     /// Within a process the rows keep their back-pressure permits until the sink task
     /// took them; rows sent to another process give theirs back when serialized.

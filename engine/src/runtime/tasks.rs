@@ -170,7 +170,7 @@ mod tests {
                 .unwrap();
         let (coord, _events) = tokio::sync::mpsc::unbounded_channel();
         let shared = JobShared {
-            flow: crate::runtime::Flow::new(0, 10, &Default::default()),
+            flow: crate::runtime::Flow::new(0, 1, 1, 10, &Default::default(), Default::default()).0,
             coordinator: coord,
             aborted: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         };
