@@ -838,11 +838,22 @@ async fn rows_routed_to_a_slow_sink_on_another_process_stay_within_max_inflight_
         l.violations.lock().unwrap().first()
     );
     assert_eq!(zero.messages_acked + one.messages_acked, 2 * 1500);
-    assert_eq!(l.durable.lock().unwrap().len(), 2 * 1500, "every row is durable");
+    assert_eq!(
+        l.durable.lock().unwrap().len(),
+        2 * 1500,
+        "every row is durable"
+    );
     // Barriers passed the held rows: checkpoints completed while the bound was reached.
     assert!(zero.checkpoints_completed > 2, "{zero:?}");
     // Both processes' sinks wrote rows: some moved between the processes.
-    let writers: HashSet<usize> = l.writers.lock().unwrap().values().flatten().copied().collect();
+    let writers: HashSet<usize> = l
+        .writers
+        .lock()
+        .unwrap()
+        .values()
+        .flatten()
+        .copied()
+        .collect();
     assert_eq!(writers, HashSet::from([0, 1]));
     for (process, peak) in peaks.iter().enumerate() {
         assert!(
@@ -851,7 +862,11 @@ async fn rows_routed_to_a_slow_sink_on_another_process_stay_within_max_inflight_
         );
     }
     for m in &metrics {
-        assert_eq!(m.gauge_total(INFLIGHT_ROWS), 0, "every held row was released");
+        assert_eq!(
+            m.gauge_total(INFLIGHT_ROWS),
+            0,
+            "every held row was released"
+        );
     }
 }
 

@@ -242,9 +242,8 @@ pub(crate) fn run_worker(
                     Pipeline,
                     &format!("{}-route", sink.id),
                     move |_cap, info| {
-                        flow_r.register_router(
-                            worker_ref.sync_activator_for(info.address.to_vec()),
-                        );
+                        flow_r
+                            .register_router(worker_ref.sync_activator_for(info.address.to_vec()));
                         let mut failed = false;
                         let mut waiting: Vec<VecDeque<(Capability<u64>, Routed)>> =
                             (0..processes).map(|_| VecDeque::new()).collect();
@@ -259,7 +258,9 @@ pub(crate) fn run_worker(
                                 }
                             }
                             input.for_each(|cap, data| {
-                                let Some(cap) = cap.retain_least(0) else { return };
+                                let Some(cap) = cap.retain_least(0) else {
+                                    return;
+                                };
                                 let mut session = output.session(&cap);
                                 for rows in data.drain(..) {
                                     if failed {

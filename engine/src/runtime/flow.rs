@@ -136,7 +136,14 @@ mod tests {
     use super::*;
 
     fn shares(processes: usize, max: usize) -> (usize, u32, u32) {
-        let (f, _) = Flow::new(0, processes, 1, max, &Metrics::default(), Default::default());
+        let (f, _) = Flow::new(
+            0,
+            processes,
+            1,
+            max,
+            &Metrics::default(),
+            Default::default(),
+        );
         (f.local.available_permits(), f.local_max, f.window_max)
     }
 

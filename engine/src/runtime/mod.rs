@@ -22,8 +22,8 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 
 pub use cluster::read_hosts;
-pub(crate) use flow::Flow;
 pub use coordinator::{JobError, JobSummary, StopHandle};
+pub(crate) use flow::Flow;
 pub use leader::STOP_PROGRESS_LOG;
 pub use state::{CheckpointMetadata, CheckpointStore, JobRecord};
 
@@ -110,7 +110,10 @@ enum Release {
     /// Permits of this process's sources.
     Local(Arc<flow::Flow>),
     /// Rows that arrived from process `origin`.
-    Peer { flow: Arc<flow::Flow>, origin: usize },
+    Peer {
+        flow: Arc<flow::Flow>,
+        origin: usize,
+    },
 }
 
 impl Permits {

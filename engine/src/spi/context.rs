@@ -151,8 +151,10 @@ impl SourceContext {
 
 /// Builds row batches from message payloads and emits them into the dataflow.
 ///
-/// Emission is bounded: every emitted row holds one permit of a job-wide semaphore until
-/// the sink has taken the row, so a slow sink stalls `collect` instead of growing memory.
+/// Emission is bounded: every emitted row holds one permit of its process's share of
+/// `--max-inflight-rows` until a sink of this process took the row or it was sent to a
+/// process that gave credits for it (see `runtime/flow.rs`), so a slow sink anywhere
+/// stalls `collect` instead of growing memory.
 pub struct SourceCollector {
     pub(crate) out_schema: SchemaRef,
     pub(crate) tx: std::sync::mpsc::Sender<SourceEvent>,
