@@ -6,6 +6,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::*;
@@ -72,6 +73,8 @@ async fn two_processes_of_two_workers_agree_on_checkpoints_route_by_key_and_lose
     );
     let w = Workdir::new(&sql);
     let (hosts, _) = hosts_file(w.dir.path(), 2);
+    // A bound far below the input: the credits of rows routed between the processes
+    // (decision 0021) run out and come back many times over, and nothing deadlocks.
     let args = [
         "--workers",
         "2",
@@ -79,12 +82,36 @@ async fn two_processes_of_two_workers_agree_on_checkpoints_route_by_key_and_lose
         "1s",
         "--stop-when-idle",
         "3s",
+        "--max-inflight-rows",
+        "512",
     ];
-    let p0 = spawn_process(&w, &hosts, 2, 0, &args);
-    let p1 = spawn_process(&w, &hosts, 2, 1, &args);
+    let metrics: Vec<String> = (0..2)
+        .map(|_| format!("127.0.0.1:{}", closed_port()))
+        .collect();
+    let with_metrics = |p: usize| {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["--metrics-addr", &metrics[p]]);
+        spawn_process(&w, &hosts, 2, p, &a)
+    };
+    let (p0, p1) = (with_metrics(0), with_metrics(1));
+    let peaks = Arc::new(Mutex::new(vec![0; 2]));
+    let watch = tokio::spawn(watch_peaks(metrics.clone(), peaks.clone()));
     let ((c0, out0, err0), (c1, out1, err1)) = tokio::join!(finish(p0, LIMIT), finish(p1, LIMIT));
     assert_eq!(c0, 0, "process 0 stderr: {err0}");
     assert_eq!(c1, 0, "process 1 stderr: {err1}");
+    watch.abort();
+    let peaks = peaks.lock().unwrap().clone();
+    eprintln!("inflight_rows_peak per process: {peaks:?} (--max-inflight-rows 512)");
+    for (p, peak) in peaks.iter().enumerate() {
+        assert!(
+            *peak > 0,
+            "process {p}'s inflight_rows_peak was never scraped"
+        );
+        assert!(
+            *peak <= 512,
+            "process {p} held {peak} rows, --max-inflight-rows 512"
+        );
+    }
     // Both processes took part: each read, wrote and acknowledged, and each saw every
     // checkpoint commit (the leader decides; both count the same commits).
     for (name, out) in [("process 0", &out0), ("process 1", &out1)] {
@@ -150,6 +177,36 @@ async fn a_process_that_cannot_reach_its_peer_fails_naming_host_and_port() {
         err.contains(&format!("for process 1 ({}) to connect", addrs[1])),
         "{err}"
     );
+}
+
+/// Scrapes every process's `/metrics` every 50 ms until aborted, keeping each one's
+/// highest `pubsub_connector_inflight_rows_peak` in `peaks`.
+async fn watch_peaks(addrs: Vec<String>, peaks: Arc<Mutex<Vec<u64>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        for (p, addr) in addrs.iter().enumerate() {
+            let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+                continue;
+            };
+            let get = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            let mut body = String::new();
+            if s.write_all(get.as_bytes()).await.is_err()
+                || tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body))
+                    .await
+                    .is_err()
+            {
+                continue;
+            }
+            let peak = body
+                .lines()
+                .filter(|l| l.starts_with("pubsub_connector_inflight_rows_peak{"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .fold(0.0, f64::max) as u64;
+            let mut peaks = peaks.lock().unwrap();
+            peaks[p] = peaks[p].max(peak);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The number right after `label` in `line`.

@@ -7,8 +7,8 @@ use pubsub_connector_core::dead_letter::DEAD_LETTERS_PUBLISHED;
 use pubsub_connector_core::sink::metrics as sink;
 use pubsub_connector_core::source as src;
 use pubsub_engine::{
-    CHECKPOINTS_COMPLETED, CHECKPOINT_DURATION_MS, LAST_COMPLETED_EPOCH, MESSAGES_ACKED,
-    MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
+    CHECKPOINTS_COMPLETED, CHECKPOINT_DURATION_MS, INFLIGHT_ROWS, INFLIGHT_ROWS_PEAK,
+    LAST_COMPLETED_EPOCH, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 
 /// Whether a metric is a counter (only goes up) or a gauge.
@@ -102,6 +102,8 @@ pub const CATALOG: &[(&str, Described)] = &[
     (CHECKPOINTS_COMPLETED, d(Counter, "checkpoints_completed", None, "Checkpoints whose commit reached this process.")),
     (LAST_COMPLETED_EPOCH, d(Gauge, "last_completed_epoch", None, "Epoch of the last completed checkpoint, restored or new (0: none).")),
     (CHECKPOINT_DURATION_MS, d(Gauge, "checkpoint_duration", Some("ms"), "Milliseconds from the last completed checkpoint's barrier to its commit on this process.")),
+    (INFLIGHT_ROWS, d(Gauge, "inflight_rows", None, "Rows this process holds: read by its sources and not yet taken by a sink or sent on, plus rows routed here from other processes (bounded by --max-inflight-rows).")),
+    (INFLIGHT_ROWS_PEAK, d(Gauge, "inflight_rows_peak", None, "The highest inflight_rows of this process since it started.")),
 ];
 
 /// The description of engine metric `name`, or `None` for one the catalog does not know

@@ -94,6 +94,10 @@ struct MemTable {
     /// Source: `prepare_source` records the decision `{"start": n}`, n counting the starts
     /// that recorded one.
     record_decision: bool,
+    /// Sink: every batch takes this long to write (a slow sink).
+    batch_delay_ms: u64,
+    /// Sink: only this subtask is slow (default: every one).
+    slow_subtask: Option<usize>,
 }
 
 struct MemoryConnector;
@@ -132,6 +136,8 @@ impl Connector for MemoryConnector {
             "fail-prepare",
             "prepare-waits-for",
             "record-decision",
+            "batch-delay-ms",
+            "slow-subtask",
         ]
     }
     fn prepare_source(
@@ -214,6 +220,8 @@ impl Connector for MemoryConnector {
             fail_prepare: o.pull_opt_str("fail-prepare")?,
             prepare_waits_for: o.pull_opt_str("prepare-waits-for")?,
             record_decision: o.pull_opt_bool("record-decision")?.unwrap_or(false),
+            batch_delay_ms: o.pull_opt_u64("batch-delay-ms")?.unwrap_or(0),
+            slow_subtask: o.pull_opt_u64("slow-subtask")?.map(|s| s as usize),
         };
         let table = MemTable {
             trace: o
@@ -235,6 +243,8 @@ impl Connector for MemoryConnector {
                 pending: Vec::new(),
                 fail_from: t.fail_from_epoch,
                 hang_from: t.hang_from_epoch,
+                batch_delay: Duration::from_millis(t.batch_delay_ms),
+                slow_subtask: t.slow_subtask,
             }))
         } else {
             let sinks = if t.durable_in.is_empty() {
@@ -343,6 +353,8 @@ struct MemSink {
     pending: Vec<i64>,
     fail_from: u64,
     hang_from: u64,
+    batch_delay: Duration,
+    slow_subtask: Option<usize>,
 }
 
 #[async_trait]
@@ -355,6 +367,12 @@ impl ArrowOperator for MemSink {
         batch: RecordBatch,
         ctx: &mut OperatorContext,
     ) -> anyhow::Result<()> {
+        let slow = self
+            .slow_subtask
+            .is_none_or(|s| s == ctx.task_info.task_index);
+        if slow && !self.batch_delay.is_zero() {
+            tokio::time::sleep(self.batch_delay).await;
+        }
         if let Some(keys) = batch
             .column_by_name("k")
             .and_then(|c| c.as_any().downcast_ref::<arrow::array::StringArray>())
@@ -766,6 +784,90 @@ async fn rows_with_one_key_are_written_by_one_sink_subtask() {
         used.len() > 1,
         "all keys landed on one subtask: {writers:?}"
     );
+}
+
+/// Issue 16, finding 11: rows routed to another process count against that process's
+/// `max_inflight_rows` until its sink took them. Process 1's sink is slow (a fake delay
+/// per batch), process 0's is not and its source emits far faster: before the fix process
+/// 0 released the permits of rows routed to process 1 when it sent them, and process 1
+/// held every row process 0 sent it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_routed_to_a_slow_sink_on_another_process_stay_within_max_inflight_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts: Vec<String> = (0..2)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+        })
+        .collect();
+    let sql = "CREATE TABLE src (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'slowroute', 'rows' = '1500');
+         CREATE TABLE dst (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'slowroute', 'route-by' = 'k', 'batch-delay-ms' = '5', 'slow-subtask' = '1');
+         INSERT INTO dst SELECT seq, k FROM src;";
+    const MAX: u64 = 100;
+    let metrics = [Metrics::default(), Metrics::default()];
+    let run = |process: usize| {
+        let cfg = RuntimeConfig {
+            workers: 1,
+            max_inflight_rows: MAX as usize,
+            metrics: metrics[process].clone(),
+            cluster: Some(pubsub_engine::runtime::ClusterConfig {
+                process,
+                hosts: hosts.clone(),
+                connect_timeout: Duration::from_secs(60),
+            }),
+            ..config(dir.path())
+        };
+        tokio::spawn(run_pipeline(plan(sql).unwrap(), cfg, StopHandle::new()))
+    };
+    let (one, zero) = (run(1), run(0));
+    let (zero, one) = tokio::time::timeout(Duration::from_secs(300), async {
+        (zero.await.unwrap(), one.await.unwrap())
+    })
+    .await
+    .expect("the cluster must end by itself");
+    let (zero, one) = (zero.unwrap(), one.unwrap());
+    let peaks: Vec<u64> = metrics
+        .iter()
+        .map(|m| m.gauge_total(INFLIGHT_ROWS_PEAK))
+        .collect();
+    eprintln!("inflight_rows_peak per process: {peaks:?} (max_inflight_rows {MAX})");
+    let l = log("slowroute");
+    assert!(
+        l.violations.lock().unwrap().is_empty(),
+        "{:?}",
+        l.violations.lock().unwrap().first()
+    );
+    assert_eq!(zero.messages_acked + one.messages_acked, 2 * 1500);
+    assert_eq!(
+        l.durable.lock().unwrap().len(),
+        2 * 1500,
+        "every row is durable"
+    );
+    // Barriers passed the held rows: checkpoints completed while the bound was reached.
+    assert!(zero.checkpoints_completed > 2, "{zero:?}");
+    // Both processes' sinks wrote rows: some moved between the processes.
+    let writers: HashSet<usize> = l
+        .writers
+        .lock()
+        .unwrap()
+        .values()
+        .flatten()
+        .copied()
+        .collect();
+    assert_eq!(writers, HashSet::from([0, 1]));
+    for (process, peak) in peaks.iter().enumerate() {
+        assert!(
+            *peak <= MAX,
+            "process {process} held {peak} rows, max_inflight_rows is {MAX}"
+        );
+    }
+    for m in &metrics {
+        assert_eq!(
+            m.gauge_total(INFLIGHT_ROWS),
+            0,
+            "every held row was released"
+        );
+    }
 }
 
 /// The `OnStart` events of `events`, sorted; panics naming any other event.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use tokio::sync::mpsc;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 use super::cluster::{self, Shape};
 use super::dataflow::{
@@ -22,7 +22,7 @@ use super::leader::Leader;
 use super::process::{LocalTasks, ProcessCoordinator};
 use super::state::{CheckpointMetadata, CheckpointStore};
 use super::tasks::{run_sink, run_source};
-use super::{ActivatorSlot, CoordEvent, JobShared, RuntimeConfig};
+use super::{ActivatorSlot, CoordEvent, Flow, JobShared, RuntimeConfig};
 use crate::spi::{
     ConstructedOperator, OperatorContext, OperatorState, PrepareContext, PullState,
     SourceCollector, SourceContext, TaskInfo, CHECKPOINTS_COMPLETED, MESSAGES_ACKED,
@@ -202,9 +202,17 @@ pub async fn run_pipeline(
     };
 
     let (coord_tx, coord_rx) = mpsc::unbounded_channel();
-    let max_permits = config.max_inflight_rows.clamp(1, u32::MAX as usize / 2);
+    let waker = WorkerWaker::default();
+    let (flow, acks_rx) = Flow::new(
+        process,
+        processes,
+        workers,
+        config.max_inflight_rows,
+        &metrics,
+        waker.clone(),
+    );
     let shared = JobShared {
-        permits: Arc::new(Semaphore::new(max_permits)),
+        flow,
         coordinator: coord_tx.clone(),
         aborted: Arc::new(AtomicBool::new(false)),
     };
@@ -294,8 +302,7 @@ pub async fn run_pipeline(
                 out_schema,
                 source_tx,
                 source_activator.clone(),
-                shared.permits.clone(),
-                max_permits as u32,
+                shared.flow.clone(),
                 pull_state,
             );
             local.sources.push(((src_id.clone(), g), control_tx));
@@ -378,7 +385,7 @@ pub async fn run_pipeline(
     let (deliver_tx, deliver_rx) = mpsc::unbounded_channel();
     per_worker[0].control.reports = Some(reports_rx);
     per_worker[0].control.to_process = Some(deliver_tx);
-    let waker = WorkerWaker::default();
+    per_worker[0].control.acks = Some(acks_rx);
     let wake_at_end = waker.clone();
     per_worker[0].control.waker = Some(waker.clone());
     let mut leader_rx = None;
@@ -411,6 +418,7 @@ pub async fn run_pipeline(
     let timely_thread = {
         let flags = flags.clone();
         let coord = coord_tx.clone();
+        let flow = shared.flow.clone();
         std::thread::Builder::new()
             .name("timely".into())
             .spawn(move || {
@@ -425,7 +433,14 @@ pub async fn run_pipeline(
                             .take()
                             .expect("each worker takes its plumbing once");
                         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            run_worker(worker, plumbing, start_epoch, coord.clone(), flags.clone())
+                            run_worker(
+                                worker,
+                                plumbing,
+                                start_epoch,
+                                coord.clone(),
+                                flags.clone(),
+                                flow.clone(),
+                            )
                         }));
                         if let Err(panic) = run {
                             let _ = coord.send(CoordEvent::TaskFailed {

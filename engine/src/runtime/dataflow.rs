@@ -3,12 +3,13 @@
 //! made the epoch durable, and a control dataflow that broadcasts the leader's decisions
 //! and carries every process's reports to the leader.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use arrow::array::RecordBatch;
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::generic::operator::{source, Operator};
@@ -19,7 +20,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::control::{Control, Report};
 use super::route::{split_by_key, Routed};
-use super::{ActivatorSlot, CoordEvent, Rows, SinkEvent, SourceEvent};
+use super::{ActivatorSlot, CoordEvent, Flow, Permits, Rows, SinkEvent, SourceEvent};
 use crate::spi::CheckpointBarrier;
 use crate::sql::PlannedQuery;
 
@@ -57,6 +58,9 @@ pub(crate) struct ControlPlumbing {
     /// First worker of each process: registers its thread so that a new decision or
     /// report wakes it at once instead of after its park timeout.
     pub waker: Option<WorkerWaker>,
+    /// First worker of each process: (origin process, rows) its sinks took from other
+    /// processes, to send back to their origin as credits (see `flow.rs`).
+    pub acks: Option<Receiver<(usize, u32)>>,
 }
 
 /// Wakes a parked Timely worker thread (Timely parks with `std::thread::park_timeout`).
@@ -106,15 +110,19 @@ const ABORT_FLUSH: Duration = Duration::from_millis(300);
 /// made it durable.
 ///
 /// Control: decisions fed on global worker 0 are broadcast to every worker; reports fed
-/// on each process's first worker are exchanged to worker 0. Each input's time advances
-/// after every send only to push the data out: their progress means nothing.
+/// on each process's first worker are exchanged to worker 0; acks of routed rows fed on
+/// each process's first worker go to the first worker of the rows' origin process. Each
+/// input's time advances after every send only to push the data out: their progress
+/// means nothing.
 pub(crate) fn run_worker(
     worker: &mut timely::worker::Worker,
     plumbing: WorkerPlumbing,
     start_epoch: u64,
     coordinator: UnboundedSender<CoordEvent>,
     flags: WorkerFlags,
+    flow: Arc<Flow>,
 ) {
+    let process = flow.process as u32;
     let probe: ProbeHandle<u64> = ProbeHandle::new();
     let index = worker.index();
     let ControlPlumbing {
@@ -123,11 +131,12 @@ pub(crate) fn run_worker(
         reports,
         to_process,
         waker,
+        acks,
     } = plumbing.control;
     if let Some(w) = &waker {
         let _ = w.0.set(std::thread::current());
     }
-    let (mut decision_in, mut report_in) = worker.dataflow::<u64, _, _>(|scope| {
+    let (mut decision_in, mut report_in, mut ack_in) = worker.dataflow::<u64, _, _>(|scope| {
         let (decision_in, decisions_stream) = scope.new_input::<Control>();
         decisions_stream
             .broadcast()
@@ -154,7 +163,20 @@ pub(crate) fn run_worker(
                 });
             },
         );
-        (Some(decision_in), Some(report_in))
+        // (origin process, acking process, rows) to the origin's first worker.
+        let (ack_in, acks_stream) = scope.new_input::<(u64, u64, u64)>();
+        let workers = flow.workers as u64;
+        let credited = flow.clone();
+        acks_stream
+            .exchange(move |a: &(u64, u64, u64)| a.0 * workers)
+            .sink(Pipeline, "control-acks", move |(input, _)| {
+                input.for_each(|_, data| {
+                    for (_, from, n) in data.drain(..) {
+                        credited.credit(from as usize, n as u32);
+                    }
+                });
+            });
+        (Some(decision_in), Some(report_in), Some(ack_in))
     });
     // Inputs this worker never feeds are closed at once.
     if decisions.is_none() {
@@ -162,6 +184,9 @@ pub(crate) fn run_worker(
     }
     if reports.is_none() {
         report_in = None;
+    }
+    if acks.is_none() {
+        ack_in = None;
     }
     worker.dataflow::<u64, _, _>(|scope| {
         let mut streams = Vec::new();
@@ -205,16 +230,37 @@ pub(crate) fn run_worker(
             let op_id = sink.id.clone();
             let query = sink.query.clone();
             let coord = coordinator.clone();
-            // Project in the reading worker, and pick the sink subtask of each row.
+            // Project in the reading worker, and pick the sink subtask of each row. Rows
+            // for another process go once it gave credits for them (`flow.rs`); until
+            // then they wait here, in order, holding their epoch's capability.
+            let flow_r = flow.clone();
+            let worker_ref = scope.worker();
+            let processes = (peers as usize).div_ceil(flow.workers);
             let routed = streams[sink.source_index]
                 .clone()
                 .unary::<CapacityContainerBuilder<Vec<Routed>>, _, _, _>(
                     Pipeline,
                     &format!("{}-route", sink.id),
-                    move |_cap, _info| {
+                    move |_cap, info| {
+                        flow_r
+                            .register_router(worker_ref.sync_activator_for(info.address.to_vec()));
                         let mut failed = false;
+                        let mut waiting: Vec<VecDeque<(Capability<u64>, Routed)>> =
+                            (0..processes).map(|_| VecDeque::new()).collect();
                         move |input, output| {
+                            for (to, queue) in waiting.iter_mut().enumerate() {
+                                while let Some((_, r)) = queue.front() {
+                                    if !flow_r.try_send(to, r.rows.batch.num_rows() as u32) {
+                                        break;
+                                    }
+                                    let (cap, r) = queue.pop_front().expect("front exists");
+                                    output.session(&cap).give(r);
+                                }
+                            }
                             input.for_each(|cap, data| {
+                                let Some(cap) = cap.retain_least(0) else {
+                                    return;
+                                };
                                 let mut session = output.session(&cap);
                                 for rows in data.drain(..) {
                                     if failed {
@@ -228,18 +274,8 @@ pub(crate) fn run_worker(
                                             None => Ok(vec![(index as u64, batch)]),
                                         }
                                     });
-                                    match parts {
-                                        Ok(parts) => {
-                                            for (target, batch) in parts {
-                                                session.give(Routed {
-                                                    target,
-                                                    rows: Rows {
-                                                        batch,
-                                                        permits: rows.permits.clone(),
-                                                    },
-                                                });
-                                            }
-                                        }
+                                    let parts = match parts {
+                                        Ok(parts) => parts,
                                         Err(e) => {
                                             failed = true;
                                             let _ = coord.send(CoordEvent::TaskFailed {
@@ -248,6 +284,30 @@ pub(crate) fn run_worker(
                                                 error: format!("{e:#}"),
                                                 permanent: crate::restart_cannot_fix(&e),
                                             });
+                                            continue;
+                                        }
+                                    };
+                                    for (target, batch) in parts {
+                                        let to = flow_r.process_of(target);
+                                        let routed = |batch| Routed {
+                                            target,
+                                            origin: process,
+                                            rows: Rows {
+                                                batch,
+                                                permits: rows.permits.clone(),
+                                            },
+                                        };
+                                        if to == flow_r.process {
+                                            session.give(routed(batch));
+                                            continue;
+                                        }
+                                        for part in slices(&batch, flow_r.window_max as usize) {
+                                            let n = part.num_rows() as u32;
+                                            if waiting[to].is_empty() && flow_r.try_send(to, n) {
+                                                session.give(routed(part));
+                                            } else {
+                                                waiting[to].push_back((cap.clone(), routed(part)));
+                                            }
                                         }
                                     }
                                 }
@@ -261,9 +321,10 @@ pub(crate) fn run_worker(
                     timely::dataflow::channels::pact::Exchange::new(|r: &Routed| r.target),
                     sink,
                     &probe,
+                    flow.clone(),
                 );
             } else {
-                sink_operator(routed, Pipeline, sink, &probe);
+                sink_operator(routed, Pipeline, sink, &probe, flow.clone());
             }
         }
     });
@@ -297,6 +358,19 @@ pub(crate) fn run_worker(
                 input.advance_to(next);
             }
         }
+        if let (Some(rx), Some(input)) = (&acks, ack_in.as_mut()) {
+            let mut by_origin: BTreeMap<usize, u64> = BTreeMap::new();
+            while let Ok((origin, n)) = rx.try_recv() {
+                *by_origin.entry(origin).or_default() += n as u64;
+            }
+            if !by_origin.is_empty() {
+                for (origin, n) in by_origin {
+                    input.send((origin as u64, flow.process as u64, n));
+                }
+                let next = *input.time() + 1;
+                input.advance_to(next);
+            }
+        }
         if flags.abort.load(Ordering::Acquire) {
             let since = *aborting.get_or_insert_with(Instant::now);
             if since.elapsed() >= ABORT_FLUSH || !flags.cluster {
@@ -311,18 +385,35 @@ pub(crate) fn run_worker(
             if flags.done.load(Ordering::Acquire) {
                 decision_in = None;
                 report_in = None;
+                ack_in = None;
             }
             let frontier = probe.with_frontier(|f| f.first().copied());
             if index == 0 && reported != Some(frontier) {
                 let _ = coordinator.send(CoordEvent::Frontier(frontier));
                 reported = Some(frontier);
             }
-            if frontier.is_none() && decision_in.is_none() && report_in.is_none() {
+            if frontier.is_none()
+                && decision_in.is_none()
+                && report_in.is_none()
+                && ack_in.is_none()
+            {
                 break;
             }
         }
         worker.step_or_park(Some(Duration::from_millis(10)));
     }
+}
+
+/// `batch` in slices of at most `max` rows (zero-copy).
+fn slices(batch: &RecordBatch, max: usize) -> Vec<RecordBatch> {
+    let max = max.max(1);
+    if batch.num_rows() <= max {
+        return vec![batch.clone()];
+    }
+    (0..batch.num_rows())
+        .step_by(max)
+        .map(|o| batch.slice(o, max.min(batch.num_rows() - o)))
+        .collect()
 }
 
 /// The sink operator of one query on one worker: forwards rows to its sink task, holds
@@ -334,6 +425,7 @@ fn sink_operator<'scope, P>(
     pact: P,
     sink: SinkPlumbing,
     probe: &ProbeHandle<u64>,
+    flow: Arc<Flow>,
 ) where
     P: timely::dataflow::channels::pact::ParallelizationContract<u64, Vec<Routed>>,
 {
@@ -361,7 +453,13 @@ fn sink_operator<'scope, P>(
                             held.insert(t, c);
                         }
                     }
-                    for r in data.drain(..) {
+                    for mut r in data.drain(..) {
+                        if r.origin != flow.process as u32 {
+                            // From another process: held here until the sink task took it,
+                            // then its credits go back to the origin.
+                            let n = r.rows.batch.num_rows() as u32;
+                            r.rows.permits = Permits::peer(flow.clone(), r.origin as usize, n);
+                        }
                         let _ = sink_tx.send(SinkEvent::Batch(r.rows));
                     }
                 });

@@ -7,6 +7,7 @@ mod cluster;
 mod control;
 mod coordinator;
 mod dataflow;
+mod flow;
 mod job_log;
 mod leader;
 mod peer_panic;
@@ -22,6 +23,7 @@ use arrow::array::RecordBatch;
 
 pub use cluster::read_hosts;
 pub use coordinator::{JobError, JobSummary, StopHandle};
+pub(crate) use flow::Flow;
 pub use leader::STOP_PROGRESS_LOG;
 pub use state::{CheckpointMetadata, CheckpointStore, JobRecord};
 
@@ -41,7 +43,8 @@ pub struct RuntimeConfig {
     pub cluster: Option<ClusterConfig>,
     /// Stop gracefully once no source received a message for this long.
     pub stop_when_idle: Option<Duration>,
-    /// Rows emitted by sources and not yet taken by sinks, job-wide (back-pressure bound).
+    /// Rows one process holds: emitted by its sources and not yet taken by a sink, plus
+    /// rows received from other processes (back-pressure bound, see `flow.rs`).
     pub max_inflight_rows: usize,
     /// How long a graceful stop may go without progress (extended while the final
     /// checkpoint advances), and the bound on the close of every task.
@@ -96,30 +99,65 @@ pub struct Rows {
     pub permits: Arc<Permits>,
 }
 
-/// Back-pressure permits taken from the job-wide pool; given back on drop.
+/// Back-pressure permits rows hold (see `flow.rs`); given back on drop.
 pub struct Permits {
-    pool: Arc<tokio::sync::Semaphore>,
     count: u32,
+    release: Release,
+}
+
+enum Release {
+    Nothing,
+    /// Permits of this process's sources.
+    Local(Arc<flow::Flow>),
+    /// Rows that arrived from process `origin`.
+    Peer {
+        flow: Arc<flow::Flow>,
+        origin: usize,
+    },
 }
 
 impl Permits {
-    pub(crate) fn new(pool: Arc<tokio::sync::Semaphore>, count: u32) -> Arc<Self> {
-        Arc::new(Permits { pool, count })
+    /// `count` permits the caller took from `flow.local` (and forgot).
+    pub(crate) fn local(flow: Arc<flow::Flow>, count: u32) -> Arc<Self> {
+        flow.hold(count);
+        Arc::new(Permits {
+            count,
+            release: Release::Local(flow),
+        })
     }
 
-    /// Holds nothing: rows that arrived from another process (theirs were given back
-    /// there when the rows were serialized).
+    /// `count` rows that arrived from process `origin`, held by this process until the
+    /// sink task took them.
+    pub(crate) fn peer(flow: Arc<flow::Flow>, origin: usize, count: u32) -> Arc<Self> {
+        flow.hold(count);
+        Arc::new(Permits {
+            count,
+            release: Release::Peer { flow, origin },
+        })
+    }
+
+    /// Holds nothing (rows just deserialized, before their sink operator takes them over).
     pub(crate) fn none() -> Self {
         Permits {
-            pool: Arc::new(tokio::sync::Semaphore::new(0)),
             count: 0,
+            release: Release::Nothing,
         }
     }
 }
 
 impl Drop for Permits {
     fn drop(&mut self) {
-        self.pool.add_permits(self.count as usize);
+        match &self.release {
+            Release::Nothing => {}
+            Release::Local(flow) => {
+                flow.local.add_permits(self.count as usize);
+                flow.release(self.count);
+            }
+            Release::Peer { flow, origin } => {
+                flow.release(self.count);
+                flow.ack(*origin, self.count);
+            }
+        }
     }
 }
 
@@ -186,7 +224,7 @@ pub(crate) fn activate(slot: &ActivatorSlot) {
 /// Shared by everything in one job.
 #[derive(Clone)]
 pub(crate) struct JobShared {
-    pub permits: Arc<tokio::sync::Semaphore>,
+    pub flow: Arc<flow::Flow>,
     pub coordinator: tokio::sync::mpsc::UnboundedSender<CoordEvent>,
     /// Set when the job fails: workers drop their dataflows, sinks skip queued rows.
     pub aborted: Arc<std::sync::atomic::AtomicBool>,
@@ -198,7 +236,7 @@ impl JobShared {
     pub fn abort(&self) {
         self.aborted
             .store(true, std::sync::atomic::Ordering::Release);
-        self.permits.close();
+        self.flow.local.close();
     }
 
     pub fn is_aborted(&self) -> bool {

@@ -18,6 +18,10 @@ use super::{Permits, Rows};
 #[derive(Clone)]
 pub(crate) struct Routed {
     pub target: u64,
+    /// The process that routed the rows: rows from another process took one of its
+    /// credits at this process per row, which the sink operator here turns into permits
+    /// that ack the rows back to it (see `flow.rs`).
+    pub origin: u32,
     /// Within a process the rows keep their back-pressure permits until the sink task
     /// took them; rows sent to another process give theirs back when serialized.
     pub rows: Rows,
@@ -71,6 +75,7 @@ pub(crate) fn split_by_key(
 #[derive(Serialize, Deserialize)]
 struct Wire {
     target: u64,
+    origin: u32,
     #[serde(with = "ipc_bytes")]
     ipc: Vec<u8>,
 }
@@ -88,6 +93,7 @@ impl Serialize for Routed {
         }
         Wire {
             target: self.target,
+            origin: self.origin,
             ipc,
         }
         .serialize(serializer)
@@ -106,6 +112,7 @@ impl<'de> Deserialize<'de> for Routed {
             .map_err(D::Error::custom)?;
         Ok(Routed {
             target: wire.target,
+            origin: wire.origin,
             rows: Rows {
                 batch,
                 permits: Arc::new(Permits::none()),
@@ -209,6 +216,7 @@ mod tests {
         let b = batch(vec![Some("x"), None, Some("y")]);
         let r = Routed {
             target: 2,
+            origin: 1,
             rows: Rows {
                 batch: b.clone(),
                 permits: Arc::new(Permits::none()),
@@ -216,7 +224,7 @@ mod tests {
         };
         let bytes = bincode::serialize(&r).unwrap();
         let back: Routed = bincode::deserialize(&bytes).unwrap();
-        assert_eq!(back.target, 2);
+        assert_eq!((back.target, back.origin), (2, 1));
         assert_eq!(back.rows.batch, b);
     }
 }

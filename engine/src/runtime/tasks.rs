@@ -170,7 +170,7 @@ mod tests {
                 .unwrap();
         let (coord, _events) = tokio::sync::mpsc::unbounded_channel();
         let shared = JobShared {
-            permits: Arc::new(tokio::sync::Semaphore::new(10)),
+            flow: crate::runtime::Flow::new(0, 1, 1, 10, &Default::default(), Default::default()).0,
             coordinator: coord,
             aborted: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         };

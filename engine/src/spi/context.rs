@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use serde_json::Value;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 
 use super::metrics::{Counter, Gauge, Metrics};
 use super::types::{CheckpointBarrier, ConnectionSchema, ControlMessage, TaskInfo};
@@ -151,14 +151,15 @@ impl SourceContext {
 
 /// Builds row batches from message payloads and emits them into the dataflow.
 ///
-/// Emission is bounded: every emitted row holds one permit of a job-wide semaphore until
-/// the sink has taken the row, so a slow sink stalls `collect` instead of growing memory.
+/// Emission is bounded: every emitted row holds one permit of its process's share of
+/// `--max-inflight-rows` until a sink of this process took the row or it was sent to a
+/// process that gave credits for it (see `runtime/flow.rs`), so a slow sink anywhere
+/// stalls `collect` instead of growing memory.
 pub struct SourceCollector {
     pub(crate) out_schema: SchemaRef,
     pub(crate) tx: std::sync::mpsc::Sender<SourceEvent>,
     pub(crate) activator: Arc<Mutex<Option<timely::scheduling::SyncActivator>>>,
-    pub(crate) permits: Arc<Semaphore>,
-    pub(crate) max_permits: u32,
+    pub(crate) flow: Arc<crate::runtime::Flow>,
     pub(crate) pull_state: Arc<PullState>,
     deserializer: Option<Deserializer>,
     batch_size: usize,
@@ -171,16 +172,14 @@ impl SourceCollector {
         out_schema: SchemaRef,
         tx: std::sync::mpsc::Sender<SourceEvent>,
         activator: Arc<Mutex<Option<timely::scheduling::SyncActivator>>>,
-        permits: Arc<Semaphore>,
-        max_permits: u32,
+        flow: Arc<crate::runtime::Flow>,
         pull_state: Arc<PullState>,
     ) -> Self {
         SourceCollector {
             out_schema,
             tx,
             activator,
-            permits,
-            max_permits,
+            flow,
             pull_state,
             deserializer: None,
             batch_size: 512,
@@ -272,17 +271,31 @@ impl SourceCollector {
         }
     }
 
-    /// Emits a batch into the dataflow, waiting for back-pressure permits first.
+    /// Emits a batch into the dataflow, waiting for back-pressure permits first (one per
+    /// row; a batch larger than the process's share is emitted in slices).
     pub async fn collect(&mut self, batch: RecordBatch) -> anyhow::Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
+        let max = self.flow.local_max as usize;
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let len = (batch.num_rows() - offset).min(max);
+            let part = if len == batch.num_rows() {
+                batch.clone()
+            } else {
+                batch.slice(offset, len)
+            };
+            self.collect_part(part).await?;
+            offset += len;
         }
-        let want = (batch.num_rows() as u32).min(self.max_permits).max(1);
+        Ok(())
+    }
+
+    async fn collect_part(&mut self, batch: RecordBatch) -> anyhow::Result<()> {
+        let want = batch.num_rows() as u32;
         // Waiting for back-pressure is not idleness (see `PullState`).
         self.pull_state
             .blocked
             .store(true, std::sync::atomic::Ordering::Release);
-        let permit = self.permits.acquire_many(want).await;
+        let permit = self.flow.local.acquire_many(want).await;
         self.pull_state
             .blocked
             .store(false, std::sync::atomic::Ordering::Release);
@@ -290,7 +303,7 @@ impl SourceCollector {
         permit.forget();
         self.send(SourceEvent::Batch(Rows {
             batch,
-            permits: crate::runtime::Permits::new(self.permits.clone(), want),
+            permits: crate::runtime::Permits::local(self.flow.clone(), want),
         }))
     }
 

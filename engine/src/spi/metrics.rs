@@ -23,6 +23,12 @@ pub const LAST_COMPLETED_EPOCH: &str = "last_completed_epoch";
 /// Runtime gauge: milliseconds from the last completed checkpoint's barrier to its commit,
 /// as seen by this process.
 pub const CHECKPOINT_DURATION_MS: &str = "checkpoint_duration_ms";
+/// Runtime gauge: rows this process holds now: emitted by its sources and not yet taken
+/// by a sink or sent to another process, plus rows received from other processes and not
+/// yet taken by a sink (bounded by `--max-inflight-rows`).
+pub const INFLIGHT_ROWS: &str = "inflight_rows";
+/// Runtime gauge: the highest [`INFLIGHT_ROWS`] of this process since it started.
+pub const INFLIGHT_ROWS_PEAK: &str = "inflight_rows_peak";
 
 /// One value of a registry at the time it was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +65,18 @@ impl Gauge {
     }
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
+    }
+    /// Adds `n`; returns the new value.
+    pub fn add(&self, n: u64) -> u64 {
+        self.0.fetch_add(n, Ordering::Relaxed) + n
+    }
+    /// Subtracts `n` (which an earlier `add` added).
+    pub fn sub(&self, n: u64) {
+        self.0.fetch_sub(n, Ordering::Relaxed);
+    }
+    /// Raises the value to `v` if it is lower (a high-water mark).
+    pub fn raise_to(&self, v: u64) {
+        self.0.fetch_max(v, Ordering::Relaxed);
     }
 }
 
