@@ -384,9 +384,9 @@ impl Wire {
     }
 }
 
-/// Asserts that every message the server delivered on `sub` was acknowledged there and
-/// none was nacked (the wire log; `wire_log::enable()` before the run): nothing of it can
-/// come back. A read-back could show a message left unacknowledged only after the lease
+/// Asserts that every message the server delivered on `sub` was acknowledged there (the
+/// wire log; `wire_log::enable()` before the run; a nack during the run is fine if a
+/// redelivery was acknowledged): nothing of it can come back. A read-back could show a message left unacknowledged only after the lease
 /// of the job that held it ran out (its lease extension, 60 s by default), however short
 /// the subscription's ack deadline.
 pub fn assert_all_acked(sub: &str) {
@@ -407,5 +407,4 @@ pub fn assert_all_acked(sub: &str) {
         "of {} messages delivered on {sub}, {unacked} were never acknowledged at the server",
         w.delivered_ids().len()
     );
-    assert!(w.nacked.is_empty(), "{} nacks on {sub}", w.nacked.len());
 }
