@@ -164,6 +164,7 @@ async fn run(w: &Workdir, idle: &str) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attributes_and_ordering_keys_are_written_exactly_and_rows_over_a_limit_are_routed_alone() {
+    pubsub_connector_core::wire_log::enable();
     let t = topics("sink-meta", 10).await;
     let mut rows: Vec<serde_json::Value> = (0..60)
         .map(|i| {
@@ -219,9 +220,7 @@ async fn attributes_and_ordering_keys_are_written_exactly_and_rows_over_a_limit_
         assert_eq!(m.attributes, want);
         assert_eq!(m.ordering_key, format!("k{}", seq % 3));
     }
-    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
-        .await
-        .is_empty());
+    assert_all_acked(&t.input_sub);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,6 +404,7 @@ async fn until_recreated(topic: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_recreated_mid_run_with_a_subscription_gets_every_row_readable_there() {
+    pubsub_connector_core::wire_log::enable();
     let t = topics("sink-recreate", 10).await;
     let ids = publish_seq(&t.input, 0..300).await;
     // One sink subtask, whose republish after the recreation would come 1-2 ms later
@@ -443,9 +443,7 @@ async fn a_topic_recreated_mid_run_with_a_subscription_gets_every_row_readable_t
     got.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
     got.extend(sink_ids(&sub, None, Duration::from_secs(5)).await);
     assert_eq!(missing(&ids, &got), 0, "{stderr}");
-    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
-        .await
-        .is_empty());
+    assert_all_acked(&t.input_sub);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,6 +502,7 @@ async fn a_topic_recreated_mid_run_without_a_subscription_fails_the_job_and_ackn
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
+    pubsub_connector_core::wire_log::enable();
     let t = topics("sink-cut", 10).await;
     let ids = publish_seq(&t.input, 0..1500).await;
     let proxy = TcpCutter::start(&endpoint()).await.unwrap();
@@ -525,13 +524,12 @@ async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
     let mut got = early;
     got.extend(sink_ids(&t.output_sub, None, Duration::from_secs(10)).await);
     assert_eq!(missing(&ids, &got), 0, "{stderr}");
-    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
-        .await
-        .is_empty());
+    assert_all_acked(&t.input_sub);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_after_repair() {
+    pubsub_connector_core::wire_log::enable();
     let p = profile();
     let (input, output) = (unique("sink-ord-in"), unique("sink-ord-out"));
     let (in_sub, out_sub, out_sub2) = (
@@ -624,14 +622,13 @@ async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_aft
         let want: Vec<i64> = (0..300).filter(|s| s % 3 == i as i64).collect();
         assert_eq!(per_key[*k], want, "key {k}: every row, in order, once");
     }
-    assert!(redelivered(&in_sub, Duration::from_secs(3))
-        .await
-        .is_empty());
+    assert_all_acked(&in_sub);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_rows_reach_the_dead_letter_topic_with_five_attributes_and_a_flush_failure_fails_the_checkpoint(
 ) {
+    pubsub_connector_core::wire_log::enable();
     let t = topics("sink-dlq", 10).await;
     let (dlq, dlq_sub, dlq_opts) = dead_letter_topic("sink-dlq-dead").await;
     // 40 good rows; 2 over a limit (a 1,200-byte value, a 257-byte key) and 1 whose
@@ -683,9 +680,7 @@ async fn rejected_rows_reach_the_dead_letter_topic_with_five_attributes_and_a_fl
     }
     seqs.sort();
     assert_eq!(seqs, [100, 101, 102]);
-    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
-        .await
-        .is_empty());
+    assert_all_acked(&t.input_sub);
 
     // The dead-letter topic deleted: the next flush fails the checkpoint, and the rows of
     // that checkpoint are not acknowledged.
@@ -781,6 +776,7 @@ const KMS_KEY: &str = "projects/test/locations/europe-west1/keyRings/ring/crypto
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_argument_from_a_fake_proxy_republishes_the_batch_alone_and_routes_only_the_message_refused_on_its_own(
 ) {
+    pubsub_connector_core::wire_log::enable();
     let t = topics("sink-invalid", 10).await;
     let (_, dlq_sub, dlq_opts) = dead_letter_topic("sink-inv-dead").await;
     let topic = format!("projects/{PROJECT}/topics/{}", t.output);
@@ -830,9 +826,7 @@ async fn invalid_argument_from_a_fake_proxy_republishes_the_batch_alone_and_rout
         .collect();
     dead.sort();
     assert_eq!(dead, [17, 42]);
-    assert!(redelivered(&t.input_sub, Duration::from_secs(3))
-        .await
-        .is_empty());
+    assert_all_acked(&t.input_sub);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

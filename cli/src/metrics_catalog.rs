@@ -8,7 +8,8 @@ use pubsub_connector_core::sink::metrics as sink;
 use pubsub_connector_core::source as src;
 use pubsub_engine::{
     CHECKPOINTS_COMPLETED, CHECKPOINT_DURATION_MS, INFLIGHT_ROWS, INFLIGHT_ROWS_PEAK,
-    LAST_COMPLETED_EPOCH, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
+    LAST_COMPLETED_EPOCH, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED,
+    ROWS_WRITTEN,
 };
 
 /// Whether a metric is a counter (only goes up) or a gauge.
@@ -76,7 +77,8 @@ pub const SEND_ERRORS: Described = d(
 pub const CATALOG: &[(&str, Described)] = &[
     (MESSAGES_RECEIVED, d(Counter, "messages_received", None, "Messages a source received from its service, redeliveries included.")),
     (MESSAGES_ACKED, d(Counter, "messages_acked", None, "Messages a source acknowledged after the checkpoint they belong to completed.")),
-    (MESSAGES_NACKED, d(Counter, "messages_nacked", None, "Messages a source released for redelivery (nack) at a stop or close.")),
+    (MESSAGES_NACKED, d(Counter, "messages_nacked", None, "Messages a source released for redelivery (nack).")),
+    (MESSAGES_NACK_UNSENT, d(Counter, "messages_nack_unsent", None, "Nacked messages whose nack was not confirmed sent before the source closed (they return when their lease runs out).")),
     (src::MESSAGES_DROPPED, d(Counter, "messages_dropped", None, "Messages that failed to decode and were acknowledged under policy drop.")),
     (src::MESSAGES_NACKED_BAD, d(Counter, "messages_nacked_bad", None, "Messages that failed to decode and were nacked under policy nack.")),
     (src::MESSAGES_REJECTED, d(Counter, "messages_rejected", None, "Deliveries nacked because they would cross a subscriber buffer cap (scan.subscriber-buffer.*).")),

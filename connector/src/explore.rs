@@ -218,31 +218,20 @@ async fn read(
             Ok(None) | Err(_) => break,
         }
     }
+    // Take what the client already received, then drop the stream before nacking: a
+    // nack sent while the stream is open brings the message straight back into it, where
+    // it is stranded for the stream's ack deadline once the stream closes.
+    if failed.is_none() {
+        held.extend(crate::source::drain_buffered(&mut stream).await);
+    }
+    drop(stream);
     held.into_iter().for_each(|h| h.nack());
-    close(&mut stream, &shutdown).await;
+    // The nacks are sent by the lease loop, which ends once every request completed.
+    let _ = tokio::time::timeout(diagnose::ATTEMPT_TIMEOUT, shutdown.shutdown()).await;
     match failed {
         Some(e) => anyhow::bail!("reading the copy {id} failed: {e}"),
         None => Ok(out),
     }
-}
-
-/// Stops the stream, nacking deliveries still in its buffer while the client sends the
-/// pending nacks; bounded by [`diagnose::ATTEMPT_TIMEOUT`].
-async fn close(
-    stream: &mut google_cloud_pubsub::subscriber::MessageStream,
-    shutdown: &google_cloud_pubsub::subscriber::ShutdownToken,
-) {
-    let drain = async {
-        while let Ok(Some(Ok((_, h)))) =
-            tokio::time::timeout(Duration::from_millis(200), stream.next()).await
-        {
-            h.nack();
-        }
-    };
-    let _ = tokio::time::timeout(diagnose::ATTEMPT_TIMEOUT, async {
-        tokio::join!(shutdown.shutdown(), drain)
-    })
-    .await;
 }
 
 /// Whether topic `id` (an id in the profile's project, or a full name) exists. Errors

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use pubsub_connector_core::wire_log::{self, WireKind};
 use pubsub_connector_core::{admin, client, emulator::Emulator};
 use pubsub_schema::PubSubProfile;
 use tokio::process::{Child, Command};
@@ -317,4 +318,94 @@ pub fn fixture(name: &str) -> Vec<u8> {
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
+}
+
+/// The full name of subscription `sub` of the test project.
+pub fn full_subscription(sub: &str) -> String {
+    pubsub_connector_core::client::subscription_path(PROJECT, sub)
+}
+
+/// What the wire log saw on one subscription (the emulator proxy of this test process;
+/// record with `wire_log::enable()` first): ack ID -> message id of every delivery,
+/// and the ack IDs nacked (ModifyAckDeadline 0) and acked.
+#[derive(Default)]
+pub struct Wire {
+    pub delivered: HashMap<String, String>,
+    pub nacked: Vec<String>,
+    pub acked: Vec<String>,
+}
+
+impl Wire {
+    pub fn of(sub: &str) -> Wire {
+        let name = full_subscription(sub);
+        let mut w = Wire::default();
+        for e in wire_log::events() {
+            match e.kind {
+                WireKind::Delivered {
+                    subscription,
+                    messages,
+                } if subscription == name => {
+                    for m in messages {
+                        w.delivered.insert(m.ack_id, m.message_id);
+                    }
+                }
+                WireKind::Deadline {
+                    subscription,
+                    seconds: 0,
+                    ack_ids,
+                } if subscription == name => w.nacked.extend(ack_ids),
+                WireKind::Acked {
+                    subscription,
+                    ack_ids,
+                } if subscription == name => w.acked.extend(ack_ids),
+                _ => {}
+            }
+        }
+        w
+    }
+
+    pub fn delivered_ids(&self) -> HashSet<&String> {
+        self.delivered.values().collect()
+    }
+
+    pub fn nacked_ids(&self) -> HashSet<&String> {
+        self.nacked
+            .iter()
+            .filter_map(|a| self.delivered.get(a))
+            .collect()
+    }
+
+    /// Message ids of the ack IDs acknowledged, with how many times each was.
+    pub fn acked_ids(&self) -> HashMap<&String, usize> {
+        let mut n = HashMap::new();
+        for id in self.acked.iter().filter_map(|a| self.delivered.get(a)) {
+            *n.entry(id).or_default() += 1;
+        }
+        n
+    }
+}
+
+/// Asserts that every message the server delivered on `sub` was acknowledged there (the
+/// wire log; `wire_log::enable()` before the run; a nack during the run is fine if a
+/// redelivery was acknowledged): nothing of it can come back. A read-back could show a message left unacknowledged only after the lease
+/// of the job that held it ran out (its lease extension, 60 s by default), however short
+/// the subscription's ack deadline.
+pub fn assert_all_acked(sub: &str) {
+    let w = Wire::of(sub);
+    assert!(
+        !w.delivered.is_empty(),
+        "the wire log saw no delivery on {sub}: enable it before the run"
+    );
+    let acked = w.acked_ids();
+    let unacked = w
+        .delivered_ids()
+        .into_iter()
+        .filter(|id| !acked.contains_key(id))
+        .count();
+    assert_eq!(
+        unacked,
+        0,
+        "of {} messages delivered on {sub}, {unacked} were never acknowledged at the server",
+        w.delivered_ids().len()
+    );
 }

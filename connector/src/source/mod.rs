@@ -23,12 +23,14 @@
 pub mod backoff;
 pub mod builder;
 pub mod create;
+mod lease;
 mod metadata;
 pub mod options;
 mod park;
 pub mod policy;
 pub mod prepare;
 mod pull;
+pub(crate) use pull::drain_buffered;
 pub mod rate;
 mod reader;
 pub mod splits;

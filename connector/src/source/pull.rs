@@ -24,27 +24,29 @@
 //! or the stream does, and handles keep being extended, acked and nacked after their
 //! stream was dropped (measured, `pubsub-client-notes.md`; in the crate's
 //! `subscriber/lease_loop.rs` the default `ShutdownBehavior::WaitForProcessing` keeps a
-//! clone of the message sender, so the loop runs until every handle is gone). Each stream's shutdown token
-//! is kept until close, so the final acks of old streams are flushed too.
+//! clone of the message sender, so the loop runs until every handle is gone). Each stream's
+//! lease loop is registered in the subtask's [`Leases`] until close, so the final acks and
+//! nacks of old streams are flushed too, and each nack is counted against its stream.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
 use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::subscriber::handler::Handler;
-use google_cloud_pubsub::subscriber::ShutdownToken;
 use pubsub_engine::Counter;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::backoff::Backoff;
+use super::lease::{Delivery, Leases};
 use super::policy::is_retryable;
+use super::tracker::AckHandle;
 
 pub(super) enum Pulled {
-    Message(Message, Handler),
+    Message(Message, Delivery),
     /// Stream `stream` ended or failed with a retryable cause and is being reopened.
     /// Sent once per incident (not per attempt).
     Reconnecting {
@@ -104,7 +106,18 @@ impl SplitTx {
 pub(super) struct PullStreams {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    tokens: Arc<Mutex<Vec<ShutdownToken>>>,
+}
+
+/// The subtask's counters the streams count into, and its lease loops.
+#[derive(Clone)]
+pub(super) struct StreamShared {
+    /// Every reopen attempt.
+    pub reconnects: Counter,
+    /// Deliveries the streams release themselves (at stop) count as received...
+    pub received: Counter,
+    /// ...and, as every nack of a delivery, as nacked (see [`Delivery`]).
+    pub nacked: Counter,
+    pub leases: Leases,
 }
 
 fn open(
@@ -161,20 +174,18 @@ impl LastDelivery {
 }
 
 impl PullStreams {
-    /// Opens `settings.streams` streams for split `split`, forwarding into `tx`;
-    /// `reconnects` counts every reopen attempt.
+    /// Opens `settings.streams` streams for split `split`, forwarding into `tx`.
     pub fn start(
         subscriber: Subscriber,
         admin: SubscriptionAdmin,
         subscription: &str,
         settings: StreamSettings,
-        reconnects: Counter,
+        shared: StreamShared,
         split: usize,
         tx: mpsc::Sender<Tagged>,
     ) -> Self {
         let tx = SplitTx { split, tx };
         let (stop, stop_rx) = watch::channel(false);
-        let tokens = Arc::new(Mutex::new(Vec::new()));
         let last = LastDelivery {
             base: Instant::now(),
             ms: Arc::new(AtomicU64::new(0)),
@@ -189,7 +200,7 @@ impl PullStreams {
                 stop: stop_rx.clone(),
                 last: last.clone(),
                 restart,
-                reconnects: reconnects.clone(),
+                reconnects: shared.reconnects.clone(),
             }
             .run(),
         ));
@@ -202,18 +213,13 @@ impl PullStreams {
                 settings: settings.clone(),
                 tx: tx.clone(),
                 stop: stop_rx.clone(),
-                tokens: tokens.clone(),
-                reconnects: reconnects.clone(),
+                shared: shared.clone(),
                 last: last.clone(),
                 restart: restart_rx.clone(),
             };
             tasks.push(tokio::spawn(task.run()));
         }
-        PullStreams {
-            stop,
-            tasks,
-            tokens,
-        }
+        PullStreams { stop, tasks }
     }
 
     /// Stops every stream and waits for its task to end. Deliveries already forwarded stay
@@ -222,15 +228,6 @@ impl PullStreams {
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {
             let _ = t.await;
-        }
-    }
-
-    /// The shutdown of every stream ever opened (flushes pending acks and nacks). Await
-    /// after the last ack/nack; the caller bounds the wait.
-    pub fn shutdown(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let tokens = std::mem::take(&mut *self.tokens.lock().expect("tokens lock"));
-        async move {
-            futures::future::join_all(tokens.iter().map(|t| t.shutdown())).await;
         }
     }
 }
@@ -243,8 +240,7 @@ struct StreamTask {
     settings: StreamSettings,
     tx: SplitTx,
     stop: watch::Receiver<bool>,
-    tokens: Arc<Mutex<Vec<ShutdownToken>>>,
-    reconnects: Counter,
+    shared: StreamShared,
     last: LastDelivery,
     /// Bumped by the monitor to replace every stream after an outage.
     restart: watch::Receiver<u64>,
@@ -269,7 +265,7 @@ impl StreamTask {
                 End::Stopped => return,
                 End::Retry(cause) => cause,
                 End::Restart => {
-                    self.reconnects.add(1);
+                    self.shared.reconnects.add(1);
                     continue;
                 }
             };
@@ -292,7 +288,7 @@ impl StreamTask {
                     _ = stop.wait_for(|s| *s) => return,
                     _ = tokio::time::sleep(delay) => {}
                 }
-                self.reconnects.add(1);
+                self.shared.reconnects.add(1);
                 let probed = tokio::select! {
                     biased;
                     _ = stop.wait_for(|s| *s) => return,
@@ -321,23 +317,37 @@ impl StreamTask {
         }
     }
 
-    /// Forwards into the channel unless reading stopped. False when the task must end.
+    /// Forwards into the channel unless reading stopped (a delivery not forwarded is
+    /// released). False when the task must end.
     async fn send(&mut self, p: Pulled) -> bool {
         let mut stop = self.stop.clone();
-        tokio::select! {
+        let permit = tokio::select! {
             biased;
-            _ = stop.wait_for(|s| *s) => false, // dropping `p` nacks its handle
-            sent = self.tx.send(p) => sent.is_ok(),
+            _ = stop.wait_for(|s| *s) => None,
+            permit = self.tx.tx.reserve() => permit.ok(),
+        };
+        match permit {
+            Some(permit) => {
+                permit.send((self.tx.split, p));
+                true
+            }
+            None => {
+                if let Pulled::Message(_, d) = p {
+                    self.shared.received.add(1);
+                    d.nack();
+                }
+                false
+            }
         }
     }
 
     /// Opens one stream and forwards its deliveries until it ends.
     async fn read(&mut self, backoff: &mut Backoff) -> End {
         let mut stream = open(&self.subscriber, &self.subscription, &self.settings);
-        self.tokens
-            .lock()
-            .expect("tokens lock")
-            .push(stream.shutdown_token());
+        let lease = self
+            .shared
+            .leases
+            .open(stream.shutdown_token(), self.shared.nacked.clone());
         self.restart.mark_unchanged();
         let end = loop {
             let mut stop = self.stop.clone();
@@ -352,7 +362,8 @@ impl StreamTask {
                 Some(Ok((m, h))) => {
                     backoff.reset();
                     self.last.touch();
-                    if !self.send(Pulled::Message(m, h)).await {
+                    let d = Delivery::new(h, lease.clone());
+                    if !self.send(Pulled::Message(m, d)).await {
                         break End::Stopped;
                     }
                 }
@@ -381,7 +392,8 @@ impl StreamTask {
             tracing::debug!(subscription = %self.subscription, "released {} deliveries buffered in the client at stop", buffered.len());
         }
         for h in buffered {
-            h.nack();
+            self.shared.received.add(1);
+            Delivery::new(h, lease.clone()).nack();
         }
         end
     }
@@ -404,7 +416,7 @@ const DRAIN_QUIET: Duration = Duration::from_millis(150);
 /// Takes the deliveries a stopping stream has already received, until it is quiet for
 /// [`DRAIN_QUIET`] or [`DRAIN_MAX`] passed. The caller nacks them after dropping the
 /// stream. Cancelling `next()` here is fine: the stream is dropped right after.
-async fn drain_buffered(
+pub(crate) async fn drain_buffered(
     stream: &mut google_cloud_pubsub::subscriber::MessageStream,
 ) -> Vec<Handler> {
     let deadline = tokio::time::Instant::now() + DRAIN_MAX;

@@ -23,17 +23,19 @@ use google_cloud_pubsub::subscriber::handler::Handler;
 use pubsub_engine::format::{DeserializeError, FieldValue};
 use pubsub_engine::{
     ControlMessage, Counter, Gauge, OperatorConfig, SourceCollector, SourceContext,
-    SourceFinishType, SourceOperator, StopMode, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_RECEIVED,
+    SourceFinishType, SourceOperator, StopMode, MESSAGES_ACKED, MESSAGES_NACKED,
+    MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED,
 };
 use pubsub_schema::{OrderingMode, PubSubProfile, SourceConfig};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::lease::{Delivery, Leases};
 use super::options::PubSubSubscriberOptions;
 use super::park::{Held, PausedBuffer, PausedCaps};
 use super::policy::{self, bad_message_action, should_log_bad, BadMessageAction};
-use super::pull::{self, PullStreams, Pulled, StreamSettings, Tagged};
-use super::tracker::{AckTracker, Received};
+use super::pull::{self, PullStreams, Pulled, StreamSettings, StreamShared, Tagged};
+use super::tracker::{AckHandle, AckTracker, Received};
 use super::*;
 use crate::client;
 use crate::dead_letter::{DeadLetter, PubSubDeadLetterQueue, DEAD_LETTERS_PUBLISHED};
@@ -54,7 +56,7 @@ struct Split {
     /// The tag its current streams send under: `position + splits x generation`, so
     /// deliveries of streams stopped by a park are told apart from the fresh ones'.
     tag: usize,
-    tracker: AckTracker<Handler>,
+    tracker: AckTracker<Delivery>,
     /// Streams currently reconnecting.
     down: HashSet<usize>,
     /// Deliveries taken while the subtask could not emit.
@@ -85,6 +87,7 @@ struct Counters {
     received: Counter,
     acked: Counter,
     nacked: Counter,
+    nack_unsent: Counter,
     dropped: Counter,
     nacked_bad: Counter,
     rejected: Counter,
@@ -127,9 +130,9 @@ pub struct SourceReader {
     stopping: bool,
     paused_caps: PausedCaps,
     reopen: Option<Reopen>,
-    /// Shutdowns of parked splits' stopped streams: each ends once the handles it leased
-    /// are acked or nacked; `on_close` awaits them within the shutdown timeout.
-    parked_shutdowns: Vec<tokio::task::JoinHandle<()>>,
+    /// Every stream's lease loop (parked and reconnected streams' too): `on_close` waits
+    /// for them within the shutdown timeout and counts the nacks of those still running.
+    leases: Leases,
     /// Until when deliveries a closed stream (parked, failed, restarted) was still being
     /// sent may be leased to it (one stream ack deadline after it closed): the subtask
     /// does not count as idle before, so `--stop-when-idle` does not end a run while they
@@ -183,7 +186,7 @@ impl SourceReader {
                 bytes: u64::MAX,
             },
             reopen: None,
-            parked_shutdowns: Vec::new(),
+            leases: Leases::default(),
             stranded_until: None,
             dead_letter,
             letters: Vec::new(),
@@ -195,6 +198,17 @@ impl SourceReader {
         if self.reported_can_pull != Some(can_pull) {
             ctx.set_can_pull(can_pull);
             self.reported_can_pull = Some(can_pull);
+        }
+    }
+
+    /// What the streams count into, and the subtask's lease loops.
+    fn stream_shared(&self) -> StreamShared {
+        let c = self.counters();
+        StreamShared {
+            reconnects: c.reconnects.clone(),
+            received: c.received.clone(),
+            nacked: c.nacked.clone(),
+            leases: self.leases.clone(),
         }
     }
 
@@ -316,7 +330,6 @@ impl SourceReader {
         if let Pulled::Message(_, h) = p {
             h.nack();
             self.counters().received.add(1);
-            self.counters().nacked.add(1);
         }
         None
     }
@@ -358,7 +371,6 @@ impl SourceReader {
                 {
                     h.nack();
                     self.counters().received.add(1);
-                    self.counters().nacked.add(1);
                     return Ok(Some(split));
                 }
                 match self.admit(split, m, h)? {
@@ -412,7 +424,7 @@ impl SourceReader {
     /// it. Returns what to decode, `Skip` for a redelivery of a message still held, or
     /// `Park` when it would cross a cap (it was nacked): its split stops reading until a
     /// commit frees room, instead of leaving its streams unpolled.
-    fn admit(&mut self, split: usize, m: Message, h: Handler) -> anyhow::Result<Admit> {
+    fn admit(&mut self, split: usize, m: Message, h: Delivery) -> anyhow::Result<Admit> {
         self.counters().received.add(1);
         let c = self.options.config();
         let (held, bytes) = self.held();
@@ -437,14 +449,14 @@ impl SourceReader {
             self.cap_reached = true;
             h.nack();
             self.counters().rejected.add(1);
-            self.counters().nacked.add(1);
             let n = self.counters().rejected.get();
             if should_log_bad(n) {
                 tracing::warn!(subscription = %self.splits[split].subscription, "nacked message {} ({size} bytes) before tracking it: holding {held} messages / {bytes} bytes, it would cross the subscriber buffer cap ('{}' / '{}'); its split is parked until a commit frees room ({n} rejected so far)", m.message_id, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_MESSAGES, pubsub_table_options::SUBSCRIBER_BUFFER_MAX_BYTES);
             }
             return Ok(Admit::Park);
         }
-        if c.await_ack_confirmation_ms.is_some() && !matches!(h, Handler::ExactlyOnce(_)) {
+        if c.await_ack_confirmation_ms.is_some() && !matches!(h.handler(), Handler::ExactlyOnce(_))
+        {
             // Never ack unconfirmed while confirmation was asked for: say so instead.
             h.nack();
             anyhow::bail!(
@@ -455,7 +467,7 @@ impl SourceReader {
             );
         }
         let id = m.message_id.clone();
-        let meta = self.metadata(split, &m, &h);
+        let meta = self.metadata(split, &m, h.handler());
         let context = (bad_message_action(self.config.deserialization_failure_policy)
             == BadMessageAction::DeadLetter)
             .then(|| {
@@ -547,10 +559,10 @@ impl SourceReader {
         s.parked_at = Some(Instant::now());
         let sub = s.subscription.clone();
         self.stream_closed();
-        self.parked_shutdowns.push(tokio::spawn(streams.shutdown()));
+        // Its lease loops stay in `leases`: they end once the handles they leased are
+        // acked at a commit or released.
+        drop(streams);
         let caps = self.paused_caps;
-        // The delivery that triggered the park was counted where it was nacked.
-        self.counters().nacked.add(ids.len() as u64);
         self.counters().parked.add(1);
         let n = self.counters().parked.get();
         if should_log_bad(n) {
@@ -578,6 +590,7 @@ impl SourceReader {
             return;
         }
         let n = self.splits.len();
+        let shared = self.stream_shared();
         for s in &mut self.splits {
             let Some(since) = s.parked_at else { continue };
             s.tag += n;
@@ -586,11 +599,7 @@ impl SourceReader {
                 r.admin.clone(),
                 &s.subscription,
                 r.settings.clone(),
-                self.counters
-                    .as_ref()
-                    .expect("set in on_start")
-                    .reconnects
-                    .clone(),
+                shared.clone(),
                 s.tag,
                 r.tx.clone(),
             ));
@@ -630,7 +639,6 @@ impl SourceReader {
                 self.splits[split].tracker.release(&id);
                 let c = &self.counters().nacked_bad;
                 c.add(1);
-                self.counters().nacked.add(1);
                 let n = c.get();
                 if should_log_bad(n) {
                     tracing::warn!(subscription = %sub, "nacked message {id}: it could not be decoded as {:?}: {} (policy 'nack': the dead-letter policy forwards it; {n} nacked so far)", self.op.format, e.reason);
@@ -755,12 +763,14 @@ impl SourceReader {
         for s in &mut self.splits {
             n += match wait {
                 None => s.tracker.commit(epoch),
-                Some(_) => s.tracker.commit_with(epoch, |h| match h {
-                    Handler::ExactlyOnce(eo) => confirmations.push(Box::pin(async move {
-                        eo.confirmed_ack().await.map_err(|e| e.to_string())
-                    })),
-                    other => other.ack(),
-                }),
+                Some(_) => s
+                    .tracker
+                    .commit_with(epoch, |d| match d.into_ack_handler() {
+                        Handler::ExactlyOnce(eo) => confirmations.push(Box::pin(async move {
+                            eo.confirmed_ack().await.map_err(|e| e.to_string())
+                        })),
+                        other => other.ack(),
+                    }),
             };
         }
         self.counters().acked.add(n as u64);
@@ -790,14 +800,12 @@ impl SourceReader {
     /// and what waits undecoded in the paused buffers (rows after the final barrier would
     /// never be committed).
     async fn stop_pulling(&mut self) {
-        let mut paused = 0u64;
         for s in &mut self.splits {
             if let Some(streams) = s.streams.as_mut() {
                 streams.stop_reading().await;
             }
             for id in s.paused.take_ids() {
                 s.tracker.release(&id);
-                paused += 1;
             }
         }
         let mut forwarded = 0u64;
@@ -811,7 +819,6 @@ impl SourceReader {
         }
         if self.counters.is_some() {
             self.counters().received.add(forwarded);
-            self.counters().nacked.add(forwarded + paused);
         }
     }
 }
@@ -839,6 +846,7 @@ impl SourceOperator for SourceReader {
             received: counter(MESSAGES_RECEIVED),
             acked: counter(MESSAGES_ACKED),
             nacked: counter(MESSAGES_NACKED),
+            nack_unsent: counter(MESSAGES_NACK_UNSENT),
             dropped: counter(MESSAGES_DROPPED),
             nacked_bad: counter(MESSAGES_NACKED_BAD),
             rejected: counter(MESSAGES_REJECTED),
@@ -943,7 +951,7 @@ impl SourceOperator for SourceReader {
                 admin.clone(),
                 &subscription,
                 settings.clone(),
-                self.counters().reconnects.clone(),
+                self.stream_shared(),
                 pos,
                 tx.clone(),
             );
@@ -1082,30 +1090,26 @@ impl SourceOperator for SourceReader {
             );
         }
         let mut n = 0;
-        let mut shutdowns: Vec<BoxFuture<'static, ()>> = Vec::new();
         for s in &mut self.splits {
             n += s.tracker.release_all();
-            if let Some(streams) = s.streams.take() {
-                shutdowns.push(Box::pin(streams.shutdown()));
-            }
-        }
-        for parked in self.parked_shutdowns.drain(..) {
-            shutdowns.push(Box::pin(async move {
-                let _ = parked.await;
-            }));
-        }
-        if self.counters.is_some() {
-            self.counters().nacked.add(n as u64);
-            self.update_gauges();
+            // Stopped above; dropping them ends their tasks if the stop timed out.
+            drop(s.streams.take());
         }
         if n > 0 {
             tracing::info!("released {n} unacknowledged messages for redelivery");
         }
-        if tokio::time::timeout_at(deadline, futures::future::join_all(shutdowns))
-            .await
-            .is_err()
-        {
-            tracing::warn!("subscriber shutdown did not finish within the shutdown timeout ({timeout:?}); messages not yet released return after their ack deadline");
+        // The nacks are sent by each stream's lease loop, which ends once every request
+        // it started completed: wait for all of them, or the process could exit first.
+        let unsent = self
+            .leases
+            .close(deadline.saturating_duration_since(Instant::now()))
+            .await;
+        if self.counters.is_some() {
+            self.counters().nack_unsent.add(unsent);
+            self.update_gauges();
+        }
+        if unsent > 0 {
+            tracing::warn!("subscriber shutdown did not finish within the shutdown timeout ('{}' = {timeout:?}): {unsent} nacks were not confirmed sent; those messages return when their lease runs out", pubsub_table_options::SHUTDOWN_TIMEOUT);
         }
         // Last, with a budget of its own: best effort, nothing relies on it (every letter
         // of a completed checkpoint was flushed before it was reported).

@@ -26,7 +26,7 @@ use super::{ActivatorSlot, CoordEvent, Flow, JobShared, RuntimeConfig};
 use crate::spi::{
     ConstructedOperator, OperatorContext, OperatorState, PrepareContext, PullState,
     SourceCollector, SourceContext, TaskInfo, CHECKPOINTS_COMPLETED, MESSAGES_ACKED,
-    MESSAGES_NACKED, MESSAGES_RECEIVED, ROWS_WRITTEN,
+    MESSAGES_NACKED, MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 use crate::sql::PlannedPipeline;
 
@@ -68,8 +68,13 @@ pub struct JobSummary {
     pub rows_written: u64,
     pub checkpoints_completed: u64,
     pub messages_acked: u64,
-    /// Messages released for redelivery (nacked) on close or after a final barrier.
+    /// Messages released for redelivery whose nack was sent (the client finished the
+    /// request before the source's close ended), on close, after a final barrier or
+    /// while reading (e.g. a redelivered duplicate, a parked split).
     pub messages_released: u64,
+    /// Messages nacked whose nack could not be confirmed sent before the close ended
+    /// (e.g. the service was unreachable): they return when their lease runs out.
+    pub messages_not_released: u64,
     /// Every other counter with a non-zero total (e.g. `messages_dropped`,
     /// `pull_reconnects`), by name.
     pub other_counters: BTreeMap<String, u64>,
@@ -86,6 +91,13 @@ impl fmt::Display for JobSummary {
             "messages read: {}, rows written: {}, checkpoints completed: {}, messages acknowledged: {}, messages released: {}",
             self.messages_read, self.rows_written, self.checkpoints_completed, self.messages_acked, self.messages_released
         )?;
+        if self.messages_not_released > 0 {
+            write!(
+                f,
+                ", messages not released: {} (their nack was not sent; they return when their lease runs out)",
+                self.messages_not_released
+            )?;
+        }
         for (name, n) in &self.other_counters {
             write!(f, ", {}: {n}", name.replace('_', " "))?;
         }
@@ -525,13 +537,17 @@ pub async fn run_pipeline(
     summary.messages_read = metrics.total(MESSAGES_RECEIVED);
     summary.rows_written = metrics.total(ROWS_WRITTEN);
     summary.messages_acked = metrics.total(MESSAGES_ACKED);
-    summary.messages_released = metrics.total(MESSAGES_NACKED);
+    summary.messages_not_released = metrics.total(MESSAGES_NACK_UNSENT);
+    summary.messages_released = metrics
+        .total(MESSAGES_NACKED)
+        .saturating_sub(summary.messages_not_released);
     for name in metrics.counter_names() {
         let standard = [
             MESSAGES_RECEIVED,
             ROWS_WRITTEN,
             MESSAGES_ACKED,
             MESSAGES_NACKED,
+            MESSAGES_NACK_UNSENT,
             // Printed as `checkpoints completed` already.
             CHECKPOINTS_COMPLETED,
         ];

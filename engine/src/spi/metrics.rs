@@ -11,6 +11,9 @@ pub const MESSAGES_RECEIVED: &str = "messages_received";
 pub const MESSAGES_ACKED: &str = "messages_acked";
 /// Messages a source released for redelivery (nack).
 pub const MESSAGES_NACKED: &str = "messages_nacked";
+/// Of [`MESSAGES_NACKED`], those whose nack the source could not confirm sent to the
+/// service before its close ended (they come back only when their lease runs out).
+pub const MESSAGES_NACK_UNSENT: &str = "messages_nack_unsent";
 /// Rows a sink wrote and saw confirmed.
 pub const ROWS_WRITTEN: &str = "rows_written";
 
