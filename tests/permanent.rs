@@ -9,21 +9,8 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use tokio::process::{Child, Command};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn pubsub-connector")
-}
 
 /// Runs `w` with `run`, then with `cluster --processes 1` (a budget of 3 restarts): both
 /// must exit 2 with `want` in stderr, and `cluster` must not restart. `--stop-when-idle`
@@ -37,14 +24,8 @@ async fn refused_without_restart(w: &Workdir, want: &str) {
     assert_eq!(code, 2, "run: {stderr}");
     assert!(stderr.contains(want), "run: want '{want}' in {stderr}");
 
-    let pipeline = w.pipeline().display().to_string();
-    let state = w.state().display().to_string();
     let (code, _out, stderr) = finish(
-        spawn(&[
-            "cluster",
-            &pipeline,
-            "--state-dir",
-            &state,
+        w.spawn_cluster(&[
             "--processes",
             "1",
             "--max-restarts",

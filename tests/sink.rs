@@ -501,6 +501,44 @@ async fn a_topic_recreated_mid_run_without_a_subscription_fails_the_job_and_ackn
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_deleted_between_runs_is_not_written_without_a_subscription_at_the_restart() {
+    // The kind of finding 6 across a restart: the job wrote (and checkpointed) into the
+    // topic, which is then deleted while the job is down. The restart used to create it
+    // as at a first start, without a subscription, and publish the new rows into it:
+    // discarded by Pub/Sub, acknowledged upstream, exit 0.
+    let t = topics("sink-gone-between", 10).await;
+    let first = publish_seq(&t.input, 0..100).await;
+    let w = Workdir::new(&via_sql(&t, &endpoint(), "", ""));
+    let args = ["--checkpoint-interval", "500ms", "--stop-when-idle", "3s"];
+    let (code, _, stderr) = finish(w.spawn(&args), LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(w.checkpoint_epoch().is_some());
+    let got = sink_ids(&t.output_sub, Some(100), Duration::from_secs(30)).await;
+    assert_eq!(missing(&first, &got), 0);
+    admin::delete_topic(&profile(), &t.output).await.unwrap();
+    let second = publish_seq(&t.input, 100..200).await;
+    let (code, stdout, stderr) = finish(w.spawn(&args), LIMIT).await;
+    assert_ne!(
+        code, 0,
+        "the restart wrote into a topic without a subscription: {stdout}"
+    );
+    assert!(
+        stderr.contains(&t.output) && stderr.contains("has no subscription"),
+        "{stderr}"
+    );
+    // With a subscription the next restart writes every new row there (none of them was
+    // acknowledged by the refused start).
+    let sub = unique("sink-gone-between-sub2");
+    admin::create_subscription(&profile(), &sub, &t.output, 60)
+        .await
+        .unwrap();
+    let (code, _, stderr) = finish(w.spawn(&args), LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    let got = sink_ids(&sub, Some(second.len()), Duration::from_secs(30)).await;
+    assert_eq!(missing(&second, &got), 0, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
     pubsub_connector_core::wire_log::enable();
     let t = topics("sink-cut", 10).await;
@@ -1023,6 +1061,7 @@ async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
         in_schema: arrow_schema.clone(),
         metrics: metrics.clone(),
         state: OperatorState::default(),
+        restored_epoch: None,
     };
     writer.on_start(&mut ctx).await.unwrap();
     proxy.cut();

@@ -10,31 +10,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::{closed_port, finish, signal, wait_until, Workdir};
-use tokio::process::{Child, Command};
+use support::{closed_port, finish, signal, spawn_bin, wait_until, Workdir};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn spawn(bin_args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
-        .args(bin_args)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn pubsub-connector")
-}
-
-/// `cluster PIPELINE --state-dir STATE` with `args`.
-fn spawn_cluster(w: &Workdir, args: &[&str]) -> Child {
-    let pipeline = w.pipeline().display().to_string();
-    let state = w.state().display().to_string();
-    let mut all = vec!["cluster", pipeline.as_str(), "--state-dir", state.as_str()];
-    all.extend_from_slice(args);
-    spawn(&all)
-}
 
 /// A pipeline whose source cannot reach its endpoint: every `run` fails within a second.
 fn unreachable_sql() -> String {
@@ -62,7 +40,8 @@ async fn run_exits_2_when_the_pipeline_cannot_be_read_parsed_or_planned() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state").display().to_string();
     let missing = dir.path().join("missing.sql").display().to_string();
-    let (code, _, stderr) = finish(spawn(&["run", &missing, "--state-dir", &state]), LIMIT).await;
+    let (code, _, stderr) =
+        finish(spawn_bin(&["run", &missing, "--state-dir", &state]), LIMIT).await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("cannot read pipeline file"), "{stderr}");
     for sql in [
@@ -82,17 +61,14 @@ async fn run_exits_2_when_the_pipeline_cannot_be_read_parsed_or_planned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_cluster_is_restarted_then_given_up_naming_the_budget() {
     let w = Workdir::new(&unreachable_sql());
-    let child = spawn_cluster(
-        &w,
-        &[
-            "--processes",
-            "2",
-            "--max-restarts",
-            "2",
-            "--restart-window",
-            "10m",
-        ],
-    );
+    let child = w.spawn_cluster(&[
+        "--processes",
+        "2",
+        "--max-restarts",
+        "2",
+        "--restart-window",
+        "10m",
+    ]);
     let (code, _stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 1, "{stderr}");
     assert_eq!(
@@ -125,7 +101,7 @@ async fn a_credential_in_the_state_dir_url_is_never_printed() {
     let state = format!("file://{}?sv=2024&sig=SECRET", w.state().display());
     std::fs::create_dir_all(w.state()).unwrap();
     let pipeline = w.pipeline().display().to_string();
-    let child = spawn(&[
+    let child = spawn_bin(&[
         "cluster",
         &pipeline,
         "--state-dir",
@@ -150,7 +126,7 @@ async fn a_credential_in_the_state_dir_url_is_never_printed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_no_restart_can_fix_is_not_restarted() {
     let w = Workdir::new(&nexmark_sql(", 'events-per-second' = 'fast'"));
-    let (code, _stdout, stderr) = finish(spawn_cluster(&w, &["--processes", "2"]), LIMIT).await;
+    let (code, _stdout, stderr) = finish(w.spawn_cluster(&["--processes", "2"]), LIMIT).await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("a restart cannot fix this"), "{stderr}");
     assert!(
@@ -166,7 +142,7 @@ async fn a_bounded_pipeline_finishes_and_the_cluster_exits_0() {
         ", 'events-per-second' = '0', 'event-count' = '2000'",
     ));
     let (code, stdout, stderr) = finish(
-        spawn_cluster(&w, &["--processes", "1", "--checkpoint-interval", "200ms"]),
+        w.spawn_cluster(&["--processes", "1", "--checkpoint-interval", "200ms"]),
         LIMIT,
     )
     .await;
@@ -184,7 +160,7 @@ async fn a_bounded_pipeline_finishes_and_the_cluster_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_is_forwarded_for_a_graceful_stop_without_restart() {
     let w = Workdir::new(&nexmark_sql(", 'events-per-second' = '1000'"));
-    let child = spawn_cluster(&w, &["--processes", "1", "--checkpoint-interval", "200ms"]);
+    let child = w.spawn_cluster(&["--processes", "1", "--checkpoint-interval", "200ms"]);
     wait_until("a first checkpoint", LIMIT, || {
         w.checkpoint_epoch().is_some()
     })
@@ -210,7 +186,7 @@ async fn sigterm_is_forwarded_for_a_graceful_stop_without_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_supervisor_leaves_no_orphan() {
     let w = Workdir::new(&nexmark_sql(", 'events-per-second' = '1000'"));
-    let child = spawn_cluster(&w, &["--processes", "1", "--checkpoint-interval", "200ms"]);
+    let child = w.spawn_cluster(&["--processes", "1", "--checkpoint-interval", "200ms"]);
     wait_until("a first checkpoint", LIMIT, || {
         w.checkpoint_epoch().is_some()
     })

@@ -26,6 +26,8 @@ struct Log {
     violations: Mutex<Vec<String>>,
     /// Sink: key column value -> the sink subtasks that wrote it.
     writers: Mutex<HashMap<String, HashSet<usize>>>,
+    /// Source: subtasks whose close (release of what they hold) ran to its end.
+    released: Mutex<Vec<usize>>,
 }
 
 fn log(name: &str) -> Arc<Log> {
@@ -98,6 +100,8 @@ struct MemTable {
     batch_delay_ms: u64,
     /// Sink: only this subtask is slow (default: every one).
     slow_subtask: Option<usize>,
+    /// Source: releasing what a subtask holds at a stop takes this long (a slow nack).
+    release_delay_ms: u64,
 }
 
 struct MemoryConnector;
@@ -222,6 +226,7 @@ impl Connector for MemoryConnector {
             record_decision: o.pull_opt_bool("record-decision")?.unwrap_or(false),
             batch_delay_ms: o.pull_opt_u64("batch-delay-ms")?.unwrap_or(0),
             slow_subtask: o.pull_opt_u64("slow-subtask")?.map(|s| s as usize),
+            release_delay_ms: o.pull_opt_u64("release-delay-ms")?.unwrap_or(0),
         };
         let table = MemTable {
             trace: o
@@ -259,6 +264,7 @@ impl Connector for MemoryConnector {
                 sinks,
                 rows: t.rows,
                 hang_on_start: t.hang_on_start,
+                release_delay: Duration::from_millis(t.release_delay_ms),
             }))
         })
     }
@@ -272,6 +278,7 @@ struct MemSource {
     sinks: Vec<Arc<Log>>,
     rows: i64,
     hang_on_start: bool,
+    release_delay: Duration,
 }
 
 #[async_trait]
@@ -326,7 +333,11 @@ impl SourceOperator for MemSource {
                             acked.add(1);
                         }
                     }
-                    Some(ControlMessage::Stop { .. }) | None => return Ok(SourceFinishType::Graceful),
+                    Some(ControlMessage::Stop { .. }) | None => {
+                        tokio::time::sleep(self.release_delay).await;
+                        self.log.released.lock().unwrap().push(ctx.task_info.task_index);
+                        return Ok(SourceFinishType::Graceful);
+                    }
                 },
                 _ = tokio::time::sleep(Duration::from_millis(1)), if !stopping && next < end => {
                     let n = (end - next).min(10);
@@ -408,6 +419,16 @@ impl ArrowOperator for MemSink {
             .extend(self.pending.drain(..));
         Ok(())
     }
+}
+
+/// `n` loopback `host:port` addresses that were free a moment ago (for an in-test cluster).
+fn free_hosts(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+        })
+        .collect()
 }
 
 fn pipeline(name: &str, rows: i64, fail_from: Option<u64>) -> pubsub_engine::sql::PlannedPipeline {
@@ -794,12 +815,7 @@ async fn rows_with_one_key_are_written_by_one_sink_subtask() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_routed_to_a_slow_sink_on_another_process_stay_within_max_inflight_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let hosts: Vec<String> = (0..2)
-        .map(|_| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            format!("127.0.0.1:{}", l.local_addr().unwrap().port())
-        })
-        .collect();
+    let hosts = free_hosts(2);
     let sql = "CREATE TABLE src (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'slowroute', 'rows' = '1500');
          CREATE TABLE dst (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'slowroute', 'route-by' = 'k', 'batch-delay-ms' = '5', 'slow-subtask' = '1');
          INSERT INTO dst SELECT seq, k FROM src;";
@@ -1114,12 +1130,7 @@ async fn a_table_config_that_does_not_deserialize_fails_the_prepare_future() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_only_process_0_prepares_and_no_process_starts_a_subtask_before() {
     let dir = tempfile::tempdir().unwrap();
-    let hosts: Vec<String> = (0..2)
-        .map(|_| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            format!("127.0.0.1:{}", l.local_addr().unwrap().port())
-        })
-        .collect();
+    let hosts = free_hosts(2);
     // Process 0's preparation returns only once process 1 listens, i.e. once process 1
     // is connecting to the cluster: process 1 is ready to start its subtasks while
     // process 0 still prepares.
@@ -1170,12 +1181,7 @@ async fn a_process_waits_in_connect_for_process_0_which_listens_only_after_prepa
     let dir = tempfile::tempdir().unwrap();
     // Nothing listens on process 0's address: it stands for a process 0 that is still
     // preparing its source tables.
-    let hosts: Vec<String> = (0..2)
-        .map(|_| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            format!("127.0.0.1:{}", l.local_addr().unwrap().port())
-        })
-        .collect();
+    let hosts = free_hosts(2);
     let p = plan(
         "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'prep6', 'rows' = '20');
          CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'prep6');
@@ -1317,4 +1323,42 @@ async fn a_second_stop_signal_while_a_checkpoint_write_hangs_aborts_at_once_hang
     );
     assert_eq!(err.summary.last_completed_epoch, None);
     assert!(l.acked.lock().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_lets_every_source_finish_releasing_within_the_shutdown_timeout() {
+    // Issue 16, finding 7: an abort used to stop waiting for the sources after 10 s (and
+    // cancel them 10 s later) whatever `--shutdown-timeout` said, so a source whose
+    // release (nacks) took longer never sent them. Each subtask here takes 22 s.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RuntimeConfig {
+        stop_when_idle: None,
+        shutdown_timeout: Duration::from_secs(60),
+        ..config(dir.path())
+    };
+    let sql = "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'slow-release', 'rows' = '1000000', 'release-delay-ms' = '22000');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'slow-release');
+         INSERT INTO dst SELECT seq FROM src;";
+    let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(MemoryConnector)];
+    let plan = plan_pipeline(&parse_pipeline(sql).unwrap(), &connectors).unwrap();
+    let l = log("slow-release");
+    let stop = StopHandle::new();
+    let signals = async {
+        let start = std::time::Instant::now();
+        while l.durable.lock().unwrap().is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(30), "no rows durable");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.abort();
+    };
+    let (result, ()) = tokio::join!(run_pipeline(plan, cfg, stop.clone()), signals);
+    let err = result.unwrap_err();
+    assert!(err.to_string().contains("abort"), "{err}");
+    let mut released = l.released.lock().unwrap().clone();
+    released.sort();
+    assert_eq!(
+        released,
+        vec![0, 1],
+        "every source subtask finished releasing before the job ended"
+    );
 }

@@ -127,6 +127,15 @@ impl Workdir {
         spawn_run(&self.pipeline(), &self.state(), args)
     }
 
+    /// Starts `pubsub-connector cluster` on this pipeline and state dir with `args`.
+    pub fn spawn_cluster(&self, args: &[&str]) -> Child {
+        let (pipeline, state) = (self.pipeline(), self.state());
+        let (pipeline, state) = (pipeline.display().to_string(), state.display().to_string());
+        let mut all = vec!["cluster", pipeline.as_str(), "--state-dir", state.as_str()];
+        all.extend_from_slice(args);
+        spawn_bin(&all)
+    }
+
     /// Restarts the pipeline from this state dir (1 s checkpoints) and runs it until no
     /// message arrived for 15 s, longer than the 10 s lease extension after which a killed
     /// run's messages come back. Asserts exit 0; returns (stdout, stderr).
@@ -139,11 +148,16 @@ impl Workdir {
 }
 
 fn spawn_run(pipeline: &Path, state: &Path, args: &[&str]) -> Child {
+    let (pipeline, state) = (pipeline.display().to_string(), state.display().to_string());
+    let mut all = vec!["run", pipeline.as_str(), "--state-dir", state.as_str()];
+    all.extend_from_slice(args);
+    spawn_bin(&all)
+}
+
+/// Starts the `pubsub-connector` binary with `args` (`RUST_LOG=info`); stdout and stderr
+/// are piped, and it is killed when the handle drops.
+pub fn spawn_bin(args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
-        .arg("run")
-        .arg(pipeline)
-        .arg("--state-dir")
-        .arg(state)
         .args(args)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())

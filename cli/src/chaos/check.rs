@@ -1,8 +1,10 @@
 //! The campaign's invariants, checked after each seed on what it observed:
 //! 1. every published sequence number reaches the output at least once, with exactly the
-//!    body, attributes and message id that were published;
-//! 2. no message is acknowledged before the publish of its row was confirmed by the
-//!    server (the proxy's wire log: Acknowledge against Publish responses);
+//!    body, attributes and message id that were published; one that does not decode
+//!    reaches the dead-letter topic instead, with its data, attributes and message id;
+//! 2. no message is acknowledged before the publish of its row (or dead letter) was
+//!    confirmed by the server (the proxy's wire log: Acknowledge against Publish
+//!    responses);
 //! 3. a duplicate row comes only from a message delivered more than once (a replayed
 //!    checkpoint window) or a publish retried across a sink outage;
 //! 4. every run ends within its bound (else a hang), and the final run exits 0;
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use pubsub_connector_core::wire_log::{WireEvent, WireKind};
 
-use super::payload::payload;
+use super::payload::{is_poison, payload};
 use super::schedule::{Fault, Schedule};
 
 /// What a seed observed.
@@ -25,14 +27,17 @@ pub struct Observed {
     pub faults: Vec<Fault>,
     /// seq -> message id of every confirmed publish.
     pub published: BTreeMap<u64, String>,
-    /// Every output row (the output subscription drained).
+    /// Every output row (the output subscriptions drained).
     pub rows: Vec<Vec<u8>>,
+    /// Every dead letter (the dead-letter subscription drained): data, attributes.
+    pub dead_letters: Vec<(Vec<u8>, BTreeMap<String, String>)>,
     /// Message ids still on the input subscription after the final run.
     pub unread: HashSet<String>,
     pub final_exit: Option<i32>,
     pub wire: Vec<WireEvent>,
     pub input_subscription: String,
     pub output_topic: String,
+    pub dead_letter_topic: String,
     pub logs: Vec<PathBuf>,
     pub secret: String,
     pub restarts: usize,
@@ -149,6 +154,32 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
         seen.insert(row.seq);
         *copies.entry(row.mid).or_default() += 1;
     }
+    for (data, attrs) in &obs.dead_letters {
+        let seq = attrs.get("seq").and_then(|s| s.parse::<u64>().ok());
+        let Some(seq) = seq.filter(|s| is_poison(*s)) else {
+            wrong.push(format!(
+                "a dead letter of a message that decodes, or without seq: {attrs:?}"
+            ));
+            continue;
+        };
+        let expected = payload(seq);
+        let mid = attrs.get("dlq-message-id").cloned().unwrap_or_default();
+        let attrs_kept = expected
+            .attributes
+            .iter()
+            .all(|(k, v)| attrs.get(k) == Some(v));
+        if by_mid.get(mid.as_str()) != Some(&seq) {
+            wrong.push(format!(
+                "the dead letter of seq {seq} names message id {mid:?}, which was not published with it"
+            ));
+        } else if *data != expected.data || !attrs_kept {
+            wrong.push(format!(
+                "the dead letter of seq {seq} differs from what was published: {attrs:?}"
+            ));
+        }
+        seen.insert(seq);
+        *copies.entry(mid).or_default() += 1;
+    }
     if !wrong.is_empty() {
         v.push(format!(
             "{} output rows are not what was published; first: {}",
@@ -178,6 +209,12 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
     let mut confirmed: HashMap<String, Instant> = HashMap::new();
     let start = obs.wire.first().map(|e| e.at);
     let at = |t: Instant| start.map_or(0.0, |s| t.duration_since(s).as_secs_f64());
+    let poison: HashMap<Vec<u8>, &str> = obs
+        .published
+        .iter()
+        .filter(|(s, _)| is_poison(**s))
+        .map(|(s, m)| (payload(*s).data, m.as_str()))
+        .collect();
     let mut early = Vec::new();
     for e in &obs.wire {
         match &e.kind {
@@ -194,6 +231,13 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
                 for d in data {
                     if let Ok(row) = serde_json::from_slice::<Row>(d) {
                         confirmed.entry(row.mid).or_insert(e.at);
+                    }
+                }
+            }
+            WireKind::Published { topic, data } if *topic == obs.dead_letter_topic => {
+                for d in data {
+                    if let Some(mid) = poison.get(d) {
+                        confirmed.entry(mid.to_string()).or_insert(e.at);
                     }
                 }
             }
@@ -230,10 +274,15 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
     }
 
     // 3. Duplicates only from replays or sink outages.
-    let sink_outage = obs
-        .faults
-        .iter()
-        .any(|f| matches!(f, Fault::CutSink { .. } | Fault::StallSink { .. }));
+    let sink_outage = obs.faults.iter().any(|f| {
+        matches!(
+            f,
+            Fault::CutSink { .. }
+                | Fault::StallSink { .. }
+                | Fault::RecreateSinkTopic { .. }
+                | Fault::CutDeadLetter { .. }
+        )
+    });
     let duplicates: usize = copies.values().map(|c| c - 1).sum();
     let unexplained: Vec<&String> = copies
         .iter()

@@ -42,7 +42,14 @@ pub struct Payload {
     pub body: serde_json::Value,
 }
 
-/// Message `seq`, carrying fixture `seq mod 6`.
+/// Every 50th message (seq 49, 99, ...) is cut short: it does not decode, so the source
+/// dead-letters it (its data unchanged, its attributes kept).
+pub fn is_poison(seq: u64) -> bool {
+    seq % 50 == 49
+}
+
+/// Message `seq`, carrying fixture `seq mod 6`; a poison one ([`is_poison`]) is its JSON
+/// cut off after `"body": `.
 pub fn payload(seq: u64) -> Payload {
     let (text, attrs) = FIXTURES[(seq % FIXTURES.len() as u64) as usize];
     let body = if text.is_empty() {
@@ -53,8 +60,12 @@ pub fn payload(seq: u64) -> Payload {
     let mut attributes: BTreeMap<String, String> =
         serde_json::from_str(attrs).expect("embedded attributes are a JSON object of strings");
     attributes.insert("seq".into(), seq.to_string());
-    let data = serde_json::to_vec(&serde_json::json!({ "seq": seq, "body": body }))
-        .expect("JSON serializes");
+    let data = if is_poison(seq) {
+        format!("{{\"seq\": {seq}, \"body\": ").into_bytes()
+    } else {
+        serde_json::to_vec(&serde_json::json!({ "seq": seq, "body": body }))
+            .expect("JSON serializes")
+    };
     Payload {
         seq,
         data,
@@ -82,5 +93,9 @@ mod tests {
             "plain text goes in as a string"
         );
         assert_eq!(payload(0).attributes["eventType"], "OBJECT_FINALIZE");
+        let poison = payload(49);
+        assert!(serde_json::from_slice::<serde_json::Value>(&poison.data).is_err());
+        assert_eq!(poison.attributes["seq"], "49");
+        assert!(!is_poison(48) && is_poison(99));
     }
 }

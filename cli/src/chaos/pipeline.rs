@@ -108,20 +108,22 @@ impl Pipeline {
     /// child of `cluster` started with `--process {process}`. False when there is none
     /// (e.g. the cluster is between restarts).
     pub fn kill_process(&self, process: usize) -> bool {
-        let Some(pid) = self.child.as_ref().and_then(|c| c.id()) else {
-            return false;
-        };
-        let target = if self.processes == 1 {
-            Some(pid)
-        } else {
-            children(pid).into_iter().find(|c| {
-                let cmdline = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
-                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-                args.windows(2)
-                    .any(|w| w[0] == b"--process" && w[1] == process.to_string().as_bytes())
-            })
-        };
-        target.is_some_and(|p| unsafe { libc::kill(p as i32, libc::SIGKILL) == 0 })
+        self.pid_of(process).is_some_and(kill)
+    }
+
+    /// The pid of process `process`: the `run`, or the `cluster` child with
+    /// `--process {process}`; `None` when there is none.
+    pub fn pid_of(&self, process: usize) -> Option<u32> {
+        let pid = self.child.as_ref().and_then(|c| c.id())?;
+        if self.processes == 1 {
+            return Some(pid);
+        }
+        children(pid).into_iter().find(|c| {
+            let cmdline = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.windows(2)
+                .any(|w| w[0] == b"--process" && w[1] == process.to_string().as_bytes())
+        })
     }
 
     /// Waits at most `limit` for the running start to end; `None` if it did not (it is
@@ -153,6 +155,11 @@ impl Pipeline {
             .flat_map(|n| ["out", "err"].map(|x| self.dir.join(format!("run-{n}.{x}"))))
             .collect()
     }
+}
+
+/// SIGKILL of `pid`; false when it is gone.
+pub fn kill(pid: u32) -> bool {
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) == 0 }
 }
 
 /// The pids whose parent is `pid`.

@@ -28,6 +28,18 @@ pub enum Fault {
     CutSink { for_: Duration },
     /// The sink's connection stalls (nothing moves, nothing closes) for `for_`.
     StallSink { for_: Duration },
+    /// SIGTERM, a second SIGTERM `after` later (an abort), then a restart.
+    Abort { after: Duration },
+    /// SIGKILL of process 0 the moment its next checkpoint write is seen under way (the
+    /// temp file beside `checkpoint.json`), or else as soon as the write landed.
+    KillInCheckpointWrite,
+    /// The sink's topic is deleted (what its subscription held is read first, the sink
+    /// stalled meanwhile); `gap` later it is created again with a new subscription, the
+    /// sink stalled again meanwhile so that it never publishes into a topic without one
+    /// that it did not create itself.
+    RecreateSinkTopic { gap: Duration },
+    /// The network between the source's dead-letter queue and the service is cut.
+    CutDeadLetter { for_: Duration },
 }
 
 impl Fault {
@@ -39,6 +51,10 @@ impl Fault {
             Fault::CutSource { .. } => "cut-source",
             Fault::CutSink { .. } => "cut-sink",
             Fault::StallSink { .. } => "stall-sink",
+            Fault::Abort { .. } => "abort",
+            Fault::KillInCheckpointWrite => "kill-in-checkpoint-write",
+            Fault::RecreateSinkTopic { .. } => "recreate-sink-topic",
+            Fault::CutDeadLetter { .. } => "cut-dead-letter",
         }
     }
 }
@@ -51,6 +67,21 @@ impl fmt::Display for Fault {
             Fault::CutSource { for_ } => write!(f, "cut the source's network for {for_:?}"),
             Fault::CutSink { for_ } => write!(f, "cut the sink's network for {for_:?}"),
             Fault::StallSink { for_ } => write!(f, "stall the sink's connection for {for_:?}"),
+            Fault::Abort { after } => {
+                write!(f, "SIGTERM, a second SIGTERM {after:?} later, then restart")
+            }
+            Fault::KillInCheckpointWrite => {
+                write!(f, "SIGKILL process 0 during its next checkpoint write")
+            }
+            Fault::RecreateSinkTopic { gap } => {
+                write!(
+                    f,
+                    "delete the sink's topic, create it again with a subscription {gap:?} later"
+                )
+            }
+            Fault::CutDeadLetter { for_ } => {
+                write!(f, "cut the dead-letter queue's network for {for_:?}")
+            }
         }
     }
 }
@@ -71,6 +102,9 @@ pub struct Schedule {
 /// windows to crash in; 12 s is longer than the input subscription's 10 s ack deadline.
 const INTERVALS_MS: [u64; 5] = [200, 500, 1_000, 3_000, 12_000];
 
+/// How many kinds of [`Fault`] there are; each is drawn with the same chance.
+const KINDS: u32 = 9;
+
 impl Schedule {
     /// The schedule of `seed`: 1 to 4 faults at instants within the publishing window
     /// plus 5 s, each of a kind drawn evenly; outages of 1 to 8 s.
@@ -84,14 +118,22 @@ impl Schedule {
             .map(|_| {
                 let at = Duration::from_millis(rng.random_range(500..window));
                 let for_ = Duration::from_millis(rng.random_range(1_000..8_000));
-                let fault = match rng.random_range(0..5) {
+                let fault = match rng.random_range(0..KINDS) {
                     0 => Fault::Kill {
                         process: rng.random_range(0..processes),
                     },
                     1 => Fault::TermRestart,
                     2 => Fault::CutSource { for_ },
                     3 => Fault::CutSink { for_ },
-                    _ => Fault::StallSink { for_ },
+                    4 => Fault::StallSink { for_ },
+                    5 => Fault::Abort {
+                        after: Duration::from_millis(rng.random_range(0..2_000)),
+                    },
+                    6 => Fault::KillInCheckpointWrite,
+                    7 => Fault::RecreateSinkTopic {
+                        gap: Duration::from_millis(rng.random_range(200..3_000)),
+                    },
+                    _ => Fault::CutDeadLetter { for_ },
                 };
                 Timed { at, fault }
             })
@@ -135,7 +177,11 @@ mod tests {
             .iter()
             .flat_map(|s| s.faults.iter().map(|t| t.fault.kind()))
             .collect();
-        assert_eq!(kinds.len(), 5, "every kind is drawn: {kinds:?}");
+        assert_eq!(
+            kinds.len(),
+            KINDS as usize,
+            "every kind is drawn: {kinds:?}"
+        );
         for s in &all {
             assert!((1..=4).contains(&s.faults.len()));
             assert!(s.faults.windows(2).all(|w| w[0].at <= w[1].at));

@@ -130,7 +130,7 @@ pub async fn has_subscription(sink: &PubSubSink) -> anyhow::Result<bool> {
 pub fn no_subscription_error(topic: &str) -> String {
     let id = topic.rsplit('/').next().unwrap_or(topic);
     format!(
-        "topic {topic} was deleted while the job ran and was recreated, but it has no subscription: Pub/Sub discards every message published to a topic without subscriptions, so rows written to it would be lost. Nothing of the checkpoint in progress is acknowledged upstream. Create a subscription on it (gcloud pubsub subscriptions create {id}-sub --topic={id}) and restart the job: the rows are read again and written there (a topic carrying the label '{RECREATED_LABEL}' is checked for a subscription at every start)"
+        "topic {topic} was deleted after the job wrote into it and was recreated, but it has no subscription: Pub/Sub discards every message published to a topic without subscriptions, so rows written to it would be lost. Nothing of the checkpoint in progress is acknowledged upstream. Create a subscription on it (gcloud pubsub subscriptions create {id}-sub --topic={id}) and restart the job: the rows are read again and written there (a topic carrying the label '{RECREATED_LABEL}' is checked for a subscription at every start)"
     )
 }
 

@@ -360,6 +360,7 @@ pub async fn run_pipeline(
                 in_schema: q.sink_schema.clone(),
                 metrics: metrics.clone(),
                 state: restored_state(&sink_id),
+                restored_epoch: restored.as_ref().map(|m| m.epoch),
             };
             local.sinks.push(((sink_id.clone(), g), sink_tx.clone()));
             let t = spawn_task(
@@ -513,7 +514,7 @@ pub async fn run_pipeline(
     // Bounded: a task that does not end in time is cancelled (its handles drop and nack).
     // After a failure the abort already waited for the sources: do not wait long again.
     let wait = if result.is_err() {
-        config.shutdown_timeout.min(ABORT_WAIT)
+        config.shutdown_timeout.min(AFTER_ABORT_WAIT)
     } else {
         config.shutdown_timeout
     };
@@ -683,6 +684,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-/// The longest an aborted job waits for its sources to release what they hold (their own
-/// close is bounded by the source's shutdown timeout, 5 s).
-pub(crate) const ABORT_WAIT: Duration = Duration::from_secs(10);
+/// After a failure, the abort already waited (up to `--shutdown-timeout`) for the sources
+/// to release what they hold: the tasks still running get this much more, then are
+/// cancelled.
+const AFTER_ABORT_WAIT: Duration = Duration::from_secs(10);

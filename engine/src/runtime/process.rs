@@ -12,7 +12,7 @@ use anyhow::anyhow;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::control::{barrier, Control, Report};
-use super::coordinator::{JobSummary, StopHandle, ABORT_WAIT};
+use super::coordinator::{JobSummary, StopHandle};
 use super::dataflow::WorkerWaker;
 use super::leader::{CheckpointWrite, Leader, TaskKey};
 use super::{CoordEvent, JobShared, RuntimeConfig, SinkEvent};
@@ -451,7 +451,10 @@ impl ProcessCoordinator {
             }
         }
         let total = self.local_total();
-        let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout.min(ABORT_WAIT);
+        // Each source bounds its own release (the Pub/Sub source by `scan.shutdown-timeout`,
+        // 5 s by default); this is only the backstop. A shorter fixed cap here cancelled
+        // sources whose nacks were still being sent (issue 16, finding 7).
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout;
         while self.ended.len() < total {
             match tokio::time::timeout_at(deadline, events.recv()).await {
                 Ok(Some(CoordEvent::TaskFailed {

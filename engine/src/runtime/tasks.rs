@@ -185,6 +185,7 @@ mod tests {
             in_schema: schema,
             metrics: Default::default(),
             state: Default::default(),
+            restored_epoch: None,
         };
         let rows = || {
             SinkEvent::Batch(Rows {

@@ -29,6 +29,10 @@ pub struct OperatorContext {
     pub in_schema: SchemaRef,
     pub metrics: Metrics,
     pub state: OperatorState,
+    /// The checkpoint epoch the job restored from; `None` on a fresh start (no completed
+    /// checkpoint). A sink tells "first start" from "restart of a job that already wrote"
+    /// by it (e.g. a missing topic was deleted mid-job, not never created).
+    pub restored_epoch: Option<u64>,
 }
 
 impl OperatorContext {
