@@ -508,7 +508,13 @@ async fn a_topic_deleted_between_runs_is_not_written_without_a_subscription_at_t
     // discarded by Pub/Sub, acknowledged upstream, exit 0.
     let t = topics("sink-gone-between", 10).await;
     let first = publish_seq(&t.input, 0..100).await;
-    let w = Workdir::new(&via_sql(&t, &endpoint(), "", ""));
+    // A 10 s lease extension: each restart waits out the previous run's leases.
+    let w = Workdir::new(&via_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.ack.max-duration-per-extension' = '10s'",
+        "",
+    ));
     let args = ["--checkpoint-interval", "500ms", "--stop-when-idle", "3s"];
     let (code, _, stderr) = finish(w.spawn(&args), LIMIT).await;
     assert_eq!(code, 0, "{stderr}");

@@ -22,6 +22,9 @@ const ACK_DEADLINE_S: i32 = 10;
 /// The final run stops after this long without a message (and after any dead run's
 /// leases, 10 s here).
 const FINAL_IDLE: Duration = Duration::from_secs(3);
+/// How long the input is read after the final run: past the pipeline's 10 s lease
+/// extension, so a message still leased to a closed stream is found.
+const UNREAD_IDLE: Duration = Duration::from_secs(11);
 /// Bounds: a graceful stop, and the final run to completion. Past them: a hang.
 const STOP_BOUND: Duration = Duration::from_secs(120);
 const FINAL_BOUND: Duration = Duration::from_secs(240);
@@ -292,7 +295,9 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
     }
 
     // What is left: unread input (must be nothing after an exit 0), every output row.
-    obs.unread = admin::drain(&direct, &input_sub, 1, None, Duration::from_secs(3))
+    // Read for longer than the 10 s lease extension: a message stranded in a stream that
+    // closed counts as unread, not lost.
+    obs.unread = admin::drain(&direct, &input_sub, 1, None, UNREAD_IDLE)
         .await?
         .into_keys()
         .collect();

@@ -591,7 +591,7 @@ fn hold_idle_for_dead_leases(
         .unwrap_or_default();
     if config.stop_when_idle.is_some() {
         tracing::info!(
-            "a run of this job did not stop cleanly: messages it held come back when their leases run out, so --stop-when-idle waits at least {wait:?} before it may stop"
+            "an earlier run of this job may still hold messages leased (it did not stop cleanly, or its streams closed less than one lease extension ago): they come back when their leases run out, so --stop-when-idle waits at least {wait:?} before it may stop"
         );
     }
     leader.hold_idle_until(std::time::Instant::now() + wait);
