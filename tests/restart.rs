@@ -57,7 +57,10 @@ async fn after_a_sigkill_the_idle_stop_waits_out_the_dead_runs_leases() {
     let again = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "2s"]);
     let (code, _, stderr) = finish(again, LIMIT).await;
     assert_eq!(code, 0, "stderr: {stderr}");
-    assert!(!stderr.contains("may still hold messages leased"), "{stderr}");
+    assert!(
+        !stderr.contains("may still hold messages leased"),
+        "{stderr}"
+    );
 }
 
 /// Issue 16, finding 1: `scan.startup.mode = 'latest'` and a crash before the first

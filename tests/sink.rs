@@ -545,6 +545,48 @@ async fn a_topic_deleted_between_runs_is_not_written_without_a_subscription_at_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_deleted_after_a_killed_run_without_a_checkpoint_is_not_written_without_a_subscription(
+) {
+    // Found by the fault campaign (seed 39): the first run wrote rows and died before its
+    // first checkpoint; the topic was deleted; the next run, restoring nothing, created it
+    // as at a first start and acknowledged rows published into a topic without a
+    // subscription. Any run after the first counts as mid-job (the job record's runs).
+    let t = topics("sink-gone-nockpt", 10).await;
+    let ids = publish_seq(&t.input, 0..100).await;
+    let w = Workdir::new(&via_sql(
+        &t,
+        &endpoint(),
+        ", 'scan.ack.max-duration-per-extension' = '10s'",
+        "",
+    ));
+    let mut first = w.spawn(&["--checkpoint-interval", "60s"]);
+    let early = sink_ids(&t.output_sub, Some(1), Duration::from_secs(30)).await;
+    assert!(!early.is_empty(), "the first run wrote rows");
+    signal(&first, "KILL");
+    first.wait().await.unwrap();
+    assert_eq!(w.checkpoint_epoch(), None, "no checkpoint completed");
+    admin::delete_topic(&profile(), &t.output).await.unwrap();
+    let args = ["--checkpoint-interval", "500ms", "--stop-when-idle", "3s"];
+    let (code, stdout, stderr) = finish(w.spawn(&args), LIMIT).await;
+    assert_ne!(
+        code, 0,
+        "the second run wrote into a topic without a subscription: {stdout}"
+    );
+    assert!(
+        stderr.contains(&t.output) && stderr.contains("has no subscription"),
+        "{stderr}"
+    );
+    let sub = unique("sink-gone-nockpt-sub2");
+    admin::create_subscription(&profile(), &sub, &t.output, 60)
+        .await
+        .unwrap();
+    let (code, _, stderr) = finish(w.spawn(&args), LIMIT).await;
+    assert_eq!(code, 0, "{stderr}");
+    let got = sink_ids(&sub, Some(ids.len()), Duration::from_secs(30)).await;
+    assert_eq!(missing(&ids, &got), 0, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
     pubsub_connector_core::wire_log::enable();
     let t = topics("sink-cut", 10).await;
@@ -1084,7 +1126,7 @@ async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
         in_schema: arrow_schema.clone(),
         metrics: metrics.clone(),
         state: OperatorState::default(),
-        restored_epoch: None,
+        first_run: true,
     };
     writer.on_start(&mut ctx).await.unwrap();
     proxy.cut();

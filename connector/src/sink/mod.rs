@@ -504,12 +504,13 @@ impl ArrowOperator for SinkWriter {
         // The dead-letter topic first: a run refused for it creates no output topic.
         self.failure.open(&self.sink, ctx).await?;
         self.parallelism = ctx.task_info.parallelism.max(1);
-        // A missing topic is created under create-if-needed. At a fresh start it is created
-        // as it is; at a restart from a checkpoint the job already wrote into it, so it
-        // was deleted mid-job: like a topic a sink recreated mid-run, it must have a
-        // subscription before anything is published (Pub/Sub discards what a topic
-        // without one receives; issue 16, finding 6, as a kind).
-        let mid_job = ctx.restored_epoch.is_some();
+        // A missing topic is created under create-if-needed. At the job's first run it is
+        // created as it is; at any later run an earlier one may have written into it (with
+        // or without a checkpoint), so it was deleted mid-job: like a topic a sink
+        // recreated mid-run, it must have a subscription before anything is published
+        // (Pub/Sub discards what a topic without one receives; issue 16, finding 6, as a
+        // kind; found by the fault campaign, seed 39).
+        let mid_job = !ctx.first_run;
         let ensured = topic::ensure(&self.sink, mid_job).await?;
         if ensured.created {
             self.metrics.topics_created.add(1);

@@ -213,6 +213,21 @@ pub async fn run_pipeline(
             .map_err(|e| fail(anyhow!("cannot start Timely workers: {e}"), &summary))?,
     };
 
+    // Process 0 wrote this run's job record before the cluster connected, so every
+    // process reads the same count here. A record that cannot be read counts as an
+    // earlier run (the cautious side: a missing sink topic then needs a subscription).
+    let first_run = restored.is_none()
+        && match &job_log {
+            Some(log) => log.first_run().await,
+            None => match store.load_job_record().await {
+                Ok(r) => r.is_none_or(|r| r.runs == 1),
+                Err(e) => {
+                    tracing::warn!("{e:#}: treating this run as a restart");
+                    false
+                }
+            },
+        };
+
     let (coord_tx, coord_rx) = mpsc::unbounded_channel();
     let waker = WorkerWaker::default();
     let (flow, acks_rx) = Flow::new(
@@ -360,7 +375,7 @@ pub async fn run_pipeline(
                 in_schema: q.sink_schema.clone(),
                 metrics: metrics.clone(),
                 state: restored_state(&sink_id),
-                restored_epoch: restored.as_ref().map(|m| m.epoch),
+                first_run,
             };
             local.sinks.push(((sink_id.clone(), g), sink_tx.clone()));
             let t = spawn_task(

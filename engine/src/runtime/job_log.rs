@@ -45,6 +45,7 @@ impl JobLog {
             started_at_ms: now,
             clean_stop: false,
             leases_until_ms: leases_until,
+            runs: previous.as_ref().map_or(1, |r| r.runs.max(1) + 1),
             start_decisions: previous.map(|r| r.start_decisions).unwrap_or_default(),
         };
         store.write_job_record(&record).await?;
@@ -55,6 +56,11 @@ impl JobLog {
             leases_until: leases_until
                 .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
         })
+    }
+
+    /// Whether this is the job's first run (no earlier start recorded).
+    pub async fn first_run(&self) -> bool {
+        self.record.lock().await.runs <= 1
     }
 
     /// The decision recorded for operator `operator_id` by this or an earlier start.
@@ -130,8 +136,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = start(&dir, 60).await;
         assert_eq!(first.leases_until, None, "a new location holds no leases");
+        assert!(first.first_run().await);
         drop(first); // dies: never marked clean
         let second = start(&dir, 60).await;
+        assert!(
+            !second.first_run().await,
+            "a second start, even without a checkpoint"
+        );
         let until = second.leases_until.expect("the dead run's leases");
         let left = until.duration_since(SystemTime::now()).unwrap();
         assert!(

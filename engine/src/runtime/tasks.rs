@@ -185,7 +185,7 @@ mod tests {
             in_schema: schema,
             metrics: Default::default(),
             state: Default::default(),
-            restored_epoch: None,
+            first_run: true,
         };
         let rows = || {
             SinkEvent::Batch(Rows {

@@ -29,10 +29,11 @@ pub struct OperatorContext {
     pub in_schema: SchemaRef,
     pub metrics: Metrics,
     pub state: OperatorState,
-    /// The checkpoint epoch the job restored from; `None` on a fresh start (no completed
-    /// checkpoint). A sink tells "first start" from "restart of a job that already wrote"
-    /// by it (e.g. a missing topic was deleted mid-job, not never created).
-    pub restored_epoch: Option<u64>,
+    /// `true` only on the job's first run: no completed checkpoint was restored and the
+    /// job record counts no earlier start. A later run may follow one that wrote into the
+    /// sink's destination (with or without a checkpoint), so a sink tells "never created"
+    /// from "deleted mid-job" by it.
+    pub first_run: bool,
 }
 
 impl OperatorContext {

@@ -43,6 +43,10 @@ pub struct JobRecord {
     /// on it at a start that no completed checkpoint covers yet (opaque to the engine).
     #[serde(default)]
     pub start_decisions: BTreeMap<String, serde_json::Value>,
+    /// How many runs of the job have started, the latest included (a record written before
+    /// this count existed reads as 0 and counts as one earlier run).
+    #[serde(default)]
+    pub runs: u64,
 }
 
 impl CheckpointStore {
@@ -96,6 +100,7 @@ mod tests {
             started_at_ms: 5,
             clean_stop: false,
             leases_until_ms: Some(9),
+            runs: 3,
             start_decisions: BTreeMap::from([(
                 "source-t".to_string(),
                 serde_json::json!({"mode": "latest", "seeks": {"projects/p/subscriptions/s": 42}}),
