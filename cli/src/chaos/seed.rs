@@ -44,7 +44,9 @@ pub struct Env {
 #[derive(Clone)]
 struct Outages {
     cutter: Arc<TcpCutter>,
-    until: Arc<Mutex<Option<Instant>>>,
+    /// When the outage in progress ends, and whether it cut the port (a stall that
+    /// overlaps a cut and ends last must still restore the port).
+    until: Arc<Mutex<Option<(Instant, bool)>>>,
 }
 
 impl Outages {
@@ -55,40 +57,45 @@ impl Outages {
         }
     }
 
-    /// Cuts (or stalls) for `for_`; the returned task ends the outage.
+    /// Cuts (or stalls) for `for_`; the returned task ends the outage. Overlapping outages
+    /// merge into one that ends when the last one ends; a cut during a stall is not
+    /// applied (the stall already holds everything).
     async fn begin(&self, for_: Duration, stall: bool) -> tokio::task::JoinHandle<()> {
         let end = Instant::now() + for_;
         {
             let mut until = self.until.lock().await;
-            if until.is_none() {
-                if stall {
+            let cut = match *until {
+                None if stall => {
                     self.cutter.stall(true);
-                } else {
-                    self.cutter.cut();
+                    false
                 }
-            }
-            *until = Some(until.map_or(end, |u| u.max(end)));
+                None => {
+                    self.cutter.cut();
+                    true
+                }
+                Some((_, cut)) => cut,
+            };
+            *until = Some((until.map_or(end, |(u, _)| u.max(end)), cut));
         }
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until(end.into()).await;
             let mut until = me.until.lock().await;
-            if until.is_some_and(|u| u <= Instant::now()) {
-                *until = None;
-                me.cutter.stall(false);
-                // Restores a cut port; on a stall the port is still bound and this fails.
-                if !stall {
-                    if let Err(e) = me.cutter.restore().await {
-                        tracing::error!("chaos: {e:#}");
+            if let Some((u, cut)) = *until {
+                if u <= Instant::now() {
+                    *until = None;
+                    me.cutter.stall(false);
+                    if cut {
+                        if let Err(e) = me.cutter.restore().await {
+                            tracing::error!("chaos: {e:#}");
+                        }
                     }
                 }
             }
         })
     }
-}
 
-impl Outages {
-    /// Ends every outage on this cutter now (the sink's topic was recreated).
+    /// Ends the stall [`recreate_sink_topic`] began (no cut was in progress then).
     async fn end(&self) {
         let mut until = self.until.lock().await;
         *until = None;
