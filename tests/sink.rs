@@ -523,25 +523,30 @@ async fn a_topic_deleted_between_runs_is_not_written_without_a_subscription_at_t
     assert_eq!(missing(&first, &got), 0);
     admin::delete_topic(&profile(), &t.output).await.unwrap();
     let second = publish_seq(&t.input, 100..200).await;
-    let (code, stdout, stderr) = finish(w.spawn(&args), LIMIT).await;
+    refused_until_subscribed(&t, &w, &args, &second).await;
+}
+
+/// The run after the sink's topic was deleted must refuse to start (naming the topic),
+/// not create it without a subscription; once a subscription exists, the next run writes
+/// every one of `ids` there (the refused run acknowledged none of them).
+async fn refused_until_subscribed(t: &Topics, w: &Workdir, args: &[&str], ids: &[String]) {
+    let (code, stdout, stderr) = finish(w.spawn(args), LIMIT).await;
     assert_ne!(
         code, 0,
-        "the restart wrote into a topic without a subscription: {stdout}"
+        "the run wrote into a topic without a subscription: {stdout}"
     );
     assert!(
         stderr.contains(&t.output) && stderr.contains("has no subscription"),
         "{stderr}"
     );
-    // With a subscription the next restart writes every new row there (none of them was
-    // acknowledged by the refused start).
-    let sub = unique("sink-gone-between-sub2");
+    let sub = unique(&format!("{}-sub2", t.output));
     admin::create_subscription(&profile(), &sub, &t.output, 60)
         .await
         .unwrap();
-    let (code, _, stderr) = finish(w.spawn(&args), LIMIT).await;
+    let (code, _, stderr) = finish(w.spawn(args), LIMIT).await;
     assert_eq!(code, 0, "{stderr}");
-    let got = sink_ids(&sub, Some(second.len()), Duration::from_secs(30)).await;
-    assert_eq!(missing(&second, &got), 0, "{stderr}");
+    let got = sink_ids(&sub, Some(ids.len()), Duration::from_secs(30)).await;
+    assert_eq!(missing(ids, &got), 0, "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -567,23 +572,7 @@ async fn a_topic_deleted_after_a_killed_run_without_a_checkpoint_is_not_written_
     assert_eq!(w.checkpoint_epoch(), None, "no checkpoint completed");
     admin::delete_topic(&profile(), &t.output).await.unwrap();
     let args = ["--checkpoint-interval", "500ms", "--stop-when-idle", "3s"];
-    let (code, stdout, stderr) = finish(w.spawn(&args), LIMIT).await;
-    assert_ne!(
-        code, 0,
-        "the second run wrote into a topic without a subscription: {stdout}"
-    );
-    assert!(
-        stderr.contains(&t.output) && stderr.contains("has no subscription"),
-        "{stderr}"
-    );
-    let sub = unique("sink-gone-nockpt-sub2");
-    admin::create_subscription(&profile(), &sub, &t.output, 60)
-        .await
-        .unwrap();
-    let (code, _, stderr) = finish(w.spawn(&args), LIMIT).await;
-    assert_eq!(code, 0, "{stderr}");
-    let got = sink_ids(&sub, Some(ids.len()), Duration::from_secs(30)).await;
-    assert_eq!(missing(&ids, &got), 0, "{stderr}");
+    refused_until_subscribed(&t, &w, &args, &ids).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
