@@ -33,10 +33,11 @@ pub struct JobRecord {
     /// `true` once the latest run stopped gracefully (final checkpoint committed, every
     /// other held message released); `false` while it runs and after it died or aborted.
     pub clean_stop: bool,
-    /// Until when (ms since the Unix epoch) messages held by a run that did not stop
-    /// cleanly may still be leased to it: set by the first start after such a run (its
-    /// start plus the sources' redelivery horizon) and carried by every later start, so a
-    /// clean stop in between does not hide a dead run's leases from the runs after it.
+    /// Until when (ms since the Unix epoch) messages may still be leased to an earlier
+    /// run: set by the first start after a run that did not stop cleanly (its start plus
+    /// the sources' redelivery horizon) and by every clean stop (the stop plus that
+    /// horizon: what its closed streams were still sent, and acks lost in a cut), and
+    /// carried by every later start until it has passed.
     #[serde(default)]
     pub leases_until_ms: Option<u64>,
     /// Operator id (`source-{table}`) -> the decision its connector recorded before acting
