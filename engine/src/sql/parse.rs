@@ -4,7 +4,7 @@ use std::fmt;
 
 use sqlparser::ast::{
     ColumnDef, ColumnOption, CreateTable, CreateTableOptions, DataType, Expr, Insert, ObjectName,
-    Query, Select, SetExpr, SqlOption, Statement, TableFactor, Value,
+    Ident, Query, Select, SelectItem, SetExpr, SqlOption, Statement, TableFactor, Value,
 };
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
@@ -53,17 +53,30 @@ pub struct InsertDef {
 }
 
 impl InsertDef {
-    /// `INSERT INTO sink SELECT "c1", "c2" FROM "source"`: each sink column from the source
+    /// True when the SELECT has a WHERE condition (some rows may not be written).
+    pub fn has_where(&self) -> bool {
+        matches!(self.query.body.as_ref(), SetExpr::Select(s) if s.selection.is_some())
+    }
+
+    /// `INSERT INTO sink SELECT c1, c2 FROM source`: each sink column from the source
     /// column of the same name (the Rust pipeline graph's `pipe`).
     pub fn by_name(sink: &str, source: &str, columns: &[String]) -> Result<Self, SqlError> {
-        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-        let list: Vec<String> = columns.iter().map(|c| quote(c)).collect();
-        let sql = format!("SELECT {} FROM {}", list.join(", "), quote(source));
-        let mut statements = Parser::parse_sql(&PipelineDialect::default(), &sql)
+        let mut statements = Parser::parse_sql(&PipelineDialect::default(), "SELECT c FROM t")
             .map_err(|e| SqlError(format!("SQL syntax error: {e}")))?;
-        let Some(Statement::Query(query)) = statements.pop() else {
+        let Some(Statement::Query(mut query)) = statements.pop() else {
             return err(format!("cannot select the columns of '{source}'"));
         };
+        let SetExpr::Select(select) = query.body.as_mut() else {
+            return err(format!("cannot select the columns of '{source}'"));
+        };
+        // Names as they are (resolution does not fold case), printed as a SQL file would.
+        select.projection = columns
+            .iter()
+            .map(|c| SelectItem::UnnamedExpr(Expr::Identifier(Ident::new(c))))
+            .collect();
+        if let TableFactor::Table { name, .. } = &mut select.from[0].relation {
+            *name = ObjectName::from(vec![Ident::new(source)]);
+        }
         Ok(InsertDef {
             sink: sink.to_string(),
             columns: None,
