@@ -252,3 +252,61 @@ fn a_json_value_of_another_type_is_a_row_failure() {
         .unwrap_err();
     assert!(f.error.contains("9007199254740993"), "{f}");
 }
+
+/// Rows 1 and 4 fail `100 / i` (i = 0). Message starts [0, 1, 1, 3]: message 0 is row 0,
+/// message 1 yielded no rows, message 2 is rows 1..3, message 3 rows 3..6. Messages 2 and
+/// 3 are rejected whole; message 0's row stays, in order.
+#[test]
+fn a_failing_row_rejects_its_whole_message_and_keeps_the_rest_in_order() {
+    use super::check::{reject_failing, RowCheck};
+    let rows: Vec<_> = [1, 0, 5, 7, 0, 9]
+        .iter()
+        .enumerate()
+        .map(|(k, i)| (k as i64, Some(*i), None, None, None, None))
+        .collect();
+    let checks = [RowCheck {
+        text: "INSERT INTO out SELECT 100 / i FROM src".into(),
+        select: Arc::new(plan("SELECT 100 / i FROM src").unwrap()),
+    }];
+    let (kept, rejected) = reject_failing(&checks, batch(&rows), &[0, 1, 1, 3]);
+    let a = kept.column(1).as_primitive::<Int64Type>();
+    assert_eq!(a.values().to_vec(), vec![0]);
+    assert_eq!(
+        rejected.iter().map(|r| r.message_index).collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    assert!(
+        rejected[0].failure.starts_with("INSERT INTO out SELECT 100 / i FROM src: `100 / i` failed: ")
+            && rejected[0].failure.contains("Divide by zero"),
+        "{}",
+        rejected[0].failure
+    );
+    // Nothing fails: the batch comes back whole.
+    let ok: Vec<_> = [1, 2].iter().map(|i| (0, Some(*i), None, None, None, None)).collect();
+    let (kept, rejected) = reject_failing(&checks, batch(&ok), &[0, 1]);
+    assert_eq!((kept.num_rows(), rejected.len()), (2, 0));
+}
+
+/// Functions DataFusion runs only after their own rewrite (`coalesce` and `nvl` become a
+/// CASE, `nvl2` too, `arrow_cast` a CAST) work here without its optimizer.
+#[test]
+fn functions_that_need_their_rewrite_evaluate() {
+    let p = plan(
+        "SELECT coalesce(upper(s), 'NONE'), nvl(i, 0), nvl2(s, 'has', 'none'), arrow_cast(i, 'Int64') FROM src",
+    )
+    .unwrap();
+    let out = p
+        .evaluate(&batch(&[
+            (1, Some(4), None, Some("ab"), None, None),
+            (2, None, None, None, None, None),
+        ]))
+        .unwrap();
+    let c = out.column(0).as_string::<i32>();
+    assert_eq!((c.value(0), c.value(1)), ("AB", "NONE"));
+    let n = arrow::compute::cast(out.column(1), &arrow::datatypes::DataType::Int64).unwrap();
+    assert_eq!(n.as_primitive::<Int64Type>().values(), &[4, 0]);
+    let h = out.column(2).as_string::<i32>();
+    assert_eq!((h.value(0), h.value(1)), ("has", "none"));
+    let a = out.column(3).as_primitive::<Int64Type>();
+    assert_eq!((a.value(0), a.is_null(1)), (4, true));
+}

@@ -3,6 +3,7 @@
 //! the SELECTs planned by DataFusion into expressions evaluated on Arrow batches.
 
 mod catalog;
+mod check;
 mod clauses;
 mod coercion;
 mod dialect;
@@ -10,13 +11,16 @@ mod eval;
 mod json;
 mod parse;
 mod plan;
+mod sample;
 mod select;
 
 #[cfg(test)]
 mod expr_tests;
 
+pub use check::{reject_failing, RejectedMessage, RowCheck};
 pub use eval::RowFailure;
 pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
+pub use sample::plan_sample_select;
 pub use select::SelectPlan;
 pub(crate) use plan::{check_exclusive_sources, plan_query};
 pub use plan::{plan_pipeline, plan_tables, PlannedPipeline, PlannedQuery, PlannedTable};

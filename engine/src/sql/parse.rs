@@ -246,7 +246,7 @@ fn collect_selects<'a>(body: &'a SetExpr, out: &mut Vec<&'a Select>) {
 }
 
 
-fn object_name(n: &ObjectName) -> String {
+pub(crate) fn object_name(n: &ObjectName) -> String {
     n.0.iter()
         .map(|p| {
             p.as_ident()

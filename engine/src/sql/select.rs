@@ -3,7 +3,8 @@
 //!
 //! Planning order, and why: SqlToRel (names, functions) -> refuse what is not stateless
 //! or not replay-safe -> type coercion (Analyzer) -> refuse coercions that could change a
-//! value -> constant folding -> physical expressions.
+//! value -> each function's own rewrite (`coalesce` into `CASE`; no constant folding) ->
+//! physical expressions.
 
 use std::sync::Arc;
 
@@ -126,7 +127,10 @@ pub(crate) fn plan_select(
     // No constant folding: DataFusion folds with wrapping arithmetic and fixes `now()`
     // at plan time; a constant costs one scalar per batch.
     let props = ExecutionProps::new();
+    let input_ref = Arc::new(input.clone());
     let physical = |e: &Expr, text: &str| -> Result<(Expr, Arc<dyn PhysicalExpr>), SqlError> {
+        let e = &function_rewrites(e.clone(), &props, &input_ref)
+            .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
         let p = datafusion_physical_expr::create_physical_expr(e, &input, &props)
             .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
         Ok((e.clone(), checked_arithmetic(p, input.as_arrow())))
@@ -167,6 +171,29 @@ pub(crate) fn plan_select(
 }
 
 /// (SQL text, output name, position) of each select item, `*` expanded.
+/// Applies each function's own rewrite (`ScalarUDFImpl::simplify`), as DataFusion's
+/// optimizer would: some functions only run rewritten (`coalesce`, `nvl2` and `arrow_cast`
+/// fail when invoked as written). Only the functions' rewrites: no constant folding.
+fn function_rewrites(
+    e: Expr,
+    props: &ExecutionProps,
+    schema: &Arc<DFSchema>,
+) -> datafusion_common::Result<Expr> {
+    use datafusion_common::tree_node::Transformed;
+    use datafusion_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+    let info = SimplifyContext::new(props).with_schema(schema.clone());
+    e.transform_up(|x| match x {
+        Expr::ScalarFunction(f) => match f.func.simplify(f.args, &info)? {
+            ExprSimplifyResult::Simplified(e) => Ok(Transformed::yes(e)),
+            ExprSimplifyResult::Original(args) => Ok(Transformed::no(Expr::ScalarFunction(
+                datafusion_expr::expr::ScalarFunction::new_udf(f.func, args),
+            ))),
+        },
+        other => Ok(Transformed::no(other)),
+    })
+    .map(|t| t.data)
+}
+
 fn select_items(query: &Query, src: &ConnectionSchema) -> Vec<(String, String, Location)> {
     let SetExpr::Select(select) = query.body.as_ref() else {
         return Vec::new();
