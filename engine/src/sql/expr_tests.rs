@@ -310,3 +310,23 @@ fn functions_that_need_their_rewrite_evaluate() {
     let a = out.column(3).as_primitive::<Int64Type>();
     assert_eq!((a.value(0), a.is_null(1)), (4, true));
 }
+
+/// An INSERT maps select items to sink columns by position, so one column may feed two
+/// (`SELECT seq, mid, mid`, as the cluster test's ordering key does); an alias keeps a bare
+/// column's type and metadata key.
+#[test]
+fn repeated_items_and_aliased_columns_plan() {
+    let p = plan("SELECT a, id, id, src.id, a + 1, a + 1, *, j AS doc, id AS m FROM src").unwrap();
+    let names: Vec<&str> = p.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(&names[..6], ["a", "id", "id", "id", "a + 1", "a + 1"]);
+    assert_eq!(p.fields.len(), 6 + src().fields.len() + 2);
+    let doc = &p.fields[p.fields.len() - 2];
+    assert_eq!((doc.name.as_str(), doc.field_type), ("doc", FieldType::Json));
+    let m = &p.fields[p.fields.len() - 1];
+    assert_eq!(m.metadata_key.as_deref(), Some("message-id"));
+    let out = p
+        .evaluate(&batch(&[(7, None, None, None, None, None)]))
+        .unwrap();
+    assert_eq!(out.column(2).as_string::<i32>().value(0), "m0");
+    assert_eq!(out.column(5).as_primitive::<Int64Type>().value(0), 8);
+}

@@ -83,7 +83,7 @@ pub(crate) fn plan_select(
     let catalog = Catalog::new([(source.to_string(), src.arrow_schema())]);
     let planner = SqlToRel::new(&catalog);
     let written = planner
-        .sql_statement_to_plan(Statement::Query(Box::new(query.clone())))
+        .sql_statement_to_plan(Statement::Query(Box::new(unique_item_names(query, src))))
         .map_err(|e| planning_error(e, query, what, &catalog, source, src))?;
     refuse_replay_unsafe(&written, query, what)?;
     let coerced = Analyzer::new()
@@ -192,6 +192,39 @@ fn function_rewrites(
         other => Ok(Transformed::no(other)),
     })
     .map(|t| t.data)
+}
+
+/// `query` with each select item whose output name is repeated (`SELECT seq, mid, mid`,
+/// `SELECT mid, *`) given a private alias: DataFusion refuses a projection with two
+/// expressions of one name, but an INSERT maps items to sink columns by position, and the
+/// output names come from `select_items`, not from DataFusion.
+fn unique_item_names(query: &Query, src: &ConnectionSchema) -> Query {
+    let names: Vec<String> = select_items(query, src).into_iter().map(|i| i.1).collect();
+    let mut q = query.clone();
+    let SetExpr::Select(select) = q.body.as_mut() else {
+        return q;
+    };
+    let repeated = |n: &str| names.iter().filter(|m| m.as_str() == n).count() > 1;
+    let mut k = 0;
+    for (i, item) in select.projection.iter_mut().enumerate() {
+        let expr = match item {
+            SelectItem::UnnamedExpr(e) => e.clone(),
+            SelectItem::ExprWithAlias { expr, .. } => expr.clone(),
+            // A wildcard stands for several names; it keeps them.
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(_, _) => {
+                k += src.fields.len();
+                continue;
+            }
+        };
+        if names.get(k).is_some_and(|n| repeated(n)) {
+            *item = SelectItem::ExprWithAlias {
+                expr,
+                alias: sqlparser::ast::Ident::new(format!("__item_{i}")),
+            };
+        }
+        k += 1;
+    }
+    q
 }
 
 fn select_items(query: &Query, src: &ConnectionSchema) -> Vec<(String, String, Location)> {
@@ -448,7 +481,12 @@ fn output_field(
     src: &ConnectionSchema,
     name: &str,
 ) -> Result<SourceField, String> {
-    let bare = match e {
+    // `mid AS m` is as bare as `mid`: it keeps the column's type and metadata key.
+    let inner = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        other => other,
+    };
+    let bare = match inner {
         Expr::Column(c) => src.fields.iter().find(|f| f.name == c.name),
         _ => None,
     };
@@ -462,7 +500,7 @@ fn output_field(
             ..f.clone()
         });
     }
-    let json = matches!(e, Expr::ScalarFunction(f) if f.func.name() == super::json::JSON_GET_JSON);
+    let json = matches!(inner, Expr::ScalarFunction(f) if f.func.name() == super::json::JSON_GET_JSON);
     let field_type = if json { Some(FieldType::Json) } else { field_type(&ty) };
     let field_type = field_type.ok_or_else(|| {
         format!(
