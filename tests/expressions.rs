@@ -14,8 +14,9 @@ use support::*;
 const LIMIT: Duration = Duration::from_secs(180);
 
 /// `n` NEXMark bids as the quickstart publishes them, with prices that vary: the
-/// generator's default stream repeats one price (73,134,520 in each of the first 10,000
-/// bids), so a WHERE on it would keep all or nothing. Price `i`: `(i * 7919) % 1_000_000`,
+/// generator's default stream repeats itself (its first 10 bids all cost 73,134,520, and
+/// none of the first 10,000 has `price % 10 = 3` or `bidder % 10 = 3`), so a WHERE on it
+/// keeps all or nothing. Price `i`: `(i * 7919) % 1_000_000`,
 /// so `price % 10 = 3` holds for exactly 1 in 10.
 fn bids(n: usize) -> Vec<Bid> {
     nexmark::EventGenerator::default()

@@ -469,7 +469,10 @@ mod tests {
         let q0 = &graph.queries[0];
         assert_eq!(q0.id, "q0");
         assert_eq!(q0.text, "INSERT INTO out SELECT id, k, n FROM src");
-        assert_eq!(q0.projection, vec![Some(2), Some(1), Some(0)]);
+        // The SELECT names the sink's columns in sink order; column j takes item j.
+        assert_eq!(q0.projection, vec![Some(0), Some(1), Some(2)]);
+        let items: Vec<&str> = q0.select.fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(items, ["id", "k", "n"]);
         assert_eq!(q0.route_by, Some(1), "routed by the sink key column 'k'");
         assert_eq!(graph.queries[1].id, "q1");
         // One source table, read once for both pipes.
