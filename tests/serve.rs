@@ -359,15 +359,20 @@ fn gcs_columns() -> Value {
     ]})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_table_test_streams_a_decoded_row_and_a_decode_error_and_acknowledges_nothing() {
-    let t = topics("tabletest", 60).await;
-    let p = profile();
-    let publisher = client::publisher(&p, &client::topic_path(PROJECT, &t.input))
+/// Fresh topics `name` and a publisher to their input topic.
+async fn topics_and_publisher(name: &str) -> (Topics, google_cloud_pubsub::client::Publisher) {
+    let t = topics(name, 60).await;
+    let publisher = client::publisher(&profile(), &client::topic_path(PROJECT, &t.input))
         .unwrap()
         .build()
         .await
         .unwrap();
+    (t, publisher)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_test_streams_a_decoded_row_and_a_decode_error_and_acknowledges_nothing() {
+    let (t, publisher) = topics_and_publisher("tabletest").await;
     let attrs: HashMap<String, String> =
         serde_json::from_slice(&fixture("gcs-notification-json-api-v1.attrs.json")).unwrap();
     let ids = std::sync::Mutex::new(Vec::new());
@@ -445,6 +450,58 @@ async fn the_table_test_streams_a_decoded_row_and_a_decode_error_and_acknowledge
         last["message"].as_str().unwrap().contains("does not exist"),
         "{last}"
     );
+}
+
+/// `select` shows each sample row after the SELECT, a row failure names its expression,
+/// and a SELECT that does not plan is refused before the test starts, naming `/select`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_test_shows_rows_after_a_select_and_its_row_failures() {
+    let (t, publisher) = topics_and_publisher("tabletest-select").await;
+    let ids = std::sync::Mutex::new(Vec::new());
+    let publish = async {
+        let good = publisher.publish(Message::new().set_data(fixture("gcs-notification-json-api-v1.json")));
+        // generation 5: `100 / (generation - 5)` divides by zero.
+        let failing = publisher.publish(
+            Message::new().set_data(b"{\"name\": \"x\", \"bucket\": \"b\", \"generation\": 5}".to_vec()),
+        );
+        let (good, failing) = (good.await.unwrap(), failing.await.unwrap());
+        ids.lock().unwrap().extend([good, failing]);
+    };
+    let s = Server::start().await;
+    let id = s.emulator_profile("local").await;
+    let mut body = json!({"name": "gcs", "connector": "pubsub", "connectionProfileId": id,
+        "config": {"type": "source", "subscriptions": [{"id": t.input_sub}]},
+        "schema": gcs_columns(), "sampleSize": 5,
+        "select": "SELECT upper(bucket) AS b, 100 / (generation - 5) AS q FROM gcs WHERE generation > 0"});
+    let events = s
+        .events_publishing("/v1/connection_tables/test", &body, publish)
+        .await;
+    let text = serde_json::to_string_pretty(&events).unwrap();
+    let (good, failing) = {
+        let ids = ids.lock().unwrap();
+        (ids[0].clone(), ids[1].clone())
+    };
+    let row = events
+        .iter()
+        .find(|e| e["row"].is_object())
+        .unwrap_or_else(|| panic!("no row: {text}"));
+    assert_eq!(row["row"], json!({"b": "EXAMPLE-BUCKET", "q": 0}), "{text}");
+    assert!(row["message"].as_str().unwrap().contains(&good), "{text}");
+    assert!(row["message"].as_str().unwrap().contains("1 after the SELECT"), "{text}");
+    let failed = events
+        .iter()
+        .find(|e| e["error"] == true)
+        .unwrap_or_else(|| panic!("no row failure: {text}"));
+    let m = failed["message"].as_str().unwrap();
+    assert!(
+        m.contains(&failing) && m.contains("row failure") && m.contains("100 / (generation - 5)"),
+        "{text}"
+    );
+    // Refused before any event: the reply names the field and the SQL position.
+    body["select"] = json!("SELECT bukket FROM gcs");
+    let (code, e) = s.post("/v1/connection_tables/test", &body).await;
+    assert_eq!((code, e["field"].as_str()), (400, Some("/select")), "{e}");
+    assert!(e["error"].as_str().unwrap().contains("bukket"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

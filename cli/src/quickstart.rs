@@ -89,6 +89,7 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         }
     }
     let missing = published.difference(&arrived).count();
+    let invented = arrived.difference(&published).count();
     println!(
         "bids published: {}, bids read: {}, rows written: {}, distinct bids arrived: {}, missing: {missing}",
         published.len(),
@@ -96,10 +97,27 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         summary.rows_written,
         arrived.intersection(&published).count()
     );
+    anyhow::ensure!(invented == 0, "{invented} rows in topic bids-out name no published bid");
+    if !sql.inserts.iter().any(|i| i.has_where()) {
+        anyhow::ensure!(
+            missing == 0,
+            "{missing} bids did not arrive in topic bids-out"
+        );
+        println!("quickstart ok: every bid arrived");
+        return Ok(());
+    }
+    // A filtering pipeline writes some bids only; every bid, kept or dropped, must still
+    // have been acknowledged: nothing may come back on the input subscription.
+    let left = admin::drain(&profile, "bids-sub", 2, None, Duration::from_secs(5)).await?;
     anyhow::ensure!(
-        missing == 0,
-        "{missing} bids did not arrive in topic bids-out"
+        left.is_empty(),
+        "{} bids were not acknowledged on bids-sub",
+        left.len()
     );
-    println!("quickstart ok: every bid arrived");
+    println!(
+        "quickstart ok: {} of {} bids passed the pipeline's WHERE; every bid was acknowledged",
+        arrived.len(),
+        published.len()
+    );
     Ok(())
 }

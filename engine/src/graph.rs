@@ -74,7 +74,7 @@ use serde::Serialize;
 use crate::spi::{Connection, ConnectionSchema, ConnectionType, Connector, ErasedConnector};
 use crate::sql::{
     check_exclusive_sources, plan_query, InsertDef, PlannedPipeline, PlannedQuery, PlannedTable,
-    Projection, SqlError,
+    SqlError,
 };
 
 #[cfg(doc)]
@@ -220,19 +220,28 @@ impl PipelineGraph {
             )));
         }
         let what = format!("pipe '{}' -> '{}'", source.name(), sink.name());
-        let columns = sink
+        let columns: Vec<String> = sink
             .connection()
             .schema
             .fields
             .iter()
             .map(|f| f.name.clone())
             .collect();
-        let ins = InsertDef {
-            sink: sink.name().to_string(),
-            columns: None,
-            source: source.name().to_string(),
-            projection: Projection::Columns(columns),
-        };
+        let src = &source.connection().schema;
+        if let Some(c) = columns.iter().find(|c| !src.fields.iter().any(|f| &f.name == *c)) {
+            let list: Vec<String> = src
+                .fields
+                .iter()
+                .map(|f| format!("{} {}", f.name, f.field_type.sql_name()))
+                .collect();
+            return Err(GraphError(format!(
+                "{what}: column '{c}' does not exist in table '{}' (columns: {})",
+                source.name(),
+                list.join(", ")
+            )));
+        }
+        let ins = InsertDef::by_name(sink.name(), source.name(), &columns)
+            .map_err(|e| GraphError(format!("{what}: {}", e.0)))?;
         let id = format!("q{}", self.queries.len());
         let query =
             plan_query(id, &ins, &what, source.table.clone(), sink.table.clone()).map_err(|e| {
@@ -460,7 +469,10 @@ mod tests {
         let q0 = &graph.queries[0];
         assert_eq!(q0.id, "q0");
         assert_eq!(q0.text, "INSERT INTO out SELECT id, k, n FROM src");
-        assert_eq!(q0.projection, vec![Some(2), Some(1), Some(0)]);
+        // The SELECT names the sink's columns in sink order; column j takes item j.
+        assert_eq!(q0.projection, vec![Some(0), Some(1), Some(2)]);
+        let items: Vec<&str> = q0.select.fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(items, ["id", "k", "n"]);
         assert_eq!(q0.route_by, Some(1), "routed by the sink key column 'k'");
         assert_eq!(graph.queries[1].id, "q1");
         // One source table, read once for both pipes.

@@ -647,12 +647,13 @@ fn insert_column_lists_are_honoured_and_mismatches_rejected() {
         "{src}{sink} INSERT INTO s (last_name, first_name) SELECT last_name, first_name FROM o;"
     ))
     .unwrap();
-    // sink column i <- source column: last_name <- 1, first_name <- 0, age <- NULL.
-    assert_eq!(p.queries[0].projection, vec![Some(1), Some(0), None]);
+    // sink column i <- select item: last_name <- 0, first_name <- 1, age <- NULL.
+    assert_eq!(p.queries[0].projection, vec![Some(0), Some(1), None]);
     let p = plan(&format!(
         "{src}{sink} INSERT INTO s (first_name, last_name, age) SELECT first_name, last_name, age FROM o;"
     ))
     .unwrap();
+    // Items in the column list's order: last_name <- 1, first_name <- 0, age <- 2.
     assert_eq!(p.queries[0].projection, vec![Some(1), Some(0), Some(2)]);
 
     let e = plan_err(&format!(

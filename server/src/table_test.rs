@@ -2,7 +2,8 @@
 //! source reads up to `sampleSize` messages from a copy of each subscription (a snapshot
 //! and a temporary subscription, deleted afterwards: the subscription itself delivers
 //! nothing, so its dead-letter policy counts nothing) and decodes each with the table's
-//! columns; a sink checks its topic. The body is checked first, so a bad body gets the
+//! columns; with `select` (a `SELECT ... FROM <table> [WHERE ...]`), each row is shown
+//! after it, or its row failure. A sink checks its topic. The body is checked first, so a bad body gets the
 //! usual JSON error, not an event stream; at most [`MAX_RUNNING`] tests run at once.
 
 use std::convert::Infallible;
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use futures::Stream;
 use pubsub_connector_core::explore::{self, Sampled};
 use pubsub_engine::format::Deserializer;
+use pubsub_engine::sql::SelectPlan;
 use pubsub_engine::ConnectionSchema;
 use pubsub_schema::{CreateDisposition, PubSubTable};
 use serde_json::{json, Value};
@@ -55,6 +57,27 @@ pub async fn test(
             })?,
     };
     let b = check(&state, &body)?;
+    let select = match body.get("select") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(sql)) => {
+            if matches!(b.table, PubSubTable::Sink(_)) {
+                return Err(ApiError::bad("/select", "'select' applies to a source table only"));
+            }
+            let plan = pubsub_engine::sql::plan_sample_select(
+                sql,
+                &b.name,
+                &b.columns.connection_schema(),
+            )
+            .map_err(|e| ApiError::bad("/select", e.0))?;
+            Some(std::sync::Arc::new(plan))
+        }
+        Some(v) => {
+            return Err(ApiError::bad(
+                "/select",
+                format!("'select' must be a SELECT statement as text, was {v}"),
+            ))
+        }
+    };
     let permit = state.table_tests.clone().try_acquire_owned().map_err(|_| ApiError {
         status: StatusCode::TOO_MANY_REQUESTS,
         error: format!("{MAX_RUNNING} table tests are running already (at most {MAX_RUNNING} at once); try again when one has ended"),
@@ -65,7 +88,7 @@ pub async fn test(
     tokio::spawn(async move {
         let _permit = permit;
         let steps = Steps(tx.clone());
-        let end = match tokio::time::timeout(TEST_TIMEOUT, run(&b, size as usize, &steps)).await {
+        let end = match tokio::time::timeout(TEST_TIMEOUT, run(&b, size as usize, select.as_deref(), &steps)).await {
             Ok(Ok(summary)) => {
                 json!({"error": false, "done": true, "message": summary, "row": null})
             }
@@ -99,7 +122,12 @@ impl Steps {
 }
 
 /// Runs the test; the result is the summary of the last event.
-async fn run(b: &TableBody, size: usize, steps: &Steps) -> anyhow::Result<String> {
+async fn run(
+    b: &TableBody,
+    size: usize,
+    select: Option<&SelectPlan>,
+    steps: &Steps,
+) -> anyhow::Result<String> {
     match &b.table {
         PubSubTable::Sink(s) => {
             let exists = explore::topic_exists(&b.profile, &s.topic).await?;
@@ -164,19 +192,23 @@ async fn run(b: &TableBody, size: usize, steps: &Steps) -> anyhow::Result<String
                 }
                 for m in got {
                     read += 1;
-                    match decode(&schema, &m, &sub.id) {
-                        Ok(rows) => {
+                    match decode(&schema, &m, &sub.id, select) {
+                        Ok((decoded_rows, rows)) => {
                             decoded += 1;
                             let n = rows.len();
+                            let plural = |n: usize| if n == 1 { "" } else { "s" };
+                            let what = match select {
+                                None => format!("decoded into {n} row{}", plural(n)),
+                                Some(_) => format!(
+                                    "decoded into {decoded_rows} row{}, {n} after the SELECT",
+                                    plural(decoded_rows)
+                                ),
+                            };
                             let row = rows.into_iter().next().unwrap_or(Value::Null);
                             steps
                                 .say(
                                     false,
-                                    format!(
-                                        "message {read} (id {}): decoded into {n} row{}",
-                                        m.message.message_id,
-                                        if n == 1 { "" } else { "s" }
-                                    ),
+                                    format!("message {read} (id {}): {what}", m.message.message_id),
                                     row,
                                 )
                                 .await;
@@ -187,7 +219,7 @@ async fn run(b: &TableBody, size: usize, steps: &Steps) -> anyhow::Result<String
                                 .say(
                                     true,
                                     format!(
-                                        "message {read} (id {}): cannot decode: {why}",
+                                        "message {read} (id {}): {why}",
                                         m.message.message_id
                                     ),
                                     Value::Null,
@@ -202,13 +234,15 @@ async fn run(b: &TableBody, size: usize, steps: &Steps) -> anyhow::Result<String
     }
 }
 
-/// The rows of one message as JSON objects, or why it cannot be decoded.
+/// The number of rows one message decodes into, and its rows (after `select`, if given)
+/// as JSON objects; or why it cannot be decoded, or the SELECT's row failure.
 fn decode(
     schema: &ConnectionSchema,
     m: &Sampled,
     subscription: &str,
-) -> Result<Vec<Value>, String> {
-    let mut d = Deserializer::new(schema).map_err(|e| format!("{e:#}"))?;
+    select: Option<&SelectPlan>,
+) -> Result<(usize, Vec<Value>), String> {
+    let mut d = Deserializer::new(schema).map_err(|e| format!("cannot decode: {e:#}"))?;
     let keys = schema
         .fields
         .iter()
@@ -219,13 +253,22 @@ fn decode(
         m.delivery_attempt,
         subscription,
     );
+    let cannot = |e: pubsub_engine::format::DeserializeError| format!("cannot decode: {}", e.reason);
     d.deserialize(&Bytes::from(m.message.data.to_vec()), &metadata)
-        .map_err(|e| e.reason)?;
-    let Some(batch) = d.flush().map_err(|e| e.reason)? else {
-        return Ok(Vec::new());
+        .map_err(cannot)?;
+    let Some(batch) = d.flush().map_err(cannot)? else {
+        return Ok((0, Vec::new()));
+    };
+    let decoded = batch.num_rows();
+    let batch = match select {
+        None => batch,
+        Some(plan) => plan
+            .evaluate(&batch)
+            .map_err(|f| format!("row failure in the SELECT: {f}"))?,
     };
     let mut w = arrow_json::ArrayWriter::new(Vec::new());
     w.write(&batch).map_err(|e| e.to_string())?;
     w.finish().map_err(|e| e.to_string())?;
-    serde_json::from_slice::<Vec<Value>>(&w.into_inner()).map_err(|e| e.to_string())
+    let rows = serde_json::from_slice::<Vec<Value>>(&w.into_inner()).map_err(|e| e.to_string())?;
+    Ok((decoded, rows))
 }

@@ -103,6 +103,14 @@ struct Counters {
     checkpoint_lag_ms: Gauge,
 }
 
+/// A message decoded into the collector's buffer, not yet staged.
+struct Buffered {
+    split: usize,
+    id: String,
+    /// Its payload and context, kept only under the `dead-letter` policy.
+    letter: Option<(bytes::Bytes, Box<super::park::MessageContext>)>,
+}
+
 /// One subtask of a Pub/Sub source table.
 pub struct SourceReader {
     profile: PubSubProfile,
@@ -111,8 +119,8 @@ pub struct SourceReader {
     op: OperatorConfig,
     splits: Vec<Split>,
     rx: Option<mpsc::Receiver<Tagged>>,
-    /// (split, message id) decoded into the collector's buffer, in buffer order.
-    buffered: Vec<(usize, String)>,
+    /// Messages decoded into the collector's buffer, in buffer order.
+    buffered: Vec<Buffered>,
     counters: Option<Counters>,
     /// The effective held-messages limit (explicit option, or sized in `on_start`).
     max_outstanding_messages: u64,
@@ -504,11 +512,24 @@ impl SourceReader {
                 if rows == 0 {
                     self.counters().skipped.add(1);
                 }
-                self.buffered.push((split, held.id));
+                // A dead letter for a row failure needs the payload (kept, like the
+                // context, only under the `dead-letter` policy).
+                let letter = held.context.map(|c| (held.payload, c));
+                self.buffered.push(Buffered {
+                    split,
+                    id: held.id,
+                    letter,
+                });
             }
             Err(e) => {
                 self.counters().in_error.add(1);
-                self.on_bad_message(split, held.id, held.payload, held.context, &e)?;
+                if bad_message_action(self.config.deserialization_failure_policy)
+                    == BadMessageAction::Fail
+                {
+                    return Err(self.decode_error(split, &held.id, &e));
+                }
+                let why = format!("could not be decoded as {:?}: {}", self.op.format, e.reason);
+                self.on_bad_message(split, held.id, held.payload, held.context, &why)?;
             }
         }
         Ok(())
@@ -608,8 +629,9 @@ impl SourceReader {
         }
     }
 
-    /// Applies the bad-message policy to a message that failed to decode (nothing of it
-    /// was buffered). `fail`: the job fails (close nacks the handle). `drop`: the message
+    /// Applies the bad-message policy to a message that failed to decode, or whose rows
+    /// failed a query's SELECT (`why` says which; none of its rows was emitted). `fail`
+    /// is the caller's (the job fails; close nacks the handle). `drop`: the message
     /// is staged now (it emits no rows) so it is bound at the next barrier and acked on
     /// commit. `nack`: it is nacked at once, for the subscription's dead-letter policy.
     /// `dead-letter`: its payload is queued for the dead-letter queue (offered by the run
@@ -620,18 +642,20 @@ impl SourceReader {
         id: String,
         payload: bytes::Bytes,
         context: Option<Box<super::park::MessageContext>>,
-        e: &DeserializeError,
+        why: &str,
     ) -> anyhow::Result<()> {
         let sub = self.splits[split].subscription.clone();
         match bad_message_action(self.config.deserialization_failure_policy) {
-            BadMessageAction::Fail => Err(self.decode_error(split, &id, e)),
+            BadMessageAction::Fail => Err(pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
+                "message {id} from {sub} {why} (the message was not acknowledged)"
+            ))),
             BadMessageAction::Drop => {
                 self.splits[split].tracker.stage([&id]);
                 let c = &self.counters().dropped;
                 c.add(1);
                 let n = c.get();
                 if should_log_bad(n) {
-                    tracing::warn!(subscription = %sub, "dropped message {id}: it could not be decoded as {:?}: {} (policy 'drop': acknowledged with the next checkpoint; {n} dropped so far)", self.op.format, e.reason);
+                    tracing::warn!(subscription = %sub, "dropped message {id}: it {why} (policy 'drop': acknowledged with the next checkpoint; {n} dropped so far)");
                 }
                 Ok(())
             }
@@ -641,16 +665,13 @@ impl SourceReader {
                 c.add(1);
                 let n = c.get();
                 if should_log_bad(n) {
-                    tracing::warn!(subscription = %sub, "nacked message {id}: it could not be decoded as {:?}: {} (policy 'nack': the dead-letter policy forwards it; {n} nacked so far)", self.op.format, e.reason);
+                    tracing::warn!(subscription = %sub, "nacked message {id}: it {why} (policy 'nack': the dead-letter policy forwards it; {n} nacked so far)");
                 }
                 Ok(())
             }
             BadMessageAction::DeadLetter => {
                 self.splits[split].tracker.stage([&id]);
-                let error = format!(
-                    "message {id} could not be decoded as {:?}: {}",
-                    self.op.format, e.reason
-                );
+                let error = format!("message {id} {why}");
                 let (attributes, ordering_key) = context
                     .map(|c| (c.attributes.into_iter().collect(), c.ordering_key))
                     .unwrap_or_default();
@@ -667,7 +688,7 @@ impl SourceReader {
                 let n = self.counters().in_error.get();
                 if should_log_bad(n) {
                     let topic = self.dead_letter.as_ref().map_or("", |q| q.topic());
-                    tracing::warn!(subscription = %sub, "dead-lettering message {id} to {topic}: it could not be decoded as {:?}: {} (policy 'dead-letter': acknowledged with the checkpoint after its dead letter is published; {n} messages in error so far)", self.op.format, e.reason);
+                    tracing::warn!(subscription = %sub, "dead-lettering message {id} to {topic}: it {why} (policy 'dead-letter': acknowledged with the checkpoint after its dead letter is published; {n} messages in error so far)");
                 }
                 Ok(())
             }
@@ -708,7 +729,7 @@ impl SourceReader {
             return Ok(());
         }
         let emitted = {
-            let mut emit = std::pin::pin!(collector.flush_buffer());
+            let mut emit = std::pin::pin!(collector.flush_buffer_checked());
             loop {
                 let take = self.rx.is_some();
                 let rx = self.rx.as_mut();
@@ -729,22 +750,40 @@ impl SourceReader {
         if !self.any_paused() && self.may_take(Instant::now()) {
             self.reopen_parked();
         }
-        if let Err(e) = emitted {
-            // The deserializer validates fully in `deserialize_slice`, so this is a
-            // fallback: whatever the policy, a flush-time decode error fails the job.
-            if let Some(d) = e.downcast_ref::<DeserializeError>() {
-                let (split, id) = self
-                    .buffered
-                    .get(d.message_index)
-                    .cloned()
-                    .unwrap_or_default();
-                return Err(self.decode_error(split, &id, d));
+        let flushed = match emitted {
+            Ok(flushed) => flushed,
+            Err(e) => {
+                // The deserializer validates fully in `deserialize_slice`, so this is a
+                // fallback: whatever the policy, a flush-time decode error fails the job.
+                if let Some(d) = e.downcast_ref::<DeserializeError>() {
+                    let (split, id) = self
+                        .buffered
+                        .get(d.message_index)
+                        .map(|b| (b.split, b.id.clone()))
+                        .unwrap_or_default();
+                    return Err(self.decode_error(split, &id, d));
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         self.counters().fetches.add(1);
-        for (split, id) in std::mem::take(&mut self.buffered) {
-            self.splits[split].tracker.stage([&id]);
+        let mut buffered: Vec<Option<Buffered>> =
+            std::mem::take(&mut self.buffered).into_iter().map(Some).collect();
+        // Messages whose rows a query's SELECT failed on: none of their rows went out.
+        for r in flushed.rejected {
+            let Some(b) = buffered.get_mut(r.message_index).and_then(Option::take) else {
+                anyhow::bail!("internal error: a rejected message index {} is not buffered", r.message_index);
+            };
+            self.counters().in_error.add(1);
+            let (payload, context) = match b.letter {
+                Some((p, c)) => (p, Some(c)),
+                None => (bytes::Bytes::new(), None),
+            };
+            let why = format!("failed in SQL: {}", r.failure);
+            self.on_bad_message(b.split, b.id, payload, context, &why)?;
+        }
+        for b in buffered.into_iter().flatten() {
+            self.splits[b.split].tracker.stage([&b.id]);
         }
         Ok(())
     }
@@ -989,6 +1028,12 @@ impl SourceOperator for SourceReader {
     ) -> anyhow::Result<SourceFinishType> {
         let fetch = self.options.config().max_records_per_fetch as usize;
         collector.initialize_deserializer(&self.op.schema, fetch, LINGER)?;
+        // Under `fail` a row failure fails the job in its query's operator; otherwise the
+        // policy applies to it as to a message that cannot be decoded.
+        collector.check_rows(
+            bad_message_action(self.config.deserialization_failure_policy)
+                != BadMessageAction::Fail,
+        );
         loop {
             if self.counters.is_some() {
                 self.update_gauges();

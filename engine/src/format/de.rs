@@ -67,6 +67,8 @@ pub struct Deserializer {
     meta: Vec<MetaColumn>,
     messages: usize,
     rows: usize,
+    /// The first row of each buffered message (a message of 0 rows shares its start).
+    starts: Vec<usize>,
 }
 
 impl Deserializer {
@@ -141,6 +143,7 @@ impl Deserializer {
             meta,
             messages: 0,
             rows: 0,
+            starts: Vec::new(),
         })
     }
 
@@ -152,6 +155,12 @@ impl Deserializer {
     /// Messages buffered since the last flush.
     pub fn buffered_messages(&self) -> usize {
         self.messages
+    }
+
+    /// The first buffered row of each buffered message, in message order (a message that
+    /// yielded no rows has the start of the next one).
+    pub fn message_starts(&self) -> &[usize] {
+        &self.starts
     }
 
     /// Decodes one message into the buffer and returns its row count (at least 1):
@@ -170,6 +179,7 @@ impl Deserializer {
         match self.decode(payload, metadata) {
             Ok(rows) => {
                 self.messages += 1;
+                self.starts.push(self.rows);
                 self.rows += rows;
                 Ok(rows)
             }
@@ -245,6 +255,7 @@ impl Deserializer {
     pub fn flush(&mut self) -> Result<Option<RecordBatch>, DeserializeError> {
         let rows = std::mem::replace(&mut self.rows, 0);
         self.messages = 0;
+        self.starts.clear();
         let columns: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
         if rows == 0 {
             return Ok(None);

@@ -325,12 +325,22 @@ pub async fn run_pipeline(
                 coordinator: coord_tx.clone(),
                 pull_state: pull_state.clone(),
             };
-            let collector = SourceCollector::new(
+            let mut collector = SourceCollector::new(
                 out_schema,
                 source_tx,
                 source_activator.clone(),
                 shared.flow.clone(),
                 pull_state,
+            );
+            collector.set_row_checks(
+                plan.queries
+                    .iter()
+                    .filter(|q| &q.source.connection.name == name)
+                    .map(|q| crate::sql::RowCheck {
+                        text: q.text.clone(),
+                        select: q.select.clone(),
+                    })
+                    .collect(),
             );
             local.sources.push(((src_id.clone(), g), control_tx));
             let t = spawn_task(

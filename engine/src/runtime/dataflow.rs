@@ -288,6 +288,11 @@ pub(crate) fn run_worker(
                                         }
                                     };
                                     for (target, batch) in parts {
+                                        // Rows the WHERE dropped: nothing to write; their
+                                        // messages are acknowledged with this epoch.
+                                        if batch.num_rows() == 0 {
+                                            continue;
+                                        }
                                         let to = flow_r.process_of(target);
                                         let routed = |batch| Routed {
                                             target,

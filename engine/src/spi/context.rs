@@ -154,6 +154,15 @@ impl SourceContext {
     }
 }
 
+/// What `SourceCollector::flush_buffer_checked` emitted and handed back.
+#[derive(Debug, Default)]
+pub struct Flushed {
+    /// Rows emitted into the dataflow.
+    pub rows: usize,
+    /// Messages whose rows a query's SELECT failed on: none of their rows was emitted.
+    pub rejected: Vec<crate::sql::RejectedMessage>,
+}
+
 /// Builds row batches from message payloads and emits them into the dataflow.
 ///
 /// Emission is bounded: every emitted row holds one permit of its process's share of
@@ -167,6 +176,10 @@ pub struct SourceCollector {
     pub(crate) flow: Arc<crate::runtime::Flow>,
     pub(crate) pull_state: Arc<PullState>,
     deserializer: Option<Deserializer>,
+    /// The SELECTs of the queries reading this source, checked before emitting when the
+    /// source asked for it (`check_rows`).
+    row_checks: Vec<crate::sql::RowCheck>,
+    checking: bool,
     batch_size: usize,
     linger: Duration,
     buffer_started: Option<Instant>,
@@ -187,6 +200,8 @@ impl SourceCollector {
             flow,
             pull_state,
             deserializer: None,
+            row_checks: Vec::new(),
+            checking: false,
             batch_size: 512,
             linger: Duration::from_millis(100),
             buffer_started: None,
@@ -258,22 +273,54 @@ impl SourceCollector {
         self.buffer_started.map(|t| t + self.linger)
     }
 
+    pub(crate) fn set_row_checks(&mut self, checks: Vec<crate::sql::RowCheck>) {
+        self.row_checks = checks;
+    }
+
+    /// Asks for every buffered row to be checked against the SELECT of each query that
+    /// reads this source before it is emitted: `flush_buffer_checked` then hands back the
+    /// messages whose rows fail, for the source's failure policy (drop, nack,
+    /// dead-letter). Off by default: a failing row then fails the job in its query's
+    /// operator, naming the message. The check evaluates each SELECT once more per batch.
+    pub fn check_rows(&mut self, on: bool) {
+        self.checking = on;
+    }
+
     /// Emits the buffered rows as one batch. Returns the number of rows emitted.
     /// Decoding errors are all reported by `deserialize_slice`; this fails only when the
-    /// dataflow is gone.
+    /// dataflow is gone. With `check_rows(true)`, use `flush_buffer_checked`: this one
+    /// fails on a message whose rows a query's SELECT rejects.
     pub async fn flush_buffer(&mut self) -> anyhow::Result<usize> {
+        let flushed = self.flush_buffer_checked().await?;
+        if let Some(r) = flushed.rejected.first() {
+            anyhow::bail!("message {} of the batch: {}", r.message_index, r.failure);
+        }
+        Ok(flushed.rows)
+    }
+
+    /// Emits the buffered rows as one batch, without the rows of any message a query's
+    /// SELECT fails on (only with `check_rows(true)`); returns the rows emitted and those
+    /// messages, by their index among the messages decoded since the last flush. Fails
+    /// only when the dataflow is gone.
+    pub async fn flush_buffer_checked(&mut self) -> anyhow::Result<Flushed> {
         self.buffer_started = None;
         let Some(d) = self.deserializer.as_mut() else {
-            return Ok(0);
+            return Ok(Flushed::default());
         };
-        match d.flush()? {
-            Some(batch) => {
-                let n = batch.num_rows();
-                self.collect(batch).await?;
-                Ok(n)
-            }
-            None => Ok(0),
+        let starts = d.message_starts().to_vec();
+        let Some(batch) = d.flush()? else {
+            return Ok(Flushed::default());
+        };
+        let (batch, rejected) = if self.checking && !self.row_checks.is_empty() {
+            crate::sql::reject_failing(&self.row_checks, batch, &starts)
+        } else {
+            (batch, Vec::new())
+        };
+        let rows = batch.num_rows();
+        if rows > 0 {
+            self.collect(batch).await?;
         }
+        Ok(Flushed { rows, rejected })
     }
 
     /// Emits a batch into the dataflow, waiting for back-pressure permits first (one per

@@ -6,9 +6,17 @@ use sqlparser::keywords::Keyword;
 use sqlparser::parser::{Parser, ParserError};
 use sqlparser::tokenizer::Token;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PipelineDialect {
     base: PostgreSqlDialect,
+}
+
+impl Default for PipelineDialect {
+    fn default() -> Self {
+        PipelineDialect {
+            base: PostgreSqlDialect {},
+        }
+    }
 }
 
 impl Dialect for PipelineDialect {

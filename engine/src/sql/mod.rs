@@ -1,10 +1,26 @@
-//! The SQL front end: `CREATE TABLE ... WITH (...)` and `INSERT INTO ... SELECT ... FROM`,
-//! parsed with `sqlparser` (SPEC 8), then planned against the connector registry.
+//! The SQL front end: `CREATE TABLE ... WITH (...)` and `INSERT INTO ... SELECT ... FROM
+//! ... [WHERE ...]`, parsed with `sqlparser` (SPEC 8), bound to the connector registry, and
+//! the SELECTs planned by DataFusion into expressions evaluated on Arrow batches.
 
+mod catalog;
+mod check;
+mod clauses;
+mod coercion;
 mod dialect;
+mod eval;
+mod json;
 mod parse;
 mod plan;
+mod sample;
+mod select;
 
-pub use parse::{parse_pipeline, InsertDef, PipelineSql, Projection, SqlError, TableDef};
+#[cfg(test)]
+mod expr_tests;
+
+pub use check::{reject_failing, RejectedMessage, RowCheck};
+pub use eval::RowFailure;
+pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
+pub use sample::plan_sample_select;
+pub use select::SelectPlan;
 pub(crate) use plan::{check_exclusive_sources, plan_query};
 pub use plan::{plan_pipeline, plan_tables, PlannedPipeline, PlannedQuery, PlannedTable};

@@ -3,12 +3,13 @@
 use std::fmt;
 
 use sqlparser::ast::{
-    ColumnDef, ColumnOption, CreateTableOptions, DataType, Expr, ObjectName, SelectItem, SetExpr,
-    SqlOption, Statement, TableFactor, Value,
+    ColumnDef, ColumnOption, CreateTable, CreateTableOptions, DataType, Expr, Insert, ObjectName,
+    Ident, Query, Select, SelectItem, SetExpr, SqlOption, Statement, TableFactor, Value,
 };
 use sqlparser::parser::Parser;
-use sqlparser::tokenizer::Token;
+use sqlparser::tokenizer::{Token, Tokenizer};
 
+use super::clauses::{at, check_create_table, check_insert, StatementTokens};
 use super::dialect::PipelineDialect;
 use crate::spi::{ConnectorOptions, FieldType, SourceField};
 
@@ -37,23 +38,52 @@ pub struct TableDef {
     pub options: ConnectorOptions,
 }
 
-/// What an INSERT selects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Projection {
-    /// `SELECT *`
-    All,
-    /// `SELECT a, b` (plain column names, in order)
-    Columns(Vec<String>),
-}
-
-/// `INSERT INTO sink [(columns)] SELECT ... FROM source`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `INSERT INTO sink [(columns)] SELECT ... FROM source [WHERE ...]`: one per SELECT of
+/// the statement (`UNION ALL` of several writes each into the sink).
+#[derive(Debug, Clone, PartialEq)]
 pub struct InsertDef {
     pub sink: String,
     /// The target column list, if the INSERT names one.
     pub columns: Option<Vec<String>>,
+    /// The one table the SELECT reads.
     pub source: String,
-    pub projection: Projection,
+    /// The SELECT, one table and no clause `clauses.rs` refuses; positions in its AST are
+    /// those of the pipeline file.
+    pub query: Box<Query>,
+}
+
+impl InsertDef {
+    /// True when the SELECT has a WHERE condition (some rows may not be written).
+    pub fn has_where(&self) -> bool {
+        matches!(self.query.body.as_ref(), SetExpr::Select(s) if s.selection.is_some())
+    }
+
+    /// `INSERT INTO sink SELECT c1, c2 FROM source`: each sink column from the source
+    /// column of the same name (the Rust pipeline graph's `pipe`).
+    pub fn by_name(sink: &str, source: &str, columns: &[String]) -> Result<Self, SqlError> {
+        let mut statements = Parser::parse_sql(&PipelineDialect::default(), "SELECT c FROM t")
+            .map_err(|e| SqlError(format!("SQL syntax error: {e}")))?;
+        let Some(Statement::Query(mut query)) = statements.pop() else {
+            return err(format!("cannot select the columns of '{source}'"));
+        };
+        let SetExpr::Select(select) = query.body.as_mut() else {
+            return err(format!("cannot select the columns of '{source}'"));
+        };
+        // Names as they are (resolution does not fold case), printed as a SQL file would.
+        select.projection = columns
+            .iter()
+            .map(|c| SelectItem::UnnamedExpr(Expr::Identifier(Ident::new(c))))
+            .collect();
+        if let TableFactor::Table { name, .. } = &mut select.from[0].relation {
+            *name = ObjectName::from(vec![Ident::new(source)]);
+        }
+        Ok(InsertDef {
+            sink: sink.to_string(),
+            columns: None,
+            source: source.to_string(),
+            query,
+        })
+    }
 }
 
 impl fmt::Display for InsertDef {
@@ -63,11 +93,7 @@ impl fmt::Display for InsertDef {
         if let Some(cols) = &self.columns {
             write!(f, " ({})", cols.join(", "))?;
         }
-        match &self.projection {
-            Projection::All => write!(f, " SELECT *")?,
-            Projection::Columns(c) => write!(f, " SELECT {}", c.join(", "))?,
-        }
-        write!(f, " FROM {}", self.source)
+        write!(f, " {}", self.query)
     }
 }
 
@@ -80,99 +106,147 @@ pub struct PipelineSql {
 
 /// Parses a pipeline file: statements separated by `;`.
 ///
-/// Errors: syntax errors (with line and column), unsupported statements or types, and
-/// option values that are not literals.
+/// Errors: syntax errors (with line and column), unsupported statements or types, option
+/// values that are not literals, and every clause that is not implemented (named, with its
+/// line and column; see `clauses.rs`).
 pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
-    let statements = Parser::parse_sql(&PipelineDialect::default(), sql)
+    let dialect = PipelineDialect::default();
+    let tokens = Tokenizer::new(&dialect, sql)
+        .tokenize_with_location()
         .map_err(|e| SqlError(format!("SQL syntax error: {e}")))?;
+    let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens.clone());
+    let syntax = |e: sqlparser::parser::ParserError| SqlError(format!("SQL syntax error: {e}"));
     let mut out = PipelineSql::default();
-    for st in statements {
+    loop {
+        while parser.consume_token(&Token::SemiColon) {}
+        if parser.peek_token().token == Token::EOF {
+            break;
+        }
+        let first = parser.index();
+        let st = parser.parse_statement().map_err(syntax)?;
+        let tokens = StatementTokens {
+            tokens: &tokens[first.min(tokens.len())..parser.index().min(tokens.len())],
+            after: None,
+        };
+        let next = parser.peek_token();
+        if !matches!(next.token, Token::SemiColon | Token::EOF) {
+            return Err(at(
+                next.span.start,
+                format!("SQL syntax error: expected ';' after the statement, found {}", next.token),
+            ));
+        }
         match st {
             Statement::CreateTable(ct) => {
-                let name = object_name(&ct.name);
-                if out.tables.iter().any(|t| t.name == name) {
-                    return err(format!("table '{name}' is defined twice"));
-                }
-                let fields = ct
-                    .columns
-                    .iter()
-                    .map(|c| column(&name, c))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if fields.is_empty() {
-                    return err(format!("table '{name}' declares no columns"));
-                }
-                for (i, f) in fields.iter().enumerate() {
-                    if fields[..i].iter().any(|g| g.name == f.name) {
-                        return err(format!("table '{name}' declares column '{}' twice", f.name));
-                    }
-                }
-                let options = match &ct.table_options {
-                    CreateTableOptions::With(opts) => table_options(&name, opts)?,
-                    CreateTableOptions::None => ConnectorOptions::default(),
-                    other => {
-                        return err(format!(
-                            "table '{name}': use WITH (...) for options, not {other}"
-                        ))
-                    }
-                };
-                out.tables.push(TableDef {
-                    name,
-                    fields,
-                    options,
-                });
+                check_create_table(&ct, &tokens)?;
+                out.tables.push(create_table(&ct, &out.tables)?);
             }
             Statement::Insert(ins) => {
-                let sink = match &ins.table {
-                    sqlparser::ast::TableObject::TableName(n) => object_name(n),
-                    other => return err(format!("INSERT INTO {other} is not supported")),
-                };
-                let Some(source) = ins.source.as_ref() else {
-                    return err(format!("INSERT INTO {sink} needs a SELECT"));
-                };
-                let SetExpr::Select(select) = source.body.as_ref() else {
-                    return err(format!(
-                        "INSERT INTO {sink}: only a plain SELECT ... FROM is supported"
-                    ));
-                };
-                if select.from.len() != 1 || !select.from[0].joins.is_empty() {
-                    return err(format!(
-                        "INSERT INTO {sink}: SELECT must read exactly one table"
-                    ));
-                }
-                let TableFactor::Table { name, .. } = &select.from[0].relation else {
-                    return err(format!("INSERT INTO {sink}: SELECT must read a table"));
-                };
-                if select.selection.is_some()
-                    || !matches!(select.group_by, sqlparser::ast::GroupByExpr::Expressions(ref v, _) if v.is_empty())
-                {
-                    return err(format!(
-                        "INSERT INTO {sink}: WHERE and GROUP BY are not supported yet"
-                    ));
-                }
-                let projection = projection(&sink, &select.projection)?;
-                let columns = if ins.columns.is_empty() {
-                    None
-                } else {
-                    Some(ins.columns.iter().map(|c| object_name(c)).collect())
-                };
-                out.inserts.push(InsertDef {
-                    sink,
-                    columns,
-                    source: object_name(name),
-                    projection,
-                });
+                check_insert(&ins, &tokens)?;
+                out.inserts.extend(inserts(&ins, &tokens)?);
             }
             other => {
                 let text = other.to_string();
                 let head: String = text.chars().take(40).collect();
-                return err(format!("unsupported statement: {head}... (only CREATE TABLE and INSERT INTO ... SELECT)"));
+                return Err(at(
+                    tokens.start(),
+                    format!("unsupported statement: {head}... (only CREATE TABLE and INSERT INTO ... SELECT)"),
+                ));
             }
         }
     }
     Ok(out)
 }
 
-fn object_name(n: &ObjectName) -> String {
+fn create_table(ct: &CreateTable, tables: &[TableDef]) -> Result<TableDef, SqlError> {
+    let name = object_name(&ct.name);
+    if tables.iter().any(|t| t.name == name) {
+        return err(format!("table '{name}' is defined twice"));
+    }
+    let fields = ct
+        .columns
+        .iter()
+        .map(|c| column(&name, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    if fields.is_empty() {
+        return err(format!("table '{name}' declares no columns"));
+    }
+    for (i, f) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|g| g.name == f.name) {
+            return err(format!("table '{name}' declares column '{}' twice", f.name));
+        }
+    }
+    let options = match &ct.table_options {
+        CreateTableOptions::With(opts) => table_options(&name, opts)?,
+        CreateTableOptions::None => ConnectorOptions::default(),
+        other => return err(format!("table '{name}': use WITH (...) for options, not {other}")),
+    };
+    Ok(TableDef {
+        name,
+        fields,
+        options,
+    })
+}
+
+/// One [`InsertDef`] per `SELECT` of the INSERT's query (`UNION ALL` of several selects
+/// writes each into the sink, as separate INSERTs would). `check_insert` passed.
+fn inserts(ins: &Insert, st: &StatementTokens) -> Result<Vec<InsertDef>, SqlError> {
+    let sink = match &ins.table {
+        sqlparser::ast::TableObject::TableName(n) => object_name(n),
+        other => return err(format!("INSERT INTO {other} is not supported")),
+    };
+    let what = format!("INSERT INTO {sink}");
+    let columns = if ins.columns.is_empty() {
+        None
+    } else {
+        Some(ins.columns.iter().map(|c| c.value.clone()).collect())
+    };
+    let mut selects = Vec::new();
+    if let Some(q) = &ins.source {
+        collect_selects(&q.body, &mut selects);
+    }
+    selects
+        .into_iter()
+        .map(|select| {
+            let TableFactor::Table { name, .. } = &select.from[0].relation else {
+                return Err(at(st.start(), format!("{what}: SELECT must read a table")));
+            };
+            Ok(InsertDef {
+                sink: sink.clone(),
+                columns: columns.clone(),
+                source: object_name(name),
+                query: Box::new(Query {
+                    with: None,
+                    body: Box::new(SetExpr::Select(Box::new(select.clone()))),
+                    order_by: None,
+                    limit_clause: None,
+                    fetch: None,
+                    locks: vec![],
+                    for_clause: None,
+                    settings: None,
+                    format_clause: None,
+                    pipe_operators: vec![],
+                }),
+            })
+        })
+        .collect()
+}
+
+/// The selects of a query body, left to right (`check_query` allowed only SELECT,
+/// parentheses and UNION ALL).
+fn collect_selects<'a>(body: &'a SetExpr, out: &mut Vec<&'a Select>) {
+    match body {
+        SetExpr::Select(s) => out.push(s),
+        SetExpr::Query(q) => collect_selects(&q.body, out),
+        SetExpr::SetOperation { left, right, .. } => {
+            collect_selects(left, out);
+            collect_selects(right, out);
+        }
+        _ => {}
+    }
+}
+
+
+pub(crate) fn object_name(n: &ObjectName) -> String {
     n.0.iter()
         .map(|p| {
             p.as_ident()
@@ -199,6 +273,18 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
             ) =>
         {
             Some("TIMESTAMP is UTC without a zone: declare TIMESTAMP")
+        }
+        DataType::BigInt(Some(_))
+        | DataType::Int8(Some(_))
+        | DataType::Int(Some(_))
+        | DataType::Integer(Some(_))
+        | DataType::Int4(Some(_)) => {
+            Some("a display width changes nothing: declare the type without it")
+        }
+        DataType::Double(info) | DataType::Float(info)
+            if *info != sqlparser::ast::ExactNumberInfo::None =>
+        {
+            Some("a precision would not be enforced: declare DOUBLE or FLOAT")
         }
         _ => None,
     };
@@ -227,7 +313,28 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
     };
     let mut required = false;
     let mut metadata_key = None;
+    let mut nullability = None;
     for opt in &c.options {
+        if let Some(n) = &opt.name {
+            return err(format!(
+                "table '{table}' column '{}': CONSTRAINT {n} is not supported (write the option without a name)",
+                c.name.value
+            ));
+        }
+        let says = match &opt.option {
+            ColumnOption::NotNull => Some(true),
+            ColumnOption::Null => Some(false),
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (nullability, says) {
+            if a != b {
+                return err(format!(
+                    "table '{table}' column '{}': declared both NULL and NOT NULL",
+                    c.name.value
+                ));
+            }
+        }
+        nullability = nullability.or(says);
         match &opt.option {
             ColumnOption::NotNull => required = true,
             ColumnOption::Null => required = false,
@@ -264,7 +371,7 @@ fn table_options(table: &str, opts: &[SqlOption]) -> Result<ConnectorOptions, Sq
                 "table '{table}': option {o} must be 'key' = 'value'"
             ));
         };
-        let key = object_name(key);
+        let key = key.value.clone();
         let value = match value {
             Expr::Value(v) => match &v.value {
                 Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
@@ -291,24 +398,6 @@ fn table_options(table: &str, opts: &[SqlOption]) -> Result<ConnectorOptions, Sq
     Ok(ConnectorOptions::new(pairs))
 }
 
-fn projection(sink: &str, items: &[SelectItem]) -> Result<Projection, SqlError> {
-    if let [SelectItem::Wildcard(_)] = items {
-        return Ok(Projection::All);
-    }
-    let mut cols = Vec::new();
-    for item in items {
-        match item {
-            SelectItem::UnnamedExpr(Expr::Identifier(i)) => cols.push(i.value.clone()),
-            other => {
-                return err(format!(
-                    "INSERT INTO {sink}: select item {other} is not supported yet (plain column names or *)"
-                ))
-            }
-        }
-    }
-    Ok(Projection::Columns(cols))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,15 +419,9 @@ mod tests {
             bids.options.keys(),
             vec!["connector", "format", "scan.parallel-pull-count"]
         );
-        assert_eq!(
-            p.inserts[0],
-            InsertDef {
-                sink: "out".into(),
-                columns: None,
-                source: "bids".into(),
-                projection: Projection::Columns(vec!["auction".into(), "price".into()])
-            }
-        );
+        assert_eq!(p.inserts[0].sink, "out");
+        assert_eq!(p.inserts[0].source, "bids");
+        assert_eq!(p.inserts[0].query.to_string(), "SELECT auction, price FROM bids");
     }
 
     #[test]

@@ -6,7 +6,8 @@ use arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::SchemaRef;
 
-use super::parse::{InsertDef, PipelineSql, Projection, SqlError, TableDef};
+use super::parse::{InsertDef, PipelineSql, SqlError, TableDef};
+use super::select::{plan_select, SelectPlan};
 use crate::spi::{
     BadData, Connection, ConnectionSchema, ConnectionType, ErasedConnector, FieldType, Format,
     OperatorConfig, TimestampFormat,
@@ -41,7 +42,9 @@ pub struct PlannedQuery {
     pub text: String,
     pub source: PlannedTable,
     pub sink: PlannedTable,
-    /// For each sink column in sink order: the source column feeding it, or `None` when
+    /// The SELECT: WHERE condition and select list, evaluated on each source batch.
+    pub select: Arc<SelectPlan>,
+    /// For each sink column in sink order: the select item feeding it, or `None` when
     /// the INSERT's column list leaves it out (a nullable column, filled with NULL).
     pub projection: Vec<Option<usize>>,
     pub sink_schema: SchemaRef,
@@ -52,9 +55,17 @@ pub struct PlannedQuery {
 }
 
 impl PlannedQuery {
-    /// Selects, casts and renames source rows into the sink's schema. The planner allowed
-    /// only casts that cannot fail or change a value, so an error here is a bug guard.
+    /// Filters and computes source rows (the SELECT), then casts and renames them into the
+    /// sink's schema. The planner allowed only casts that cannot fail or change a value.
+    ///
+    /// Errors: a row failure (a [`RowFailure`](super::RowFailure), marked permanent: a
+    /// replay would fail the same way), naming the row's message and the expression.
     pub fn project(&self, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
+        let batch = &self.select.evaluate(batch).map_err(|f| {
+            crate::spi::PermanentError::wrap(
+                anyhow::Error::new(f).context(format!("{}: row failure", self.text)),
+            )
+        })?;
         let columns = self
             .projection
             .iter()
@@ -65,7 +76,7 @@ impl PlannedQuery {
                     return Ok(new_null_array(f.data_type(), batch.num_rows()));
                 };
                 let c = batch.column(*i);
-                let from = self.source.connection.schema.fields[*i].field_type;
+                let from = self.select.fields[*i].field_type;
                 let to = self.sink.connection.schema.fields[j].field_type;
                 if to == FieldType::Text && from != FieldType::Text {
                     if let Some(text) = crate::format::to_text(c, from) {
@@ -193,17 +204,14 @@ pub(crate) fn plan_query(
     source: PlannedTable,
     sink: PlannedTable,
 ) -> Result<PlannedQuery, SqlError> {
-    let projection = plan_projection(
-        ins,
-        what,
-        &source.connection.schema,
-        &sink.connection.schema,
-    )?;
-    let sink_schema = mark_source_metadata(
-        &sink.connection.schema.arrow_schema(),
-        &projection,
-        &source.connection.schema,
-    );
+    let select = plan_select(&ins.query, &ins.source, &source.connection.schema, what)?;
+    let rows = ConnectionSchema {
+        fields: select.fields.clone(),
+        ..source.connection.schema.clone()
+    };
+    let projection = plan_projection(ins, what, &rows, &sink.connection.schema)?;
+    let sink_schema =
+        mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
     let route_by = sink
         .connector
         .sink_key(&sink.connection)
@@ -213,6 +221,7 @@ pub(crate) fn plan_query(
         text: ins.to_string(),
         source,
         sink,
+        select: Arc::new(select),
         projection,
         sink_schema,
         route_by,
@@ -267,9 +276,9 @@ pub(crate) fn check_exclusive_sources(
     Ok(())
 }
 
-/// Maps each sink column to the source column that fills it, checking names, counts,
-/// types and nullability. `what` starts the errors about the sink's columns (SQL:
-/// `INSERT INTO sink`).
+/// Maps each sink column to the select item that fills it (`src`: the items as columns),
+/// checking counts, names, types and nullability. `what` starts the errors about the
+/// sink's columns (SQL: `INSERT INTO sink`).
 pub(crate) fn plan_projection(
     ins: &InsertDef,
     what: &str,
@@ -277,22 +286,7 @@ pub(crate) fn plan_projection(
     sink: &ConnectionSchema,
 ) -> Result<Vec<Option<usize>>, SqlError> {
     let sink_name = &ins.sink;
-    let src_index = |c: &str| {
-        src.fields.iter().position(|f| f.name == c).ok_or_else(|| {
-            SqlError(format!(
-                "column '{c}' does not exist in table '{}' (columns: {})",
-                ins.source,
-                column_list(src)
-            ))
-        })
-    };
-    let selected: Vec<usize> = match &ins.projection {
-        Projection::All => (0..src.fields.len()).collect(),
-        Projection::Columns(cols) => cols
-            .iter()
-            .map(|c| src_index(c))
-            .collect::<Result<_, _>>()?,
-    };
+    let selected: Vec<usize> = (0..src.fields.len()).collect();
     // Which sink column each selected value goes to.
     let targets: Vec<usize> = match &ins.columns {
         None => {

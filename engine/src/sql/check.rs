@@ -1,0 +1,73 @@
+//! Row checks before a source emits: under a failure policy other than `fail`
+//! (`scan.deserialization-failure-policy`), a message whose rows fail any query's SELECT
+//! is handed back to its source, which drops, nacks or dead-letters it as it does a message
+//! that cannot be decoded (issue 17). Its rows never enter the dataflow, so no query sees
+//! them, and the rest of the batch goes on in order.
+
+use std::sync::Arc;
+
+use arrow::array::{BooleanArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+
+use super::SelectPlan;
+
+/// One query's SELECT, checked on the rows of the source it reads.
+#[derive(Clone)]
+pub struct RowCheck {
+    /// The INSERT statement as written, for the failure text.
+    pub text: String,
+    pub select: Arc<SelectPlan>,
+}
+
+/// A buffered message whose rows failed a row check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedMessage {
+    /// The message's position among the messages decoded since the last flush (the order
+    /// of `SourceCollector::deserialize_slice` calls that succeeded).
+    pub message_index: usize,
+    /// The statement, the expression and the error, e.g. ``INSERT INTO out SELECT ...:
+    /// `CAST(v AS BIGINT)` failed: Cast error: Cannot cast string 'x' to value of Int64
+    /// type``.
+    pub failure: String,
+}
+
+/// Removes from `batch` every row of each message (`starts`: the first row of each
+/// message, ascending) on which some check fails, and returns what is left, in order, with
+/// the rejected messages in message order. Checks are deterministic and row-local, so a
+/// row that passes here passes again in the query's operator.
+pub fn reject_failing(
+    checks: &[RowCheck],
+    batch: RecordBatch,
+    starts: &[usize],
+) -> (RecordBatch, Vec<RejectedMessage>) {
+    let n = batch.num_rows();
+    let mut keep = vec![true; n];
+    let mut rejected = Vec::new();
+    let mut from = 0;
+    while from < n {
+        let rest = batch.slice(from, n - from);
+        // The earliest failing row over every check: every row before it passed them all.
+        let first = checks
+            .iter()
+            .filter_map(|c| c.select.evaluate(&rest).err().map(|f| (f, &c.text)))
+            .min_by_key(|(f, _)| f.row);
+        let Some((f, text)) = first else { break };
+        let row = from + f.row;
+        // The last message starting at or before the row holds it (a 0-row message
+        // shares its start with the next and comes first).
+        let m = starts.partition_point(|&s| s <= row).saturating_sub(1);
+        let end = starts.get(m + 1).copied().unwrap_or(n).max(row + 1);
+        keep[starts.get(m).copied().unwrap_or(row)..end].fill(false);
+        rejected.push(RejectedMessage {
+            message_index: m,
+            failure: format!("{text}: `{}` failed: {}", f.expr, f.error),
+        });
+        from = end;
+    }
+    if rejected.is_empty() {
+        return (batch, rejected);
+    }
+    let kept = filter_record_batch(&batch, &BooleanArray::from(keep))
+        .expect("a mask of the batch's own length");
+    (kept, rejected)
+}

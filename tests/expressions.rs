@@ -1,0 +1,389 @@
+//! SQL expressions end to end (issue 17): a WHERE over real NEXMark bids, computed columns
+//! as the sink writes them, a row failure, a refusal at plan time, and a SIGKILL of a
+//! filtering pipeline. Real emulator, real processes.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use nexmark::event::{Bid, Event, EventType};
+use pubsub_connector_core::admin;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// `n` NEXMark bids as the quickstart publishes them, with prices that vary: the
+/// generator's default stream repeats itself (its first 10 bids all cost 73,134,520, and
+/// none of the first 10,000 has `price % 10 = 3` or `bidder % 10 = 3`), so a WHERE on it
+/// keeps all or nothing. Price `i`: `(i * 7919) % 1_000_000`,
+/// so `price % 10 = 3` holds for exactly 1 in 10.
+fn bids(n: usize) -> Vec<Bid> {
+    nexmark::EventGenerator::default()
+        .with_type_filter(EventType::Bid)
+        .filter_map(|e| match e {
+            Event::Bid(b) => Some(b),
+            _ => None,
+        })
+        .take(n)
+        .enumerate()
+        .map(|(i, mut b)| {
+            b.price = (i * 7919) % 1_000_000;
+            b
+        })
+        .collect()
+}
+
+/// Publishes `bids`; returns (message id, bid) pairs.
+async fn publish_bids(topic: &str, bids: Vec<Bid>) -> Vec<(String, Bid)> {
+    let payloads = bids
+        .iter()
+        .map(|b| serde_json::to_vec(b).unwrap())
+        .collect();
+    let ids = admin::publish_all(&profile(), topic, payloads, 2000)
+        .await
+        .unwrap();
+    ids.into_iter().zip(bids).collect()
+}
+
+fn filter_sql(t: &Topics, extra: &str) -> String {
+    format!(
+        "CREATE TABLE bids (auction BIGINT NOT NULL, bidder BIGINT NOT NULL, price BIGINT NOT NULL,
+                            mid TEXT NOT NULL METADATA FROM 'message-id')
+         WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+               'emulator-endpoint' = '{ep}' {extra});
+         CREATE TABLE kept (mid TEXT NOT NULL, bidder BIGINT NOT NULL, cents TEXT)
+         WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+               'emulator-endpoint' = '{ep}');
+         INSERT INTO kept
+         SELECT mid, bidder, concat(CAST(price AS TEXT), ' cents') AS cents
+         FROM bids WHERE price % 10 = 3;",
+        sub = t.input_sub,
+        out = t.output,
+        ep = endpoint()
+    )
+}
+
+/// Runs pipeline `sql` (checkpoints every second) until it is idle for 3 s; returns its
+/// exit code, stdout and stderr.
+async fn run_until_idle(sql: &str) -> (i32, String, String) {
+    let w = Workdir::new(sql);
+    finish(w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "3s"]), LIMIT).await
+}
+
+/// The rows of `sub` as JSON, by their `mid` (acknowledges them).
+async fn rows_by_mid(sub: &str, expected: Option<usize>) -> HashMap<String, serde_json::Value> {
+    let rows = admin::drain(&profile(), sub, 2, expected, Duration::from_secs(10))
+        .await
+        .unwrap();
+    rows.values()
+        .map(|p| serde_json::from_slice::<serde_json::Value>(p).unwrap())
+        .map(|v| (v["mid"].as_str().unwrap().to_string(), v))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_writes_exactly_the_rows_it_keeps_and_acknowledges_every_message_once() {
+    pubsub_connector_core::wire_log::enable();
+    let t = topics("filter", 10).await;
+    let published = publish_bids(&t.input, bids(10_000)).await;
+    let expected: HashMap<&String, &Bid> = published
+        .iter()
+        .filter(|(_, b)| b.price % 10 == 3)
+        .map(|(id, b)| (id, b))
+        .collect();
+    assert!(
+        expected.len() == published.len() / 10,
+        "about 1 in 10 kept: {} of {}; the first prices: {:?}",
+        expected.len(),
+        published.len(),
+        published.iter().take(10).map(|(_, b)| b.price).collect::<Vec<_>>()
+    );
+    let (code, stdout, stderr) = run_until_idle(&filter_sql(&t, "")).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+
+    let got = rows_by_mid(&t.output_sub, Some(expected.len())).await;
+    let got_ids: HashSet<&String> = got.keys().collect();
+    let want_ids: HashSet<&String> = expected.keys().copied().collect();
+    assert_eq!(got_ids, want_ids, "exactly the kept bids, no other: {stdout}");
+    for (mid, row) in &got {
+        let b = expected[mid];
+        assert_eq!(row["bidder"], serde_json::json!(b.bidder), "{row}");
+        assert_eq!(row["cents"], serde_json::json!(format!("{} cents", b.price)), "{row}");
+    }
+    assert_eq!(summary_count(&stdout, "rows written:"), expected.len(), "{stdout}");
+    // Every message, kept or dropped by the WHERE, acknowledged once at the server.
+    let wire = Wire::of(&t.input_sub);
+    let acked = wire.acked_ids();
+    assert_eq!(acked.len(), published.len(), "{stdout}");
+    assert!(acked.values().all(|n| *n == 1), "a message was acknowledged twice");
+    assert!(wire.nacked.is_empty(), "{stdout}");
+    assert_all_acked(&t.input_sub);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn computed_columns_reach_the_topic_with_exact_values() {
+    let t = topics("computed", 60).await;
+    let p = profile();
+    let payloads = [
+        r#"{"price": 123456, "channel": "apple", "ts": "2024-05-01T10:20:30.5+02:00", "doc": {"a": [1, {"b": "x"}], "n": "90071992547409930"}}"#,
+        r#"{"price": 7, "channel": null, "ts": "2024-05-01T00:00:00Z", "doc": {"a": []}}"#,
+    ];
+    let ids = admin::publish_all(
+        &p,
+        &t.input,
+        payloads.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        10,
+    )
+    .await
+    .unwrap();
+    let sql = format!(
+        "CREATE TABLE src (price BIGINT NOT NULL, channel TEXT, ts TIMESTAMP NOT NULL, doc JSON,
+                           mid TEXT NOT NULL METADATA FROM 'message-id',
+                           attrs JSON METADATA FROM 'attributes')
+         WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+               'emulator-endpoint' = '{ep}');
+         CREATE TABLE dst (mid TEXT NOT NULL, dollars TEXT, channel TEXT, hour TIMESTAMP,
+                           later TIMESTAMP, b TEXT, n BIGINT, a JSON, big BOOLEAN, hash TEXT)
+         WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+               'emulator-endpoint' = '{ep}');
+         INSERT INTO dst
+         SELECT mid,
+                concat(CAST(price / 100 AS TEXT), '.', lpad(CAST(price % 100 AS TEXT), 2, '0')),
+                COALESCE(upper(channel), 'NONE'),
+                date_trunc('hour', ts),
+                ts + INTERVAL '90 minutes',
+                json_get_str(doc, 'a', 1, 'b'),
+                json_get_int(doc, 'n'),
+                json_get_json(doc, 'a'),
+                CASE WHEN price BETWEEN 1000 AND 1000000 THEN true ELSE false END,
+                md5(channel)
+         FROM src;",
+        sub = t.input_sub,
+        out = t.output,
+        ep = endpoint()
+    );
+    let (code, stdout, stderr) = run_until_idle(&sql).await;
+    assert_eq!(code, 0, "stderr: {stderr}\n{stdout}");
+    let got = rows_by_mid(&t.output_sub, Some(2)).await;
+    let first = &got[&ids[0]];
+    assert_eq!(
+        first,
+        &serde_json::json!({
+            "mid": ids[0], "dollars": "1234.56", "channel": "APPLE",
+            "hour": "2024-05-01T08:00:00Z", "later": "2024-05-01T09:50:30.500Z",
+            "b": "x", "n": 90071992547409930i64, "a": [1, {"b": "x"}], "big": true,
+            "hash": "1f3870be274f6c49b3e31a0c6728957f"
+        })
+    );
+    let second = &got[&ids[1]];
+    assert_eq!(second["dollars"], "0.07");
+    assert_eq!(second["channel"], "NONE");
+    assert_eq!(second["b"], serde_json::Value::Null, "an absent path is NULL");
+    assert_eq!(second["a"], serde_json::json!([]));
+    assert_eq!(second["big"], false);
+    assert_eq!(second["hash"], serde_json::Value::Null, "md5 of NULL is NULL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_fails_fails_the_job_naming_its_message_and_is_not_acknowledged() {
+    pubsub_connector_core::wire_log::enable();
+    let t = topics("rowfail", 60).await;
+    let ids = admin::publish_all(
+        &profile(),
+        &t.input,
+        ["10", "11", "twelve"]
+            .iter()
+            .map(|s| format!("{{\"s\": \"{s}\"}}").into_bytes())
+            .collect(),
+        10,
+    )
+    .await
+    .unwrap();
+    let sql = format!(
+        "CREATE TABLE src (s TEXT, mid TEXT NOT NULL METADATA FROM 'message-id')
+         WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+               'emulator-endpoint' = '{ep}');
+         CREATE TABLE dst (n BIGINT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}',
+               'topic' = '{out}', 'emulator-endpoint' = '{ep}');
+         INSERT INTO dst SELECT CAST(s AS BIGINT) FROM src;",
+        sub = t.input_sub,
+        out = t.output,
+        ep = endpoint()
+    );
+    let (code, _stdout, stderr) = run_until_idle(&sql).await;
+    assert_eq!(code, 2, "a row failure is permanent: {stderr}");
+    assert!(
+        stderr.contains(&format!("message {}", ids[2]))
+            && stderr.contains("CAST(s AS BIGINT)")
+            && stderr.contains("twelve"),
+        "{stderr}"
+    );
+    let wire = Wire::of(&t.input_sub);
+    assert!(
+        !wire.acked_ids().contains_key(&ids[2]),
+        "the failing message is not acknowledged: it stays for a fixed pipeline"
+    );
+}
+
+/// Under `scan.deserialization-failure-policy`, a row failure is handled as a message that
+/// cannot be decoded: `dead-letter` publishes the message with the failing expression in its
+/// error, `drop` acknowledges it without rows; the other rows are written and every message
+/// is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_failure_follows_the_failure_policy_dead_letter_or_drop() {
+    pubsub_connector_core::wire_log::enable();
+    for policy in ["dead-letter", "drop"] {
+        let p = profile();
+        let t = topics(&format!("rowpol-{policy}"), 60).await;
+        let dead = unique("rowpol-dead");
+        let dead_sub = unique("rowpol-dead-sub");
+        admin::create_topic(&p, &dead).await.unwrap();
+        admin::create_subscription(&p, &dead_sub, &dead, 60).await.unwrap();
+        let values = ["1", "2", "x3", "4", "5", "six", "7"];
+        let ids = admin::publish_all(
+            &p,
+            &t.input,
+            values
+                .iter()
+                .map(|s| format!("{{\"s\": \"{s}\"}}").into_bytes())
+                .collect(),
+            10,
+        )
+        .await
+        .unwrap();
+        let queue = if policy == "dead-letter" {
+            format!(", 'scan.dead-letter.topic' = '{dead}', 'scan.dead-letter.emulator-endpoint' = '{}'", endpoint())
+        } else {
+            String::new()
+        };
+        let sql = format!(
+            "CREATE TABLE src (s TEXT, mid TEXT NOT NULL METADATA FROM 'message-id')
+             WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+                   'emulator-endpoint' = '{ep}',
+                   'scan.deserialization-failure-policy' = '{policy}' {queue});
+             CREATE TABLE dst (n BIGINT, mid TEXT) WITH ('connector' = 'pubsub',
+                   'project' = '{PROJECT}', 'topic' = '{out}', 'emulator-endpoint' = '{ep}');
+             INSERT INTO dst SELECT CAST(s AS BIGINT) * 10, mid FROM src;",
+            sub = t.input_sub,
+            out = t.output,
+            ep = endpoint()
+        );
+        let (code, _stdout, stderr) = run_until_idle(&sql).await;
+        assert_eq!(code, 0, "{policy}: {stderr}");
+        let rows = rows_by_mid(&t.output_sub, Some(5)).await;
+        let want: HashMap<String, i64> = ids
+            .iter()
+            .zip(values)
+            .filter_map(|(id, v)| v.parse::<i64>().ok().map(|n| (id.clone(), n * 10)))
+            .collect();
+        assert_eq!(rows.len(), 5, "{policy}: only the rows that compute: {rows:?}");
+        for (id, n) in &want {
+            assert_eq!(rows[id]["n"], *n, "{policy}: {id}");
+        }
+        assert_all_acked(&t.input_sub);
+        let letters = admin::drain_messages(&p, &dead_sub, 1, Some(2), Duration::from_secs(5))
+            .await
+            .unwrap();
+        if policy == "drop" {
+            assert!(letters.is_empty(), "drop: no dead letter: {letters:?}");
+            continue;
+        }
+        let mut got: Vec<(String, String)> = letters
+            .iter()
+            .map(|m| (String::from_utf8(m.data.to_vec()).unwrap(), m.attributes["dlq-message-id"].clone()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("{\"s\": \"six\"}".to_string(), ids[5].clone()),
+                ("{\"s\": \"x3\"}".to_string(), ids[2].clone()),
+            ],
+            "the failing messages, whole, once each"
+        );
+        for m in &letters {
+            let error = &m.attributes["dlq-error"];
+            assert!(
+                error.contains("failed in SQL") && error.contains("CAST(s AS BIGINT)"),
+                "the error names the expression: {error}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sql_that_is_not_implemented_is_refused_with_its_position() {
+    let tables = "CREATE TABLE s (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');
+CREATE TABLE d (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
+";
+    for (statement, words) in [
+        ("INSERT INTO d SELECT a FROM s LIMIT 0;", ["LIMIT", "line 3, column 31"]),
+        ("INSERT INTO d SELECT DISTINCT a FROM s;", ["DISTINCT", "line 3, column 22"]),
+        ("INSERT INTO d SELECT a FROM s ORDER BY a;", ["ORDER BY", "line 3, column 31"]),
+        ("INSERT INTO d SELECT now() FROM s;", ["now", "line 3, column 22"]),
+        ("INSERT INTO d SELECT sum(a) FROM s;", ["aggregate", "line 3, column 22"]),
+        ("INSERT INTO d SELECT a * 1.5 FROM s;", ["BIGINT", "DOUBLE"]),
+    ] {
+        let w = Workdir::new(&format!("{tables}{statement}"));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+            .arg("run")
+            .arg(w.pipeline())
+            .arg("--state-dir")
+            .arg(w.state())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{statement}: {stderr}");
+        for word in words {
+            assert!(stderr.contains(word), "{statement}: '{word}' in {stderr}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtering_pipeline_killed_mid_run_loses_nothing_after_its_restart() {
+    let t = topics("filter-kill", 10).await;
+    let published = publish_bids(&t.input, bids(6_000)).await;
+    let expected: Vec<String> = published
+        .iter()
+        .filter(|(_, b)| b.price % 10 == 3)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let w = Workdir::new(&filter_sql(
+        &t,
+        ", 'scan.ack.max-duration-per-extension' = '10s', 'scan.flow-control.max-outstanding-element-count' = '300'",
+    ));
+    let child = w.spawn(&["--workers", "1", "--checkpoint-interval", "1s"]);
+    wait_until("two completed checkpoints", LIMIT, || {
+        w.checkpoint_epoch().unwrap_or(0) >= 2
+    })
+    .await;
+    signal(&child, "KILL");
+    let _ = finish(child, LIMIT).await;
+    let (_stdout, stderr) = w.restart_until_idle().await;
+    assert!(stderr.contains("restoring from checkpoint"), "{stderr}");
+    let got = rows_by_mid(&t.output_sub, None).await;
+    let got: HashSet<String> = got.into_keys().collect();
+    assert_eq!(missing(&expected, &got), 0, "no kept bid may be lost across the crash");
+    let all: HashSet<&String> = published.iter().map(|(id, _)| id).collect();
+    assert!(got.iter().all(|m| all.contains(m)));
+    assert!(
+        got.len() == expected.len(),
+        "only kept bids are written: {} of {}",
+        got.len(),
+        expected.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_filter_example_runs_on_the_quickstart_data() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/filter.sql");
+    let child = spawn_bin(&["quickstart", "--bids", "3000", "--pipeline", example]);
+    let (code, stdout, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains("passed the pipeline's WHERE; every bid was acknowledged"),
+        "{stdout}"
+    );
+}
