@@ -68,7 +68,11 @@ fn filter_sql(t: &Topics, extra: &str) -> String {
 /// exit code, stdout and stderr.
 async fn run_until_idle(sql: &str) -> (i32, String, String) {
     let w = Workdir::new(sql);
-    finish(w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "3s"]), LIMIT).await
+    finish(
+        w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "3s"]),
+        LIMIT,
+    )
+    .await
 }
 
 /// The rows of `sub` as JSON, by their `mid` (acknowledges them).
@@ -97,7 +101,11 @@ async fn a_filter_writes_exactly_the_rows_it_keeps_and_acknowledges_every_messag
         "about 1 in 10 kept: {} of {}; the first prices: {:?}",
         expected.len(),
         published.len(),
-        published.iter().take(10).map(|(_, b)| b.price).collect::<Vec<_>>()
+        published
+            .iter()
+            .take(10)
+            .map(|(_, b)| b.price)
+            .collect::<Vec<_>>()
     );
     let (code, stdout, stderr) = run_until_idle(&filter_sql(&t, "")).await;
     assert_eq!(code, 0, "stderr: {stderr}");
@@ -105,18 +113,32 @@ async fn a_filter_writes_exactly_the_rows_it_keeps_and_acknowledges_every_messag
     let got = rows_by_mid(&t.output_sub, Some(expected.len())).await;
     let got_ids: HashSet<&String> = got.keys().collect();
     let want_ids: HashSet<&String> = expected.keys().copied().collect();
-    assert_eq!(got_ids, want_ids, "exactly the kept bids, no other: {stdout}");
+    assert_eq!(
+        got_ids, want_ids,
+        "exactly the kept bids, no other: {stdout}"
+    );
     for (mid, row) in &got {
         let b = expected[mid];
         assert_eq!(row["bidder"], serde_json::json!(b.bidder), "{row}");
-        assert_eq!(row["cents"], serde_json::json!(format!("{} cents", b.price)), "{row}");
+        assert_eq!(
+            row["cents"],
+            serde_json::json!(format!("{} cents", b.price)),
+            "{row}"
+        );
     }
-    assert_eq!(summary_count(&stdout, "rows written:"), expected.len(), "{stdout}");
+    assert_eq!(
+        summary_count(&stdout, "rows written:"),
+        expected.len(),
+        "{stdout}"
+    );
     // Every message, kept or dropped by the WHERE, acknowledged once at the server.
     let wire = Wire::of(&t.input_sub);
     let acked = wire.acked_ids();
     assert_eq!(acked.len(), published.len(), "{stdout}");
-    assert!(acked.values().all(|n| *n == 1), "a message was acknowledged twice");
+    assert!(
+        acked.values().all(|n| *n == 1),
+        "a message was acknowledged twice"
+    );
     assert!(wire.nacked.is_empty(), "{stdout}");
     assert_all_acked(&t.input_sub);
 }
@@ -179,10 +201,18 @@ async fn computed_columns_reach_the_topic_with_exact_values() {
     let second = &got[&ids[1]];
     assert_eq!(second["dollars"], "0.07");
     assert_eq!(second["channel"], "NONE");
-    assert_eq!(second["b"], serde_json::Value::Null, "an absent path is NULL");
+    assert_eq!(
+        second["b"],
+        serde_json::Value::Null,
+        "an absent path is NULL"
+    );
     assert_eq!(second["a"], serde_json::json!([]));
     assert_eq!(second["big"], false);
-    assert_eq!(second["hash"], serde_json::Value::Null, "md5 of NULL is NULL");
+    assert_eq!(
+        second["hash"],
+        serde_json::Value::Null,
+        "md5 of NULL is NULL"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,7 +269,9 @@ async fn a_row_failure_follows_the_failure_policy_dead_letter_or_drop() {
         let dead = unique("rowpol-dead");
         let dead_sub = unique("rowpol-dead-sub");
         admin::create_topic(&p, &dead).await.unwrap();
-        admin::create_subscription(&p, &dead_sub, &dead, 60).await.unwrap();
+        admin::create_subscription(&p, &dead_sub, &dead, 60)
+            .await
+            .unwrap();
         let values = ["1", "2", "x3", "4", "5", "six", "7"];
         let ids = admin::publish_all(
             &p,
@@ -277,7 +309,11 @@ async fn a_row_failure_follows_the_failure_policy_dead_letter_or_drop() {
             .zip(values)
             .filter_map(|(id, v)| v.parse::<i64>().ok().map(|n| (id.clone(), n * 10)))
             .collect();
-        assert_eq!(rows.len(), 5, "{policy}: only the rows that compute: {rows:?}");
+        assert_eq!(
+            rows.len(),
+            5,
+            "{policy}: only the rows that compute: {rows:?}"
+        );
         for (id, n) in &want {
             assert_eq!(rows[id]["n"], *n, "{policy}: {id}");
         }
@@ -291,7 +327,12 @@ async fn a_row_failure_follows_the_failure_policy_dead_letter_or_drop() {
         }
         let mut got: Vec<(String, String)> = letters
             .iter()
-            .map(|m| (String::from_utf8(m.data.to_vec()).unwrap(), m.attributes["dlq-message-id"].clone()))
+            .map(|m| {
+                (
+                    String::from_utf8(m.data.to_vec()).unwrap(),
+                    m.attributes["dlq-message-id"].clone(),
+                )
+            })
             .collect();
         got.sort();
         assert_eq!(
@@ -318,11 +359,26 @@ fn sql_that_is_not_implemented_is_refused_with_its_position() {
 CREATE TABLE d (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
 ";
     for (statement, words) in [
-        ("INSERT INTO d SELECT a FROM s LIMIT 0;", ["LIMIT", "line 3, column 31"]),
-        ("INSERT INTO d SELECT DISTINCT a FROM s;", ["DISTINCT", "line 3, column 22"]),
-        ("INSERT INTO d SELECT a FROM s ORDER BY a;", ["ORDER BY", "line 3, column 31"]),
-        ("INSERT INTO d SELECT now() FROM s;", ["now", "line 3, column 22"]),
-        ("INSERT INTO d SELECT sum(a) FROM s;", ["aggregate", "line 3, column 22"]),
+        (
+            "INSERT INTO d SELECT a FROM s LIMIT 0;",
+            ["LIMIT", "line 3, column 31"],
+        ),
+        (
+            "INSERT INTO d SELECT DISTINCT a FROM s;",
+            ["DISTINCT", "line 3, column 22"],
+        ),
+        (
+            "INSERT INTO d SELECT a FROM s ORDER BY a;",
+            ["ORDER BY", "line 3, column 31"],
+        ),
+        (
+            "INSERT INTO d SELECT now() FROM s;",
+            ["now", "line 3, column 22"],
+        ),
+        (
+            "INSERT INTO d SELECT sum(a) FROM s;",
+            ["aggregate", "line 3, column 22"],
+        ),
         ("INSERT INTO d SELECT a * 1.5 FROM s;", ["BIGINT", "DOUBLE"]),
     ] {
         let w = Workdir::new(&format!("{tables}{statement}"));
@@ -365,7 +421,11 @@ async fn a_filtering_pipeline_killed_mid_run_loses_nothing_after_its_restart() {
     assert!(stderr.contains("restoring from checkpoint"), "{stderr}");
     let got = rows_by_mid(&t.output_sub, None).await;
     let got: HashSet<String> = got.into_keys().collect();
-    assert_eq!(missing(&expected, &got), 0, "no kept bid may be lost across the crash");
+    assert_eq!(
+        missing(&expected, &got),
+        0,
+        "no kept bid may be lost across the crash"
+    );
     let all: HashSet<&String> = published.iter().map(|(id, _)| id).collect();
     assert!(got.iter().all(|m| all.contains(m)));
     assert!(

@@ -459,10 +459,12 @@ async fn the_table_test_shows_rows_after_a_select_and_its_row_failures() {
     let (t, publisher) = topics_and_publisher("tabletest-select").await;
     let ids = std::sync::Mutex::new(Vec::new());
     let publish = async {
-        let good = publisher.publish(Message::new().set_data(fixture("gcs-notification-json-api-v1.json")));
+        let good = publisher
+            .publish(Message::new().set_data(fixture("gcs-notification-json-api-v1.json")));
         // generation 5: `100 / (generation - 5)` divides by zero.
         let failing = publisher.publish(
-            Message::new().set_data(b"{\"name\": \"x\", \"bucket\": \"b\", \"generation\": 5}".to_vec()),
+            Message::new()
+                .set_data(b"{\"name\": \"x\", \"bucket\": \"b\", \"generation\": 5}".to_vec()),
         );
         let (good, failing) = (good.await.unwrap(), failing.await.unwrap());
         ids.lock().unwrap().extend([good, failing]);
@@ -487,7 +489,13 @@ async fn the_table_test_shows_rows_after_a_select_and_its_row_failures() {
         .unwrap_or_else(|| panic!("no row: {text}"));
     assert_eq!(row["row"], json!({"b": "EXAMPLE-BUCKET", "q": 0}), "{text}");
     assert!(row["message"].as_str().unwrap().contains(&good), "{text}");
-    assert!(row["message"].as_str().unwrap().contains("1 after the SELECT"), "{text}");
+    assert!(
+        row["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 after the SELECT"),
+        "{text}"
+    );
     let failed = events
         .iter()
         .find(|e| e["error"] == true)

@@ -97,7 +97,10 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         summary.rows_written,
         arrived.intersection(&published).count()
     );
-    anyhow::ensure!(invented == 0, "{invented} rows in topic bids-out name no published bid");
+    anyhow::ensure!(
+        invented == 0,
+        "{invented} rows in topic bids-out name no published bid"
+    );
     if !sql.inserts.iter().any(|i| i.has_where()) {
         anyhow::ensure!(
             missing == 0,

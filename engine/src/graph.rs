@@ -228,7 +228,10 @@ impl PipelineGraph {
             .map(|f| f.name.clone())
             .collect();
         let src = &source.connection().schema;
-        if let Some(c) = columns.iter().find(|c| !src.fields.iter().any(|f| &f.name == *c)) {
+        if let Some(c) = columns
+            .iter()
+            .find(|c| !src.fields.iter().any(|f| &f.name == *c))
+        {
             let list: Vec<String> = src
                 .fields
                 .iter()

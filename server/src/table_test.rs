@@ -61,7 +61,10 @@ pub async fn test(
         None | Some(Value::Null) => None,
         Some(Value::String(sql)) => {
             if matches!(b.table, PubSubTable::Sink(_)) {
-                return Err(ApiError::bad("/select", "'select' applies to a source table only"));
+                return Err(ApiError::bad(
+                    "/select",
+                    "'select' applies to a source table only",
+                ));
             }
             let plan = pubsub_engine::sql::plan_sample_select(
                 sql,
@@ -88,7 +91,12 @@ pub async fn test(
     tokio::spawn(async move {
         let _permit = permit;
         let steps = Steps(tx.clone());
-        let end = match tokio::time::timeout(TEST_TIMEOUT, run(&b, size as usize, select.as_deref(), &steps)).await {
+        let end = match tokio::time::timeout(
+            TEST_TIMEOUT,
+            run(&b, size as usize, select.as_deref(), &steps),
+        )
+        .await
+        {
             Ok(Ok(summary)) => {
                 json!({"error": false, "done": true, "message": summary, "row": null})
             }
@@ -218,10 +226,7 @@ async fn run(
                             steps
                                 .say(
                                     true,
-                                    format!(
-                                        "message {read} (id {}): {why}",
-                                        m.message.message_id
-                                    ),
+                                    format!("message {read} (id {}): {why}", m.message.message_id),
                                     Value::Null,
                                 )
                                 .await;
@@ -253,7 +258,8 @@ fn decode(
         m.delivery_attempt,
         subscription,
     );
-    let cannot = |e: pubsub_engine::format::DeserializeError| format!("cannot decode: {}", e.reason);
+    let cannot =
+        |e: pubsub_engine::format::DeserializeError| format!("cannot decode: {}", e.reason);
     d.deserialize(&Bytes::from(m.message.data.to_vec()), &metadata)
         .map_err(cannot)?;
     let Some(batch) = d.flush().map_err(cannot)? else {

@@ -767,12 +767,17 @@ impl SourceReader {
             }
         };
         self.counters().fetches.add(1);
-        let mut buffered: Vec<Option<Buffered>> =
-            std::mem::take(&mut self.buffered).into_iter().map(Some).collect();
+        let mut buffered: Vec<Option<Buffered>> = std::mem::take(&mut self.buffered)
+            .into_iter()
+            .map(Some)
+            .collect();
         // Messages whose rows a query's SELECT failed on: none of their rows went out.
         for r in flushed.rejected {
             let Some(b) = buffered.get_mut(r.message_index).and_then(Option::take) else {
-                anyhow::bail!("internal error: a rejected message index {} is not buffered", r.message_index);
+                anyhow::bail!(
+                    "internal error: a rejected message index {} is not buffered",
+                    r.message_index
+                );
             };
             self.counters().in_error.add(1);
             let (payload, context) = match b.letter {

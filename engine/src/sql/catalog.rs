@@ -79,7 +79,10 @@ impl ContextProvider for Catalog {
     fn get_table_source(&self, name: TableReference) -> Result<Arc<dyn TableSource>> {
         match self.tables.get(name.table()) {
             Some(t) => Ok(t.clone()),
-            None => plan_err!("table '{}' is not defined (CREATE TABLE it first)", name.table()),
+            None => plan_err!(
+                "table '{}' is not defined (CREATE TABLE it first)",
+                name.table()
+            ),
         }
     }
 

@@ -3,12 +3,12 @@
 //! ignored"). The walks destructure sqlparser's structs without `..`, so a field added by a
 //! new sqlparser version fails to compile until it is classified.
 
+use sqlparser::ast::helpers::stmt_create_table::CreateTableBuilder;
 use sqlparser::ast::{
     CreateTable, Distinct, GroupByExpr, HiveFormat, Insert, LimitClause, OnInsert, Query, Select,
     SelectFlavor, SelectItem, SetExpr, SetOperator, SetQuantifier, TableFactor, TableObject,
     TableWithJoins, WildcardAdditionalOptions,
 };
-use sqlparser::ast::helpers::stmt_create_table::CreateTableBuilder;
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Location, Token, TokenWithSpan};
 
@@ -50,7 +50,10 @@ impl StatementTokens<'_> {
 
     /// A refusal of `clause` (as written in SQL), located at `keyword`.
     pub fn refuse(&self, what: &str, clause: &str, keyword: Keyword, why: &str) -> SqlError {
-        at(self.find(keyword), format!("{what}: {clause} is not supported{why}"))
+        at(
+            self.find(keyword),
+            format!("{what}: {clause} is not supported{why}"),
+        )
     }
 }
 
@@ -79,7 +82,13 @@ pub(crate) fn check_create_table(ct: &CreateTable, st: &StatementTokens) -> Resu
         .unwrap_or_else(|| "an option".into());
     let (clause, keyword) = create_table_clause(&field);
     let keywords: &[Keyword] = if keyword == Keyword::CONSTRAINT {
-        &[Keyword::CONSTRAINT, Keyword::PRIMARY, Keyword::UNIQUE, Keyword::FOREIGN, Keyword::CHECK]
+        &[
+            Keyword::CONSTRAINT,
+            Keyword::PRIMARY,
+            Keyword::UNIQUE,
+            Keyword::FOREIGN,
+            Keyword::CHECK,
+        ]
     } else {
         &[keyword]
     };
@@ -164,10 +173,10 @@ pub(crate) fn check_insert(ins: &Insert, st: &StatementTokens) -> Result<(), Sql
     let Insert {
         or,
         ignore,
-        into: _,              // `INSERT out` and `INSERT INTO out` mean the same
+        into: _, // `INSERT out` and `INSERT INTO out` mean the same
         table,
         table_alias,
-        columns: _,           // implemented
+        columns: _, // implemented
         overwrite,
         source,
         assignments,
@@ -251,13 +260,19 @@ pub(crate) fn check_query(q: &Query, what: &str, st: &StatementTokens) -> Result
         return no("WITH", Keyword::WITH, NOT_YET);
     }
     if order_by.is_some() {
-        return no("ORDER BY", Keyword::ORDER, ": a stream is written in arrival order");
+        return no(
+            "ORDER BY",
+            Keyword::ORDER,
+            ": a stream is written in arrival order",
+        );
     }
     match limit_clause {
         None => {}
-        Some(LimitClause::LimitOffset { limit: None, offset: Some(_), .. }) => {
-            return no("OFFSET", Keyword::OFFSET, "")
-        }
+        Some(LimitClause::LimitOffset {
+            limit: None,
+            offset: Some(_),
+            ..
+        }) => return no("OFFSET", Keyword::OFFSET, ""),
         Some(_) => return no("LIMIT", Keyword::LIMIT, ": a stream has no end to count to"),
     }
     if fetch.is_some() {
@@ -351,7 +366,11 @@ fn check_select(s: &Select, what: &str, st: &StatementTokens) -> Result<(), SqlE
     match distinct {
         None => {}
         Some(Distinct::Distinct) | Some(Distinct::On(_)) => {
-            return no("DISTINCT", Keyword::DISTINCT, ": removing duplicates needs state")
+            return no(
+                "DISTINCT",
+                Keyword::DISTINCT,
+                ": removing duplicates needs state",
+            )
         }
     }
     if top.is_some() {
@@ -371,7 +390,13 @@ fn check_select(s: &Select, what: &str, st: &StatementTokens) -> Result<(), SqlE
     }
     match group_by {
         GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty() => {}
-        _ => return no("GROUP BY", Keyword::GROUP, ": aggregation needs windows and state"),
+        _ => {
+            return no(
+                "GROUP BY",
+                Keyword::GROUP,
+                ": aggregation needs windows and state",
+            )
+        }
     }
     if !cluster_by.is_empty() {
         return no("CLUSTER BY", Keyword::CLUSTER, "");
@@ -383,7 +408,11 @@ fn check_select(s: &Select, what: &str, st: &StatementTokens) -> Result<(), SqlE
         return no("SORT BY", Keyword::SORT, "");
     }
     if having.is_some() {
-        return no("HAVING", Keyword::HAVING, ": aggregation needs windows and state");
+        return no(
+            "HAVING",
+            Keyword::HAVING,
+            ": aggregation needs windows and state",
+        );
     }
     if !named_window.is_empty() {
         return no("WINDOW", Keyword::WINDOW, "");
@@ -431,7 +460,12 @@ fn check_select(s: &Select, what: &str, st: &StatementTokens) -> Result<(), SqlE
         }
     }
     match from.as_slice() {
-        [] => return Err(at(st.start(), format!("{what}: SELECT needs FROM a source table"))),
+        [] => {
+            return Err(at(
+                st.start(),
+                format!("{what}: SELECT needs FROM a source table"),
+            ))
+        }
         [one] => check_from(one, what, st),
         [_, second, ..] => Err(at(
             first_location(&second.relation).unwrap_or_else(|| st.start()),
@@ -506,8 +540,13 @@ mod tests {
     /// `statement` on line 2 after three tables is refused, naming `clause` at the first
     /// occurrence of `at` in the statement.
     fn refused(statement: &str, clause: &str, at: &str) {
-        let e = parse_pipeline(&format!("{TABLES}{statement}")).unwrap_err().0;
-        let col = statement.find(at).unwrap_or_else(|| panic!("{at} in {statement}")) + 1;
+        let e = parse_pipeline(&format!("{TABLES}{statement}"))
+            .unwrap_err()
+            .0;
+        let col = statement
+            .find(at)
+            .unwrap_or_else(|| panic!("{at} in {statement}"))
+            + 1;
         assert!(e.contains(clause), "{statement}: {e} should name {clause}");
         assert!(
             e.contains(&format!("(line 2, column {col})"))
@@ -541,13 +580,37 @@ mod tests {
             refused(&format!("{s}{tail};"), clause, at);
         }
         let whole: &[(&str, &str, &str)] = &[
-            ("INSERT INTO out SELECT DISTINCT a, b FROM src;", "DISTINCT", "DISTINCT"),
-            ("INSERT INTO out SELECT DISTINCT ON (a) a, b FROM src;", "DISTINCT", "DISTINCT"),
-            ("INSERT INTO out WITH x AS (SELECT a, b FROM src) SELECT a, b FROM x;", "WITH", "WITH"),
+            (
+                "INSERT INTO out SELECT DISTINCT a, b FROM src;",
+                "DISTINCT",
+                "DISTINCT",
+            ),
+            (
+                "INSERT INTO out SELECT DISTINCT ON (a) a, b FROM src;",
+                "DISTINCT",
+                "DISTINCT",
+            ),
+            (
+                "INSERT INTO out WITH x AS (SELECT a, b FROM src) SELECT a, b FROM x;",
+                "WITH",
+                "WITH",
+            ),
             ("INSERT INTO out VALUES (1, 'x');", "VALUES", "VALUES"),
-            ("INSERT INTO out SELECT a, b INTO t2 FROM src;", "SELECT INTO", "INTO t2"),
-            ("INSERT INTO out SELECT a, b FROM (SELECT a, b FROM src) s;", "FROM must name a source table", "SELECT a, b FROM src)"),
-            ("INSERT INTO out SELECT a, b FROM src, src2;", "exactly one table", "src2"),
+            (
+                "INSERT INTO out SELECT a, b INTO t2 FROM src;",
+                "SELECT INTO",
+                "INTO t2",
+            ),
+            (
+                "INSERT INTO out SELECT a, b FROM (SELECT a, b FROM src) s;",
+                "FROM must name a source table",
+                "SELECT a, b FROM src)",
+            ),
+            (
+                "INSERT INTO out SELECT a, b FROM src, src2;",
+                "exactly one table",
+                "src2",
+            ),
             ("INSERT INTO out TABLE src;", "TABLE", "TABLE"),
             ("INSERT INTO out AS o SELECT a, b FROM src;", "AS", "AS"),
             ("DELETE FROM src;", "unsupported statement", "DELETE"),
@@ -563,13 +626,37 @@ mod tests {
     #[test]
     fn every_create_table_clause_is_implemented_or_refused_with_its_position() {
         let cases: &[(&str, &str, &str)] = &[
-            ("CREATE TABLE IF NOT EXISTS t (a BIGINT) WITH ('x' = 'y');", "IF NOT EXISTS", "IF"),
-            ("CREATE TEMPORARY TABLE t (a BIGINT) WITH ('x' = 'y');", "TEMPORARY", "TEMPORARY"),
-            ("CREATE OR REPLACE TABLE t (a BIGINT) WITH ('x' = 'y');", "OR REPLACE", "REPLACE"),
-            ("CREATE TABLE t (a BIGINT, PRIMARY KEY (a)) WITH ('x' = 'y');", "table constraint", "PRIMARY"),
-            ("CREATE TABLE t (a BIGINT) PARTITION BY RANGE (a);", "PARTITION", "PARTITION"),
+            (
+                "CREATE TABLE IF NOT EXISTS t (a BIGINT) WITH ('x' = 'y');",
+                "IF NOT EXISTS",
+                "IF",
+            ),
+            (
+                "CREATE TEMPORARY TABLE t (a BIGINT) WITH ('x' = 'y');",
+                "TEMPORARY",
+                "TEMPORARY",
+            ),
+            (
+                "CREATE OR REPLACE TABLE t (a BIGINT) WITH ('x' = 'y');",
+                "OR REPLACE",
+                "REPLACE",
+            ),
+            (
+                "CREATE TABLE t (a BIGINT, PRIMARY KEY (a)) WITH ('x' = 'y');",
+                "table constraint",
+                "PRIMARY",
+            ),
+            (
+                "CREATE TABLE t (a BIGINT) PARTITION BY RANGE (a);",
+                "PARTITION",
+                "PARTITION",
+            ),
             ("CREATE TABLE t AS SELECT a FROM src;", "AS SELECT", "AS"),
-            ("CREATE TABLE t (a BIGINT) INHERITS (src);", "INHERITS", "INHERITS"),
+            (
+                "CREATE TABLE t (a BIGINT) INHERITS (src);",
+                "INHERITS",
+                "INHERITS",
+            ),
         ];
         for (statement, clause, at) in cases {
             refused(statement, clause, at);

@@ -54,7 +54,9 @@ pub(crate) fn is_exact(from: &DataType, to: &DataType) -> bool {
         (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
         (Binary | LargeBinary | BinaryView, Binary | LargeBinary | BinaryView) => true,
         // Finer units hold every coarser value (out of range fails loudly, never wraps).
-        (Timestamp(u1, z1), Timestamp(u2, z2)) => unit_rank(u2) >= unit_rank(u1) && same_zone(z1, z2),
+        (Timestamp(u1, z1), Timestamp(u2, z2)) => {
+            unit_rank(u2) >= unit_rank(u1) && same_zone(z1, z2)
+        }
         (Date32, Date64 | Timestamp(_, None)) => true,
         (Dictionary(_, v), t) => is_exact(v, t),
         _ => false,
@@ -93,12 +95,13 @@ pub(crate) fn is_exact_literal(value: &ScalarValue, to: &DataType) -> bool {
     let Ok(converted) = value.cast_to(to) else {
         return false;
     };
-    if matches!(from, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
-        && matches!(
-            to,
-            DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64 | DataType::Interval(_)
-        )
-    {
+    if matches!(
+        from,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) && matches!(
+        to,
+        DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64 | DataType::Interval(_)
+    ) {
         return true;
     }
     converted.cast_to(&from).is_ok_and(|back| back == *value)
@@ -198,7 +201,10 @@ mod tests {
             (Int64, Decimal128(19, 0)),
             (Utf8, Utf8View),
             (Null, Int64),
-            (Timestamp(TimeUnit::Millisecond, None), Timestamp(TimeUnit::Nanosecond, None)),
+            (
+                Timestamp(TimeUnit::Millisecond, None),
+                Timestamp(TimeUnit::Nanosecond, None),
+            ),
         ] {
             assert!(is_exact(&a, &b), "{a} -> {b}");
         }
@@ -213,7 +219,10 @@ mod tests {
             (Int64, Utf8),
             (Utf8, Int64),
             (Int64, Decimal128(18, 0)),
-            (Timestamp(TimeUnit::Nanosecond, None), Timestamp(TimeUnit::Millisecond, None)),
+            (
+                Timestamp(TimeUnit::Nanosecond, None),
+                Timestamp(TimeUnit::Millisecond, None),
+            ),
         ] {
             assert!(!is_exact(&a, &b), "{a} -> {b}");
         }
@@ -221,12 +230,18 @@ mod tests {
 
     #[test]
     fn a_constant_is_exact_when_it_converts_back_unchanged() {
-        assert!(is_exact_literal(&ScalarValue::Int64(Some(1000)), &DataType::Float64));
+        assert!(is_exact_literal(
+            &ScalarValue::Int64(Some(1000)),
+            &DataType::Float64
+        ));
         assert!(!is_exact_literal(
             &ScalarValue::Int64(Some((1 << 53) + 1)),
             &DataType::Float64
         ));
-        assert!(!is_exact_literal(&ScalarValue::Float64(Some(1.5)), &DataType::Int64));
+        assert!(!is_exact_literal(
+            &ScalarValue::Float64(Some(1.5)),
+            &DataType::Int64
+        ));
         assert!(is_exact_literal(
             &ScalarValue::Utf8(Some("2024-05-01T00:00:00Z".into())),
             &DataType::Timestamp(TimeUnit::Nanosecond, None)

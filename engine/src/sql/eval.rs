@@ -49,7 +49,10 @@ pub(crate) fn checked_arithmetic(
 ) -> Arc<dyn PhysicalExpr> {
     e.transform_up(|x| {
         if let Some(b) = x.as_any().downcast_ref::<BinaryExpr>() {
-            if matches!(b.op(), Operator::Plus | Operator::Minus | Operator::Multiply) {
+            if matches!(
+                b.op(),
+                Operator::Plus | Operator::Minus | Operator::Multiply
+            ) {
                 let checked = BinaryExpr::new(b.left().clone(), *b.op(), b.right().clone())
                     .with_fail_on_overflow(true);
                 return Ok(Transformed::yes(Arc::new(checked) as Arc<dyn PhysicalExpr>));
@@ -97,9 +100,9 @@ impl SelectPlan {
                     .evaluate(batch)
                     .and_then(|v| v.into_array(batch.num_rows()))
                     .map_err(|e| fail(text, message(&e)))?;
-                let mask = mask.as_boolean_opt().ok_or_else(|| {
-                    fail(text, format!("is {}, not BOOLEAN", mask.data_type()))
-                })?;
+                let mask = mask
+                    .as_boolean_opt()
+                    .ok_or_else(|| fail(text, format!("is {}, not BOOLEAN", mask.data_type())))?;
                 // NULL is not true: the row is dropped, as SQL's WHERE does.
                 filter_record_batch(batch, mask).map_err(|e| fail(text, e.to_string()))?
             }
@@ -121,7 +124,8 @@ impl SelectPlan {
                     return Ok(v);
                 }
                 // Only exact conversions were planned (see `select::field_type`).
-                cast_with_options(&v, field.data_type(), &exact).map_err(|x| fail(text, x.to_string()))
+                cast_with_options(&v, field.data_type(), &exact)
+                    .map_err(|x| fail(text, x.to_string()))
             })
             .collect::<Result<Vec<ArrayRef>, _>>()?;
         let opts = RecordBatchOptions::new().with_row_count(Some(kept.num_rows()));

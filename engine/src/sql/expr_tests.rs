@@ -43,16 +43,32 @@ fn src() -> ConnectionSchema {
     }
 }
 
-fn batch(rows: &[(i64, Option<i32>, Option<f64>, Option<&str>, Option<i64>, Option<bool>)]) -> RecordBatch {
+fn batch(
+    rows: &[(
+        i64,
+        Option<i32>,
+        Option<f64>,
+        Option<&str>,
+        Option<i64>,
+        Option<bool>,
+    )],
+) -> RecordBatch {
     let n = rows.len();
     let cols: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("m{i}")))),
+        Arc::new(StringArray::from_iter_values(
+            (0..n).map(|i| format!("m{i}")),
+        )),
         Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
         Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.1))),
         Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.2))),
         Arc::new(StringArray::from_iter(rows.iter().map(|r| r.3))),
-        Arc::new(TimestampNanosecondArray::from_iter(rows.iter().map(|r| r.4))),
-        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.3.map(|s| format!("{{\"k\":\"{s}\"}}"))))),
+        Arc::new(TimestampNanosecondArray::from_iter(
+            rows.iter().map(|r| r.4),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter()
+                .map(|r| r.3.map(|s| format!("{{\"k\":\"{s}\"}}"))),
+        )),
         Arc::new(BooleanArray::from_iter(rows.iter().map(|r| r.5))),
     ];
     RecordBatch::try_new(src().arrow_schema(), cols).unwrap()
@@ -90,7 +106,11 @@ fn a_filter_and_expressions_give_exact_values_in_row_order() {
         (7, Some(5), Some(1.0), None, None, None),
     ]);
     let out = p.evaluate(&b).unwrap();
-    assert_eq!(out.num_rows(), 2, "rows 2 and 6 pass; NULL s is not LIKE anything");
+    assert_eq!(
+        out.num_rows(),
+        2,
+        "rows 2 and 6 pass; NULL s is not LIKE anything"
+    );
     assert_eq!(out.column(0).as_primitive::<Int64Type>().values(), &[4, 12]);
     assert_eq!(out.column(1).as_string::<i32>().value(1), "XD");
     assert_eq!(out.column(2).as_primitive::<Int64Type>().values(), &[4, 10]);
@@ -101,7 +121,10 @@ fn a_filter_and_expressions_give_exact_values_in_row_order() {
     let names: Vec<&str> = p.fields.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names[0], "twice");
     assert_eq!(p.fields[0].field_type, FieldType::Bigint);
-    assert!(p.fields[0].required, "a * 2 of a NOT NULL column is NOT NULL");
+    assert!(
+        p.fields[0].required,
+        "a * 2 of a NOT NULL column is NOT NULL"
+    );
 }
 
 #[test]
@@ -119,20 +142,42 @@ fn date_and_time_functions_work_on_timestamps() {
     let p = plan("SELECT date_trunc('hour', ts), extract(minute FROM ts), to_timestamp('2024-05-01T10:20:30Z') FROM src").unwrap();
     // 2024-05-01T10:20:30.5Z
     let t = 1_714_558_830_500_000_000;
-    let out = p.evaluate(&batch(&[(1, None, None, None, Some(t), None)])).unwrap();
-    let hour = out.column(0).as_primitive::<TimestampNanosecondType>().value(0);
+    let out = p
+        .evaluate(&batch(&[(1, None, None, None, Some(t), None)]))
+        .unwrap();
+    let hour = out
+        .column(0)
+        .as_primitive::<TimestampNanosecondType>()
+        .value(0);
     assert_eq!(hour, 1_714_557_600_000_000_000);
-    assert_eq!(out.column(2).as_primitive::<TimestampNanosecondType>().value(0), 1_714_558_830_000_000_000);
+    assert_eq!(
+        out.column(2)
+            .as_primitive::<TimestampNanosecondType>()
+            .value(0),
+        1_714_558_830_000_000_000
+    );
     let minute = arrow::compute::cast(out.column(1), &arrow::datatypes::DataType::Float64).unwrap();
     assert_eq!(minute.as_primitive::<Float64Type>().value(0), 20.0);
 }
 
 #[test]
 fn implicit_conversions_that_could_change_a_value_are_refused() {
-    refused("SELECT a + d FROM src", &["BIGINT", "DOUBLE", "CAST"], "a + d");
+    refused(
+        "SELECT a + d FROM src",
+        &["BIGINT", "DOUBLE", "CAST"],
+        "a + d",
+    );
     // Compared as text, 9 > '10': refused, not silently lexicographic.
-    refused("SELECT a FROM src WHERE a > '10'", &["BIGINT", "TEXT"], "a > '10'");
-    refused("SELECT a FROM src WHERE a = 1.5", &["BIGINT", "DOUBLE"], "a = 1.5");
+    refused(
+        "SELECT a FROM src WHERE a > '10'",
+        &["BIGINT", "TEXT"],
+        "a > '10'",
+    );
+    refused(
+        "SELECT a FROM src WHERE a = 1.5",
+        &["BIGINT", "DOUBLE"],
+        "a = 1.5",
+    );
     // Exact ones pass: INT into DOUBLE, a whole constant into DOUBLE, explicit casts.
     for ok in [
         "SELECT i + d FROM src",
@@ -146,10 +191,26 @@ fn implicit_conversions_that_could_change_a_value_are_refused() {
 
 #[test]
 fn stateful_and_replay_unsafe_sql_is_refused_with_its_position() {
-    refused("SELECT count(a) FROM src", &["aggregate", "count", "not supported yet"], "count");
-    refused("SELECT row_number() OVER (ORDER BY a) FROM src", &["window"], "row_number");
-    refused("SELECT a FROM src WHERE a IN (SELECT a FROM src)", &["subquer"], "a IN");
-    refused("SELECT now() FROM src", &["now", "replay", "publish-time"], "now");
+    refused(
+        "SELECT count(a) FROM src",
+        &["aggregate", "count", "not supported yet"],
+        "count",
+    );
+    refused(
+        "SELECT row_number() OVER (ORDER BY a) FROM src",
+        &["window"],
+        "row_number",
+    );
+    refused(
+        "SELECT a FROM src WHERE a IN (SELECT a FROM src)",
+        &["subquer"],
+        "a IN",
+    );
+    refused(
+        "SELECT now() FROM src",
+        &["now", "replay", "publish-time"],
+        "now",
+    );
     refused("SELECT random() FROM src", &["random", "replay"], "random");
     refused("SELECT uuid() FROM src", &["uuid", "replay"], "uuid");
 }
@@ -157,8 +218,15 @@ fn stateful_and_replay_unsafe_sql_is_refused_with_its_position() {
 #[test]
 fn unknown_names_get_a_suggestion() {
     let e = plan("SELECT upperr(s) FROM src").map(|_| ()).unwrap_err().0;
-    assert!(e.contains("unknown function 'upperr'") && e.contains("did you mean 'upper'"), "{e}");
-    refused("SELECT a, tss FROM src", &["column 'tss' does not exist", "did you mean 'ts'"], "tss");
+    assert!(
+        e.contains("unknown function 'upperr'") && e.contains("did you mean 'upper'"),
+        "{e}"
+    );
+    refused(
+        "SELECT a, tss FROM src",
+        &["column 'tss' does not exist", "did you mean 'ts'"],
+        "tss",
+    );
 }
 
 #[test]
@@ -181,18 +249,33 @@ fn a_failing_row_is_named_never_nulled() {
 
 #[test]
 fn integer_overflow_and_division_by_zero_are_row_failures() {
-    let b = batch(&[(1, Some(0), None, None, None, None), (i64::MAX / 2 + 1, Some(1), None, None, None, None)]);
-    let f = plan("SELECT a * 2 FROM src").unwrap().evaluate(&b).unwrap_err();
+    let b = batch(&[
+        (1, Some(0), None, None, None, None),
+        (i64::MAX / 2 + 1, Some(1), None, None, None, None),
+    ]);
+    let f = plan("SELECT a * 2 FROM src")
+        .unwrap()
+        .evaluate(&b)
+        .unwrap_err();
     assert_eq!(f.row, 1, "{f}");
-    let f = plan("SELECT a / i FROM src").unwrap().evaluate(&b).unwrap_err();
+    let f = plan("SELECT a / i FROM src")
+        .unwrap()
+        .evaluate(&b)
+        .unwrap_err();
     assert_eq!(f.row, 0, "{f}");
     let min = batch(&[(i64::MIN, None, None, None, None, None)]);
     assert!(plan("SELECT -a FROM src").unwrap().evaluate(&min).is_err());
-    let ok = plan("SELECT a + 1 FROM src").unwrap().evaluate(&batch(&[(41, None, None, None, None, None)])).unwrap();
+    let ok = plan("SELECT a + 1 FROM src")
+        .unwrap()
+        .evaluate(&batch(&[(41, None, None, None, None, None)]))
+        .unwrap();
     assert_eq!(ok.column(0).as_primitive::<Int64Type>().value(0), 42);
 }
 
-const PAYLOADS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/payloads/");
+const PAYLOADS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/fixtures/payloads/"
+);
 
 /// A batch whose `j` column holds each of `docs` (and `s` the same text).
 fn json_batch(docs: &[&str]) -> RecordBatch {
@@ -207,7 +290,8 @@ fn json_batch(docs: &[&str]) -> RecordBatch {
 #[test]
 fn json_getters_read_real_google_payloads() {
     let audit = std::fs::read_to_string(format!("{PAYLOADS}logging-sink-auditlog.json")).unwrap();
-    let gcs = std::fs::read_to_string(format!("{PAYLOADS}gcs-notification-json-api-v1.json")).unwrap();
+    let gcs =
+        std::fs::read_to_string(format!("{PAYLOADS}gcs-notification-json-api-v1.json")).unwrap();
     let p = plan(
         "SELECT json_get_str(j, 'protoPayload', 'methodName'), \
                 json_get_bool(j, 'protoPayload', 'authorizationInfo', 0, 'granted'), \
@@ -219,7 +303,10 @@ fn json_getters_read_real_google_payloads() {
     .unwrap();
     let out = p.evaluate(&json_batch(&[&audit, &gcs])).unwrap();
     let method = out.column(0).as_string::<i32>();
-    assert_eq!((method.value(0), method.is_null(1)), ("storage.setIamPermissions", true));
+    assert_eq!(
+        (method.value(0), method.is_null(1)),
+        ("storage.setIamPermissions", true)
+    );
     let granted = out.column(1).as_boolean();
     assert!(granted.value(0) && granted.is_null(1));
     assert_eq!(
@@ -229,8 +316,15 @@ fn json_getters_read_real_google_payloads() {
     assert_eq!(p.fields[2].field_type, FieldType::Json);
     // proto3 JSON writes int64 as a string: "generation": "1607428286395814".
     let generation = out.column(3).as_primitive::<Int64Type>();
-    assert_eq!((generation.is_null(0), generation.value(1)), (true, 1607428286395814));
-    assert_eq!(out.column(4).null_count(), 2, "an absent path is NULL, by the getter's contract");
+    assert_eq!(
+        (generation.is_null(0), generation.value(1)),
+        (true, 1607428286395814)
+    );
+    assert_eq!(
+        out.column(4).null_count(),
+        2,
+        "an absent path is NULL, by the getter's contract"
+    );
 }
 
 #[test]
@@ -276,13 +370,18 @@ fn a_failing_row_rejects_its_whole_message_and_keeps_the_rest_in_order() {
         vec![2, 3]
     );
     assert!(
-        rejected[0].failure.starts_with("INSERT INTO out SELECT 100 / i FROM src: `100 / i` failed: ")
+        rejected[0]
+            .failure
+            .starts_with("INSERT INTO out SELECT 100 / i FROM src: `100 / i` failed: ")
             && rejected[0].failure.contains("Divide by zero"),
         "{}",
         rejected[0].failure
     );
     // Nothing fails: the batch comes back whole.
-    let ok: Vec<_> = [1, 2].iter().map(|i| (0, Some(*i), None, None, None, None)).collect();
+    let ok: Vec<_> = [1, 2]
+        .iter()
+        .map(|i| (0, Some(*i), None, None, None, None))
+        .collect();
     let (kept, rejected) = reject_failing(&checks, batch(&ok), &[0, 1]);
     assert_eq!((kept.num_rows(), rejected.len()), (2, 0));
 }
@@ -321,7 +420,10 @@ fn repeated_items_and_aliased_columns_plan() {
     assert_eq!(&names[..6], ["a", "id", "id", "id", "a + 1", "a + 1"]);
     assert_eq!(p.fields.len(), 6 + src().fields.len() + 2);
     let doc = &p.fields[p.fields.len() - 2];
-    assert_eq!((doc.name.as_str(), doc.field_type), ("doc", FieldType::Json));
+    assert_eq!(
+        (doc.name.as_str(), doc.field_type),
+        ("doc", FieldType::Json)
+    );
     let m = &p.fields[p.fields.len() - 1];
     assert_eq!(m.metadata_key.as_deref(), Some("message-id"));
     let out = p

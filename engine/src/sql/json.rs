@@ -73,12 +73,19 @@ impl ScalarUDFImpl for JsonGet {
     }
 
     fn return_type(&self, args: &[DataType]) -> Result<DataType> {
-        let text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+        let text =
+            |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
         let Some(doc) = args.first() else {
-            return plan_err!("{}(doc, key_or_index, ...) needs a JSON document", self.name);
+            return plan_err!(
+                "{}(doc, key_or_index, ...) needs a JSON document",
+                self.name
+            );
         };
         if !text(doc) {
-            return plan_err!("{}: the document must be JSON or TEXT, was {doc}", self.name);
+            return plan_err!(
+                "{}: the document must be JSON or TEXT, was {doc}",
+                self.name
+            );
         }
         for (i, a) in args.iter().enumerate().skip(1) {
             if !(text(a) || a.is_integer() || *a == DataType::Null) {
@@ -129,7 +136,9 @@ impl ScalarUDFImpl for JsonGet {
                     let i = arrow::compute::cast(p, &DataType::Int64)?;
                     let i = i.as_primitive::<arrow::datatypes::Int64Type>();
                     match (i.is_valid(row), v) {
-                        (true, Value::Array(items)) => usize::try_from(i.value(row)).ok().and_then(|i| items.get(i)),
+                        (true, Value::Array(items)) => usize::try_from(i.value(row))
+                            .ok()
+                            .and_then(|i| items.get(i)),
                         _ => None,
                     }
                 } else {
@@ -190,7 +199,11 @@ impl Builder {
             Builder::Str(b, true) => b.append_value(v.to_string()),
             Builder::Str(b, false) => match v {
                 Value::String(s) => b.append_value(s),
-                _ => return Err(format!("{v}, not a string (json_get_json returns it as JSON)")),
+                _ => {
+                    return Err(format!(
+                        "{v}, not a string (json_get_json returns it as JSON)"
+                    ))
+                }
             },
             Builder::Int(b) => {
                 let i = match v {
@@ -199,7 +212,9 @@ impl Builder {
                     Value::String(s) => s.parse::<i64>().ok(),
                     _ => None,
                 };
-                b.append_value(i.ok_or_else(|| format!("{}: not an integer that fits BIGINT", found()))?)
+                b.append_value(
+                    i.ok_or_else(|| format!("{}: not an integer that fits BIGINT", found()))?,
+                )
             }
             Builder::Float(b) => {
                 let f = match v {
@@ -211,7 +226,9 @@ impl Builder {
                     },
                     _ => None,
                 };
-                b.append_value(f.ok_or_else(|| format!("{}: not a number a DOUBLE holds exactly", found()))?)
+                b.append_value(
+                    f.ok_or_else(|| format!("{}: not a number a DOUBLE holds exactly", found()))?,
+                )
             }
             Builder::Bool(b) => match v {
                 Value::Bool(x) => b.append_value(*x),

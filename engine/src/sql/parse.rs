@@ -3,8 +3,8 @@
 use std::fmt;
 
 use sqlparser::ast::{
-    ColumnDef, ColumnOption, CreateTable, CreateTableOptions, DataType, Expr, Insert, ObjectName,
-    Ident, Query, Select, SelectItem, SetExpr, SqlOption, Statement, TableFactor, Value,
+    ColumnDef, ColumnOption, CreateTable, CreateTableOptions, DataType, Expr, Ident, Insert,
+    ObjectName, Query, Select, SelectItem, SetExpr, SqlOption, Statement, TableFactor, Value,
 };
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
@@ -132,7 +132,10 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
         if !matches!(next.token, Token::SemiColon | Token::EOF) {
             return Err(at(
                 next.span.start,
-                format!("SQL syntax error: expected ';' after the statement, found {}", next.token),
+                format!(
+                    "SQL syntax error: expected ';' after the statement, found {}",
+                    next.token
+                ),
             ));
         }
         match st {
@@ -178,7 +181,11 @@ fn create_table(ct: &CreateTable, tables: &[TableDef]) -> Result<TableDef, SqlEr
     let options = match &ct.table_options {
         CreateTableOptions::With(opts) => table_options(&name, opts)?,
         CreateTableOptions::None => ConnectorOptions::default(),
-        other => return err(format!("table '{name}': use WITH (...) for options, not {other}")),
+        other => {
+            return err(format!(
+                "table '{name}': use WITH (...) for options, not {other}"
+            ))
+        }
     };
     Ok(TableDef {
         name,
@@ -244,7 +251,6 @@ fn collect_selects<'a>(body: &'a SetExpr, out: &mut Vec<&'a Select>) {
         _ => {}
     }
 }
-
 
 pub(crate) fn object_name(n: &ObjectName) -> String {
     n.0.iter()
@@ -421,7 +427,10 @@ mod tests {
         );
         assert_eq!(p.inserts[0].sink, "out");
         assert_eq!(p.inserts[0].source, "bids");
-        assert_eq!(p.inserts[0].query.to_string(), "SELECT auction, price FROM bids");
+        assert_eq!(
+            p.inserts[0].query.to_string(),
+            "SELECT auction, price FROM bids"
+        );
     }
 
     #[test]

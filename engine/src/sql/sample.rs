@@ -43,20 +43,34 @@ pub fn plan_sample_select(
     if next.token != Token::EOF {
         return Err(at(
             next.span.start,
-            format!("SQL syntax error: one SELECT only, found {} after it", next.token),
+            format!(
+                "SQL syntax error: one SELECT only, found {} after it",
+                next.token
+            ),
         ));
     }
     let Statement::Query(query) = st else {
-        return Err(at(tokens.start(), "expected one SELECT ... FROM the table".into()));
+        return Err(at(
+            tokens.start(),
+            "expected one SELECT ... FROM the table".into(),
+        ));
     };
     let what = "SELECT";
     check_query(&query, what, &tokens)?;
     let SetExpr::Select(select) = query.body.as_ref() else {
-        return Err(at(tokens.start(), format!("{what}: one SELECT only (no UNION ALL here)")));
+        return Err(at(
+            tokens.start(),
+            format!("{what}: one SELECT only (no UNION ALL here)"),
+        ));
     };
     let from = match &select.from[0].relation {
         TableFactor::Table { name, .. } => object_name(name),
-        _ => return Err(at(tokens.start(), format!("{what}: must read table '{table}'"))),
+        _ => {
+            return Err(at(
+                tokens.start(),
+                format!("{what}: must read table '{table}'"),
+            ))
+        }
     };
     if from != table {
         return Err(at(
@@ -88,11 +102,18 @@ mod tests {
 
     #[test]
     fn a_lone_select_plans_and_everything_else_is_refused_with_its_position() {
-        let p = plan_sample_select("SELECT price * 2 AS twice FROM bids WHERE price > 10;", "bids", &schema())
-            .unwrap();
+        let p = plan_sample_select(
+            "SELECT price * 2 AS twice FROM bids WHERE price > 10;",
+            "bids",
+            &schema(),
+        )
+        .unwrap();
         assert_eq!(p.fields[0].name, "twice");
         for (sql, words) in [
-            ("SELECT price FROM other", "reads 'other', but this table is 'bids' (line 1, column 14)"),
+            (
+                "SELECT price FROM other",
+                "reads 'other', but this table is 'bids' (line 1, column 14)",
+            ),
             ("SELECT price FROM bids LIMIT 1", "LIMIT is not supported"),
             ("SELECT price FROM bids; SELECT 1", "one SELECT only"),
             ("DELETE FROM bids", "expected one SELECT"),

@@ -49,7 +49,10 @@ impl std::fmt::Debug for SelectPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SelectPlan")
             .field("filter", &self.filter.as_ref().map(|(_, s)| s))
-            .field("exprs", &self.exprs.iter().map(|(_, s)| s).collect::<Vec<_>>())
+            .field(
+                "exprs",
+                &self.exprs.iter().map(|(_, s)| s).collect::<Vec<_>>(),
+            )
             .field("fields", &self.fields)
             .finish()
     }
@@ -58,12 +61,46 @@ impl std::fmt::Debug for SelectPlan {
 /// Aggregate and window functions a user may reach for; each is refused as "not yet",
 /// rather than "unknown function".
 const AGGREGATES: &[&str] = &[
-    "count", "sum", "avg", "mean", "min", "max", "median", "stddev", "stddev_pop",
-    "stddev_samp", "variance", "var_pop", "var_samp", "array_agg", "string_agg",
-    "first_value", "last_value", "nth_value", "row_number", "rank", "dense_rank",
-    "percent_rank", "cume_dist", "ntile", "lag", "lead", "approx_distinct",
-    "approx_percentile_cont", "approx_median", "bool_and", "bool_or", "bit_and", "bit_or",
-    "bit_xor", "corr", "covar", "covar_pop", "covar_samp", "regr_slope", "listagg",
+    "count",
+    "sum",
+    "avg",
+    "mean",
+    "min",
+    "max",
+    "median",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "variance",
+    "var_pop",
+    "var_samp",
+    "array_agg",
+    "string_agg",
+    "first_value",
+    "last_value",
+    "nth_value",
+    "row_number",
+    "rank",
+    "dense_rank",
+    "percent_rank",
+    "cume_dist",
+    "ntile",
+    "lag",
+    "lead",
+    "approx_distinct",
+    "approx_percentile_cont",
+    "approx_median",
+    "bool_and",
+    "bool_or",
+    "bit_and",
+    "bit_or",
+    "bit_xor",
+    "corr",
+    "covar",
+    "covar_pop",
+    "covar_samp",
+    "regr_slope",
+    "listagg",
 ];
 
 /// Plans `query` (one SELECT reading table `source`, whose columns are `src`; clauses
@@ -251,7 +288,11 @@ fn select_items(query: &Query, src: &ConnectionSchema) -> Vec<(String, String, L
             // The planner expands it into the table's columns, in order.
             SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(_, _) => {
                 for f in &src.fields {
-                    out.push((f.name.clone(), f.name.clone(), select.select_token.0.span.start))
+                    out.push((
+                        f.name.clone(),
+                        f.name.clone(),
+                        select.select_token.0.span.start,
+                    ))
                 }
             }
         }
@@ -262,7 +303,11 @@ fn select_items(query: &Query, src: &ConnectionSchema) -> Vec<(String, String, L
 /// The WHERE condition as written.
 fn where_text(query: &Query) -> String {
     match query.body.as_ref() {
-        SetExpr::Select(s) => s.selection.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+        SetExpr::Select(s) => s
+            .selection
+            .as_ref()
+            .map(|e| e.to_string())
+            .unwrap_or_default(),
         _ => String::new(),
     }
 }
@@ -288,7 +333,8 @@ fn shape(plan: &LogicalPlan, what: &str) -> Result<(Option<Expr>, Vec<Expr>, DFS
         other => other,
     };
     match scan {
-        LogicalPlan::TableScan(t) if t.filters.is_empty() && t.projection.is_none() && t.fetch.is_none() => {}
+        LogicalPlan::TableScan(t)
+            if t.filters.is_empty() && t.projection.is_none() && t.fetch.is_none() => {}
         other => return Err(unexpected(other)),
     }
     let input = match proj.input.as_ref() {
@@ -408,13 +454,10 @@ fn planning_error(
     source: &str,
     src: &ConnectionSchema,
 ) -> SqlError {
-    let loc = e
-        .diagnostic()
-        .and_then(|d| d.span)
-        .map(|s| Location {
-            line: s.start.line,
-            column: s.start.column,
-        });
+    let loc = e.diagnostic().and_then(|d| d.span).map(|s| Location {
+        line: s.start.line,
+        column: s.start.column,
+    });
     let root = e.find_root();
     let not_found = match root {
         DataFusionError::SchemaError(e, _) => match e.as_ref() {
@@ -442,7 +485,9 @@ fn planning_error(
         }
         None => {
             let m = message(root);
-            let unknown_fn = m.strip_prefix("Invalid function '").and_then(|r| r.split_once('\''));
+            let unknown_fn = m
+                .strip_prefix("Invalid function '")
+                .and_then(|r| r.split_once('\''));
             match unknown_fn {
                 Some((name, _)) => {
                     let names = catalog.function_names();
@@ -500,8 +545,13 @@ fn output_field(
             ..f.clone()
         });
     }
-    let json = matches!(inner, Expr::ScalarFunction(f) if f.func.name() == super::json::JSON_GET_JSON);
-    let field_type = if json { Some(FieldType::Json) } else { field_type(&ty) };
+    let json =
+        matches!(inner, Expr::ScalarFunction(f) if f.func.name() == super::json::JSON_GET_JSON);
+    let field_type = if json {
+        Some(FieldType::Json)
+    } else {
+        field_type(&ty)
+    };
     let field_type = field_type.ok_or_else(|| {
         format!(
             "has type {}, which no column type holds; CAST it to TEXT, BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP or BYTEA",
@@ -528,10 +578,14 @@ fn field_type(t: &DataType) -> Option<FieldType> {
         Boolean => FieldType::Boolean,
         Utf8 | LargeUtf8 | Utf8View => FieldType::Text,
         Binary | LargeBinary | BinaryView => FieldType::Bytea,
-        Timestamp(_, z) if super::coercion::is_exact(
-            &Timestamp(TimeUnit::Nanosecond, z.clone()),
-            &Timestamp(TimeUnit::Nanosecond, None),
-        ) => FieldType::Timestamp,
+        Timestamp(_, z)
+            if super::coercion::is_exact(
+                &Timestamp(TimeUnit::Nanosecond, z.clone()),
+                &Timestamp(TimeUnit::Nanosecond, None),
+            ) =>
+        {
+            FieldType::Timestamp
+        }
         Date32 | Date64 => FieldType::Timestamp,
         Null => FieldType::Text,
         _ => return None,
