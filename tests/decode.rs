@@ -8,32 +8,11 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use google_cloud_pubsub::model::Message;
-use pubsub_connector_core::{admin, client};
+use pubsub_connector_core::admin;
 use serde_json::{json, Value};
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(180);
-
-fn attrs(name: &str) -> HashMap<String, String> {
-    serde_json::from_slice(&fixture(name)).unwrap()
-}
-
-/// Publishes one message with attributes; returns its id.
-async fn publish(topic: &str, data: Vec<u8>, attributes: HashMap<String, String>) -> String {
-    let p = profile();
-    let publisher = client::publisher(&p, &client::topic_path(PROJECT, topic))
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
-    let id = publisher
-        .publish(Message::new().set_data(data).set_attributes(attributes))
-        .await
-        .unwrap();
-    publisher.flush().await;
-    id
-}
 
 /// A source topic + subscription and a sink topic + subscription.
 async fn pair(name: &str) -> (String, String, String, String) {
@@ -68,35 +47,35 @@ async fn google_payloads_decode_every_field_exactly() {
     let (txt_t, txt_s, txt_o, txt_os) = pair("text").await;
     let (avr_t, avr_s, avr_o, avr_os) = pair("avro").await;
 
-    let gcs_id = publish(
+    let gcs_id = publish_with_attributes(
         &gcs_t,
         fixture("gcs-notification-json-api-v1.json"),
-        attrs("gcs-notification-json-api-v1.attrs.json"),
+        fixture_attributes("gcs-notification-json-api-v1.attrs.json"),
     )
     .await;
-    publish(
+    publish_with_attributes(
         &log_t,
         fixture("logging-sink-auditlog.json"),
-        attrs("logging-sink-auditlog.attrs.json"),
+        fixture_attributes("logging-sink-auditlog.attrs.json"),
     )
     .await;
-    publish(
+    publish_with_attributes(
         &bld_t,
         fixture("cloud-build-success.json"),
-        attrs("cloud-build-success.attrs.json"),
+        fixture_attributes("cloud-build-success.attrs.json"),
     )
     .await;
-    publish(&txt_t, fixture("scheduler-plain-text.txt"), HashMap::new()).await;
-    publish(
+    publish_with_attributes(&txt_t, fixture("scheduler-plain-text.txt"), HashMap::new()).await;
+    publish_with_attributes(
         &txt_t,
         fixture("gcs-notification-none.txt"),
-        attrs("gcs-notification-none.attrs.json"),
+        fixture_attributes("gcs-notification-none.attrs.json"),
     )
     .await;
-    publish(
+    publish_with_attributes(
         &avr_t,
         fixture("pubsub-schema-avro-json.json"),
-        attrs("pubsub-schema-avro-json.attrs.json"),
+        fixture_attributes("pubsub-schema-avro-json.attrs.json"),
     )
     .await;
 
@@ -296,7 +275,7 @@ async fn every_value_decodes_exactly_or_is_refused() {
         .await
         .unwrap();
     // Pub/Sub takes an empty body only with attributes.
-    publish(
+    publish_with_attributes(
         &t,
         Vec::new(),
         HashMap::from([("k".to_string(), "v".to_string())]),

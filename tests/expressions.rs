@@ -13,13 +13,11 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-/// `n` NEXMark bids as the quickstart publishes them, with prices that vary: the
-/// generator's default stream repeats itself (its first 10 bids all cost 73,134,520, and
-/// none of the first 10,000 has `price % 10 = 3` or `bidder % 10 = 3`), so a WHERE on it
-/// keeps all or nothing. Price `i`: `(i * 7919) % 1_000_000`,
-/// so `price % 10 = 3` holds for exactly 1 in 10.
+/// `n` NEXMark bids, with prices set so that `price % 10 = 3` holds for exactly 1 in 10
+/// (price `i`: `(i * 7919) % 1_000_000`). Not `EventGenerator::default()`: its derived
+/// `Default` has step 0 and repeats one bid forever.
 fn bids(n: usize) -> Vec<Bid> {
-    nexmark::EventGenerator::default()
+    nexmark::EventGenerator::new(nexmark::config::NexmarkConfig::default())
         .with_type_filter(EventType::Bid)
         .filter_map(|e| match e {
             Event::Bid(b) => Some(b),
@@ -213,6 +211,82 @@ async fn computed_columns_reach_the_topic_with_exact_values() {
         serde_json::Value::Null,
         "md5 of NULL is NULL"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn union_all_writes_two_google_sources_into_one_sink() {
+    pubsub_connector_core::wire_log::enable();
+    let gcs = topics("union-gcs", 60).await;
+    let builds = topics("union-builds", 60).await;
+    let gcs_id = publish_with_attributes(
+        &gcs.input,
+        fixture("gcs-notification-json-api-v1.json"),
+        fixture_attributes("gcs-notification-json-api-v1.attrs.json"),
+    )
+    .await;
+    let ok_id = publish_with_attributes(
+        &builds.input,
+        fixture("cloud-build-success.json"),
+        fixture_attributes("cloud-build-success.attrs.json"),
+    )
+    .await;
+    // The same build, failed: the second SELECT's WHERE drops it.
+    let mut failed: serde_json::Value =
+        serde_json::from_slice(&fixture("cloud-build-success.json")).unwrap();
+    failed["status"] = "FAILURE".into();
+    publish_with_attributes(
+        &builds.input,
+        serde_json::to_vec(&failed).unwrap(),
+        fixture_attributes("cloud-build-success.attrs.json"),
+    )
+    .await;
+    let ep = endpoint();
+    let sql = format!(
+        r#"CREATE TABLE gcs (name TEXT NOT NULL, bucket TEXT, size BIGINT, "timeCreated" TIMESTAMP,
+                             mid TEXT NOT NULL METADATA FROM 'message-id',
+                             attrs JSON NOT NULL METADATA FROM 'attributes')
+           WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{gcs_sub}',
+                 'emulator-endpoint' = '{ep}');
+           CREATE TABLE builds (id TEXT NOT NULL, status TEXT, steps JSON, "finishTime" TIMESTAMP,
+                                mid TEXT NOT NULL METADATA FROM 'message-id')
+           WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{bld_sub}',
+                 'emulator-endpoint' = '{ep}');
+           CREATE TABLE events (mid TEXT NOT NULL, kind TEXT NOT NULL, what TEXT, at TIMESTAMP,
+                                size BIGINT, detail TEXT)
+           WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+                 'emulator-endpoint' = '{ep}');
+           INSERT INTO events
+           SELECT mid, 'gcs', concat(bucket, '/', name), "timeCreated", size * 1000,
+                  lower(json_get_str(attrs, 'eventType'))
+           FROM gcs
+           UNION ALL
+           SELECT mid, 'build', upper(substring(id, 1, 8)), "finishTime" + INTERVAL '1 day', NULL,
+                  split_part(json_get_str(steps, 0, 'name'), ':', 2)
+           FROM builds WHERE status = 'SUCCESS';"#,
+        gcs_sub = gcs.input_sub,
+        bld_sub = builds.input_sub,
+        out = gcs.output,
+    );
+    let (code, stdout, stderr) = run_until_idle(&sql).await;
+    assert_eq!(code, 0, "stderr: {stderr}\n{stdout}");
+    let got = rows_by_mid(&gcs.output_sub, Some(2)).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        got[&gcs_id],
+        serde_json::json!({
+            "mid": gcs_id, "kind": "gcs", "what": "example-bucket/test_full_1.csv",
+            "at": "2020-12-08T11:51:26.395Z", "size": 5000, "detail": "object_finalize"
+        })
+    );
+    assert_eq!(
+        got[&ok_id],
+        serde_json::json!({
+            "mid": ok_id, "kind": "build", "what": "2B4D61D6",
+            "at": "2020-10-28T09:40:33.337406Z", "size": null, "detail": "3.6.3-jdk-8"
+        })
+    );
+    assert_all_acked(&gcs.input_sub);
+    assert_all_acked(&builds.input_sub);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -442,8 +516,17 @@ async fn the_filter_example_runs_on_the_quickstart_data() {
     let child = spawn_bin(&["quickstart", "--bids", "3000", "--pipeline", example]);
     let (code, stdout, stderr) = finish(child, LIMIT).await;
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    // "quickstart ok: K of 3000 bids passed the pipeline's WHERE; ...": the quickstart's
+    // bids vary, so `price > 1000` keeps some of them, not all.
+    let kept: usize = stdout
+        .split("quickstart ok: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("no kept count in: {stdout}"));
     assert!(
-        stdout.contains("passed the pipeline's WHERE; every bid was acknowledged"),
+        stdout.contains("of 3000 bids passed the pipeline's WHERE; every bid was acknowledged"),
         "{stdout}"
     );
+    assert!(0 < kept && kept < 3000, "kept {kept} of 3000: {stdout}");
 }

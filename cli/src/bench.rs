@@ -72,15 +72,24 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let raw = raw_loop(&profile, "raw-sub", streams, args.messages).await?;
     let raw_s = t.elapsed().as_secs_f64();
 
+    let where_ = args
+        .where_
+        .as_deref()
+        .map(|w| format!(" WHERE {w}"))
+        .unwrap_or_default();
+    let query = format!("INSERT INTO dst SELECT {} FROM src{where_};", args.select);
+    println!("pipeline: {query} (policy '{}')", args.failure_policy);
     let sql = format!(
         "CREATE TABLE src (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
            'subscription' = 'pipe-sub', 'emulator-endpoint' = '{ep}', 'scan.parallel-pull-count' = '{p}', \
-           'scan.flow-control.max-outstanding-element-count' = '100000');
+           'scan.flow-control.max-outstanding-element-count' = '100000', \
+           'scan.deserialization-failure-policy' = '{policy}');
          CREATE TABLE dst (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
            'topic' = 'bench-out', 'emulator-endpoint' = '{ep}', 'sink.batching.element-count-threshold' = '1000');
-         INSERT INTO dst SELECT * FROM src;",
+         {query}",
         ep = direct,
-        p = args.pulls_per_worker
+        p = args.pulls_per_worker,
+        policy = args.failure_policy,
     );
     parse_pipeline(&sql)?; // fail here, not in the child, on a bad statement
     let dir = std::env::temp_dir().join(format!("pubsub-bench-{}", std::process::id()));

@@ -258,6 +258,17 @@ pub struct BenchArgs {
     /// Streaming pulls per worker (the raw loop opens workers x this many).
     #[arg(long, default_value_t = 4)]
     pub pulls_per_worker: usize,
+    /// The pipeline's select list over `src (seq BIGINT, pad TEXT)`, written into `dst
+    /// (seq BIGINT, pad TEXT)` by position, e.g. `seq * 2, upper(pad)`.
+    #[arg(long, default_value = "*")]
+    pub select: String,
+    /// The pipeline's WHERE condition, e.g. `seq % 10 <> 3` (none by default).
+    #[arg(long = "where")]
+    pub where_: Option<String>,
+    /// The source's `scan.deserialization-failure-policy`: under `drop`, `nack` or
+    /// `dead-letter` the source evaluates the SELECT once more to find failing rows.
+    #[arg(long, default_value = "fail")]
+    pub failure_policy: String,
 }
 
 /// A duration of at least 10 ms: shorter checkpoint or idle periods only burn CPU.

@@ -678,6 +678,35 @@ fn insert_column_lists_are_honoured_and_mismatches_rejected() {
 }
 
 #[test]
+fn a_bare_null_fills_any_column_that_may_be_null() {
+    use arrow::array::Array;
+    let src = "CREATE TABLE o (a BIGINT NOT NULL) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'nul');";
+    let sink = "CREATE TABLE s (a BIGINT NOT NULL, n BIGINT, t TIMESTAMP, j JSON, d DOUBLE) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'nul');";
+    let p = plan(&format!(
+        "{src}{sink} INSERT INTO s SELECT a, NULL, NULL, NULL, NULL FROM o;"
+    ))
+    .unwrap();
+    let q = &p.queries[0];
+    let rows = RecordBatch::try_new(
+        q.source.connection.schema.arrow_schema(),
+        vec![std::sync::Arc::new(Int64Array::from(vec![7, 8]))],
+    )
+    .unwrap();
+    let out = q.project(&rows).unwrap();
+    assert_eq!(out.schema(), q.sink_schema);
+    for c in 1..5 {
+        assert_eq!(out.column(c).null_count(), 2, "column {c}");
+    }
+    let e = plan_err(&format!(
+        "{src}{sink} INSERT INTO s SELECT NULL, a, NULL, NULL, NULL FROM o;"
+    ));
+    assert!(
+        e.contains("NULL cannot fill column 'a' (BIGINT NOT NULL)"),
+        "{e}"
+    );
+}
+
+#[test]
 fn nullability_types_and_duplicate_columns_are_checked_when_planned() {
     let e = plan_err(
         "CREATE TABLE o (a TEXT, b TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');

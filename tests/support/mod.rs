@@ -423,3 +423,28 @@ pub fn assert_all_acked(sub: &str) {
         w.delivered_ids().len()
     );
 }
+
+/// Publishes one message with `attributes` to `topic`; returns its message id.
+pub async fn publish_with_attributes(
+    topic: &str,
+    data: Vec<u8>,
+    attributes: HashMap<String, String>,
+) -> String {
+    use google_cloud_pubsub::model::Message;
+    let publisher = client::publisher(&profile(), &client::topic_path(PROJECT, topic))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let id = publisher
+        .publish(Message::new().set_data(data).set_attributes(attributes))
+        .await
+        .unwrap();
+    publisher.flush().await;
+    id
+}
+
+/// The attributes in fixture `name` (a JSON object of strings).
+pub fn fixture_attributes(name: &str) -> HashMap<String, String> {
+    serde_json::from_slice(&fixture(name)).unwrap()
+}

@@ -767,6 +767,13 @@ impl SourceReader {
             }
         };
         self.counters().fetches.add(1);
+        if flushed.rejected.is_empty() {
+            // The common case: every message's rows went out. Keeps the buffer's capacity.
+            for b in self.buffered.drain(..) {
+                self.splits[b.split].tracker.stage([&b.id]);
+            }
+            return Ok(());
+        }
         let mut buffered: Vec<Option<Buffered>> = std::mem::take(&mut self.buffered)
             .into_iter()
             .map(Some)

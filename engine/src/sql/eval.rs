@@ -14,6 +14,7 @@ use datafusion_expr::Operator;
 use datafusion_physical_expr::expressions::{BinaryExpr, Literal, NegativeExpr};
 use datafusion_physical_expr::PhysicalExpr;
 
+use super::exact_cast::exact_cast;
 use super::select::{message, SelectPlan};
 
 /// One row that no expression could compute.
@@ -41,13 +42,18 @@ impl std::fmt::Display for RowFailure {
 
 impl std::error::Error for RowFailure {}
 
-/// Integer `+ - *` and unary minus fail on overflow instead of wrapping (DataFusion's
-/// default wraps: a silently wrong value).
-pub(crate) fn checked_arithmetic(
+/// `e` with nothing silently wrong: integer `+ - *` and unary minus fail on overflow
+/// instead of wrapping (DataFusion's default wraps), and a `CAST` that would change a
+/// value fails (a `TRY_CAST` gives NULL) instead of rounding or truncating it
+/// ([`exact_cast`]).
+pub(crate) fn checked_exprs(
     e: Arc<dyn PhysicalExpr>,
     schema: &arrow::datatypes::Schema,
 ) -> Arc<dyn PhysicalExpr> {
     e.transform_up(|x| {
+        if let Some(c) = exact_cast(&x, schema) {
+            return Ok(Transformed::yes(Arc::new(c) as Arc<dyn PhysicalExpr>));
+        }
         if let Some(b) = x.as_any().downcast_ref::<BinaryExpr>() {
             if matches!(
                 b.op(),

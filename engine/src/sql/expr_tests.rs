@@ -432,3 +432,97 @@ fn repeated_items_and_aliased_columns_plan() {
     assert_eq!(out.column(2).as_string::<i32>().value(0), "m0");
     assert_eq!(out.column(5).as_primitive::<Int64Type>().value(0), 8);
 }
+
+#[test]
+fn an_explicit_cast_that_would_change_a_value_fails_and_try_cast_gives_null() {
+    let b = batch(&[
+        (
+            1,
+            Some(3),
+            Some(2.0),
+            Some("1.25"),
+            Some(1_000_000_000),
+            None,
+        ),
+        (
+            2,
+            Some(4),
+            Some(-0.0),
+            Some("1.230"),
+            Some(2_000_000_000),
+            None,
+        ),
+        (
+            3,
+            Some(5),
+            Some(2.7),
+            Some("1.239"),
+            Some(2_000_000_001),
+            None,
+        ),
+    ]);
+    // Rows 0 and 1 keep their values (-0.0 is 0); row 2's would be truncated or rounded.
+    for (cast, try_cast, value) in [
+        ("CAST(d AS BIGINT)", "TRY_CAST(d AS BIGINT)", "2.7"),
+        ("CAST(d AS INT)", "TRY_CAST(d AS INT)", "2.7"),
+        (
+            "CAST(CAST(d AS DECIMAL(10, 0)) AS TEXT)",
+            "CAST(TRY_CAST(d AS DECIMAL(10, 0)) AS TEXT)",
+            "2.7",
+        ),
+        (
+            "CAST(CAST(s AS DECIMAL(10, 2)) AS TEXT)",
+            "CAST(TRY_CAST(s AS DECIMAL(10, 2)) AS TEXT)",
+            "1.239",
+        ),
+        (
+            "CAST(CAST(CAST(s AS DECIMAL(10, 3)) AS DECIMAL(10, 2)) AS TEXT)",
+            "CAST(TRY_CAST(CAST(s AS DECIMAL(10, 3)) AS DECIMAL(10, 2)) AS TEXT)",
+            "1.239",
+        ),
+        (
+            "CAST(ts AS TIMESTAMP(0))",
+            "TRY_CAST(ts AS TIMESTAMP(0))",
+            "1970-01-01T00:00:02.000000001",
+        ),
+    ] {
+        let p = plan(&format!("SELECT {cast} FROM src")).unwrap();
+        let f = p.evaluate(&b).unwrap_err();
+        assert_eq!(
+            (f.row, f.message_id.as_deref()),
+            (2, Some("m2")),
+            "{cast}: {f}"
+        );
+        assert!(
+            f.error.contains(value) && f.error.contains("would change"),
+            "{cast}: {f}"
+        );
+        let ok = p.evaluate(&b.slice(0, 2)).unwrap();
+        assert_eq!(ok.column(0).null_count(), 0, "{cast}");
+        // TRY_CAST gives NULL for that value and the other rows as CAST gives them.
+        let t = plan(&format!("SELECT {try_cast} FROM src"))
+            .unwrap()
+            .evaluate(&b)
+            .unwrap();
+        assert_eq!(t.column(0).null_count(), 1, "{try_cast}");
+        assert!(t.column(0).is_null(2), "{try_cast}");
+        assert_eq!(&t.column(0).slice(0, 2), ok.column(0), "{try_cast}");
+    }
+    let v = plan("SELECT CAST(d AS BIGINT), CAST(a AS DOUBLE), CAST(i AS SMALLINT) FROM src")
+        .unwrap()
+        .evaluate(&b.slice(0, 2))
+        .unwrap();
+    assert_eq!(v.column(0).as_primitive::<Int64Type>().values(), &[2, 0]);
+    assert_eq!(
+        v.column(1).as_primitive::<Float64Type>().values(),
+        &[1.0, 2.0]
+    );
+    // Out of range fails as before; an integer beyond 2^53 does not fit a DOUBLE exactly.
+    let big = batch(&[((1 << 53) + 1, Some(1), Some(1e300), None, None, None)]);
+    for select in ["CAST(a AS DOUBLE)", "CAST(d AS BIGINT)", "CAST(a AS INT)"] {
+        let f = plan(&format!("SELECT {select} FROM src"))
+            .unwrap()
+            .evaluate(&big);
+        assert!(f.is_err(), "{select}");
+    }
+}

@@ -8,6 +8,7 @@ mod clauses;
 mod coercion;
 mod dialect;
 mod eval;
+mod exact_cast;
 mod json;
 mod parse;
 mod plan;

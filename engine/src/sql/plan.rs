@@ -209,7 +209,13 @@ pub(crate) fn plan_query(
         fields: select.fields.clone(),
         ..source.connection.schema.clone()
     };
-    let projection = plan_projection(ins, what, &rows, &sink.connection.schema)?;
+    let projection = plan_projection(
+        ins,
+        what,
+        &rows,
+        &select.untyped_null,
+        &sink.connection.schema,
+    )?;
     let sink_schema =
         mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
     let route_by = sink
@@ -276,13 +282,15 @@ pub(crate) fn check_exclusive_sources(
     Ok(())
 }
 
-/// Maps each sink column to the select item that fills it (`src`: the items as columns),
+/// Maps each sink column to the select item that fills it (`src`: the items as columns;
+/// `untyped_null`: which of them are a bare `NULL`, fit for any column that may be NULL),
 /// checking counts, names, types and nullability. `what` starts the errors about the
 /// sink's columns (SQL: `INSERT INTO sink`).
 pub(crate) fn plan_projection(
     ins: &InsertDef,
     what: &str,
     src: &ConnectionSchema,
+    untyped_null: &[bool],
     sink: &ConnectionSchema,
 ) -> Result<Vec<Option<usize>>, SqlError> {
     let sink_name = &ins.sink;
@@ -345,6 +353,16 @@ pub(crate) fn plan_projection(
             continue;
         };
         let f = &src.fields[*from];
+        if untyped_null.get(*from) == Some(&true) {
+            if t.required {
+                return Err(SqlError(format!(
+                    "{what}: NULL cannot fill column '{}' ({} NOT NULL)",
+                    t.name,
+                    t.field_type.sql_name()
+                )));
+            }
+            continue; // a NULL of no type fits any column that may be NULL
+        }
         if !is_exact_cast(f.field_type, t.field_type) {
             return Err(SqlError(format!(
                 "{what}: column '{}' ({}) of '{}' cannot be written to column '{}' ({}): {}",

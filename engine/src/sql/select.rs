@@ -25,7 +25,7 @@ use sqlparser::tokenizer::Location;
 use super::catalog::Catalog;
 use super::clauses::at;
 use super::coercion::find_lossy;
-use super::eval::checked_arithmetic;
+use super::eval::checked_exprs;
 use super::parse::SqlError;
 use crate::spi::{ConnectionSchema, FieldType, SourceField};
 
@@ -43,6 +43,9 @@ pub struct SelectPlan {
     /// Index in the source rows of the `message-id` metadata column, if the table declares
     /// one: a failing row is named by it.
     pub(crate) message_id: Option<usize>,
+    /// Per output column: true for an untyped `NULL` (its `fields` type is TEXT), which
+    /// fits any column that may be NULL.
+    pub(crate) untyped_null: Vec<bool>,
 }
 
 impl std::fmt::Debug for SelectPlan {
@@ -170,7 +173,7 @@ pub(crate) fn plan_select(
             .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
         let p = datafusion_physical_expr::create_physical_expr(e, &input, &props)
             .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
-        Ok((e.clone(), checked_arithmetic(p, input.as_arrow())))
+        Ok((e.clone(), checked_exprs(p, input.as_arrow())))
     };
     let filter = match c_filter {
         Some(f) => {
@@ -181,8 +184,10 @@ pub(crate) fn plan_select(
     };
     let mut exprs = Vec::new();
     let mut fields = Vec::new();
+    let mut untyped_null = Vec::new();
     for (e, (text, name, loc)) in c_exprs.iter().zip(items) {
         let (e, p) = physical(e, &text)?;
+        untyped_null.push(matches!(e.get_type(&input), Ok(DataType::Null)));
         let field = output_field(&e, &input, src, &name)
             .map_err(|m| at(loc, format!("{what}: `{text}` {m}")))?;
         fields.push(field);
@@ -204,6 +209,7 @@ pub(crate) fn plan_select(
         fields,
         schema,
         message_id,
+        untyped_null,
     })
 }
 
