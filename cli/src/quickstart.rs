@@ -82,18 +82,20 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
     }
     let missing = published.difference(&arrived).count();
     let invented = arrived.difference(&published).count();
+    let filters = sql.inserts.iter().any(|i| i.has_where());
     println!(
-        "bids published: {}, bids read: {}, rows written: {}, distinct bids arrived: {}, missing: {missing}",
+        "bids published: {}, bids read: {}, rows written: {}, distinct bids arrived: {}, {}: {missing}",
         published.len(),
         summary.messages_read,
         summary.rows_written,
-        arrived.intersection(&published).count()
+        arrived.intersection(&published).count(),
+        if filters { "not written (the WHERE dropped them)" } else { "missing" }
     );
     anyhow::ensure!(
         invented == 0,
         "{invented} rows in topic bids-out name no published bid"
     );
-    if !sql.inserts.iter().any(|i| i.has_where()) {
+    if !filters {
         anyhow::ensure!(
             missing == 0,
             "{missing} bids did not arrive in topic bids-out"

@@ -4,7 +4,7 @@
 //! value that does not fit its column exactly, and encoding writes what decodes back to
 //! the same value.
 
-mod canonical;
+pub(crate) mod canonical;
 mod column;
 mod de;
 mod number;

@@ -92,6 +92,12 @@ pub(crate) fn is_exact_literal(value: &ScalarValue, to: &DataType) -> bool {
     if is_exact(&from, to) {
         return true;
     }
+    let text =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    // A number and text compared (`text_col > 500`) compare as text: '1940' < '500'.
+    if (from.is_numeric() && text(to)) || (text(&from) && to.is_numeric()) {
+        return false;
+    }
     let Ok(converted) = value.cast_to(to) else {
         return false;
     };
@@ -158,7 +164,12 @@ fn lossy(e: &Expr, to: &DataType, schema: &datafusion_common::DFSchema) -> Optio
         _ => is_exact(&from, to),
     };
     (!exact).then(|| LossyCoercion {
-        expr: e.to_string(),
+        expr: match e {
+            // As SQL writes it, not DataFusion's `Utf8("today")` / `Int64(500)`.
+            Expr::Literal(ScalarValue::Utf8(Some(s)), _) => format!("'{}'", s.replace('\'', "''")),
+            Expr::Literal(v, _) => v.to_string(),
+            _ => e.to_string(),
+        },
         from,
         to: to.clone(),
     })

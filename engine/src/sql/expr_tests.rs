@@ -178,12 +178,36 @@ fn implicit_conversions_that_could_change_a_value_are_refused() {
         &["BIGINT", "DOUBLE"],
         "a = 1.5",
     );
+    // Text on the left of a number constant: compared as text too ('1940' < '500').
+    for (select, at) in [
+        // (sqlparser's span of a CAST starts at its operand)
+        (
+            "SELECT a FROM src WHERE CAST(a AS TEXT) > 500",
+            "a AS TEXT) > 500",
+        ),
+        ("SELECT a FROM src WHERE s = 100", "s = 100"),
+        ("SELECT a FROM src WHERE s IN ('x', 5)", "s IN ('x', 5)"),
+        (
+            "SELECT a FROM src WHERE s BETWEEN 5 AND 10",
+            "s BETWEEN 5 AND 10",
+        ),
+    ] {
+        refused(select, &["TEXT", "CAST"], at);
+    }
+    // Constants are shown as SQL writes them.
+    let e = plan("SELECT a FROM src WHERE s = 100")
+        .map(|_| ())
+        .unwrap_err()
+        .0;
+    assert!(e.contains("`100`") && !e.contains("Int64(100)"), "{e}");
     // Exact ones pass: INT into DOUBLE, a whole constant into DOUBLE, explicit casts.
     for ok in [
         "SELECT i + d FROM src",
         "SELECT a FROM src WHERE d > 1000",
         "SELECT CAST(a AS DOUBLE) + d FROM src",
         "SELECT a FROM src WHERE ts > '2024-05-01T00:00:00Z'",
+        // A cast that DataFusion elides names its column: two items, one name.
+        "SELECT a, CAST(a AS BIGINT), CAST(CAST(a AS INT) AS BIGINT) FROM src",
     ] {
         plan(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
@@ -345,6 +369,36 @@ fn a_json_value_of_another_type_is_a_row_failure() {
         .evaluate(&json_batch(&[r#"{"k": 9007199254740993}"#]))
         .unwrap_err();
     assert!(f.error.contains("9007199254740993"), "{f}");
+    // Beyond u64 too (serde_json would read it as a rounded float).
+    let f = plan("SELECT json_get_float(s, 'k') FROM src")
+        .unwrap()
+        .evaluate(&json_batch(&[r#"{"k": 123456789012345678901234567890}"#]))
+        .unwrap_err();
+    assert!(f.error.contains("123456789012345678901234567890"), "{f}");
+    // A repeated key is refused, as when a message is decoded: keeping one value would
+    // drop the other.
+    let f = plan("SELECT json_get_int(s, 'a') FROM src")
+        .unwrap()
+        .evaluate(&json_batch(&[r#"{"a": 1, "a": 2}"#]))
+        .unwrap_err();
+    assert!(f.error.contains("twice"), "{f}");
+}
+
+#[test]
+fn json_get_json_keeps_numbers_exactly_as_written() {
+    let out = plan("SELECT json_get_json(s, 'x'), json_get_json(s, 'y'), json_get_json(s) FROM src")
+        .unwrap()
+        .evaluate(&json_batch(&[
+            r#"{"x": 123456789012345678901234567890, "y": [1.10, 2, 1e2], "b": {"z": 1, "a": 0.1000000000000000055511151231257827}}"#,
+        ]))
+        .unwrap();
+    let col = |i: usize| out.column(i).as_string::<i32>().value(0).to_string();
+    assert_eq!(col(0), "123456789012345678901234567890");
+    assert_eq!(col(1), "[1.10,2,1e2]");
+    assert_eq!(
+        col(2),
+        r#"{"b":{"a":0.1000000000000000055511151231257827,"z":1},"x":123456789012345678901234567890,"y":[1.10,2,1e2]}"#
+    );
 }
 
 /// Rows 1 and 4 fail `100 / i` (i = 0). Message starts [0, 1, 1, 3]: message 0 is row 0,

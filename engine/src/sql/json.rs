@@ -17,7 +17,9 @@ use datafusion_common::{exec_err, plan_err, Result};
 use datafusion_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
+use serde_json::value::RawValue;
 use serde_json::Value;
+use std::collections::HashMap;
 
 /// What a getter returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -125,32 +127,46 @@ impl ScalarUDFImpl for JsonGet {
                 out.null();
                 continue;
             }
-            let doc: Value = match serde_json::from_str(docs.value(row)) {
-                Ok(v) => v,
-                Err(e) => return exec_err!("{}: the document is not JSON: {e}", self.name),
-            };
-            let mut at = Some(&doc);
+            // The canonical form refuses a repeated key (keeping one of its values would
+            // drop the other) and keeps numbers exactly as written.
+            let mut canonical = Vec::new();
+            let valid = serde_json::from_str::<&RawValue>(docs.value(row))
+                .map_err(|e| e.to_string())
+                .and_then(|raw| crate::format::canonical::canonicalize(raw.get(), &mut canonical));
+            if let Err(e) = valid {
+                return exec_err!("{}: the document is not JSON: {e}", self.name);
+            }
+            let canonical = String::from_utf8(canonical).expect("canonical JSON is UTF-8");
+            let mut at: Option<&RawValue> =
+                Some(serde_json::from_str(&canonical).expect("canonical JSON parses"));
             for p in &arrays[1..] {
                 let Some(v) = at else { break };
+                let raw = v.get();
                 at = if p.data_type().is_integer() {
                     let i = arrow::compute::cast(p, &DataType::Int64)?;
                     let i = i.as_primitive::<arrow::datatypes::Int64Type>();
-                    match (i.is_valid(row), v) {
-                        (true, Value::Array(items)) => usize::try_from(i.value(row))
-                            .ok()
-                            .and_then(|i| items.get(i)),
+                    match (i.is_valid(row), raw.starts_with('[')) {
+                        (true, true) => usize::try_from(i.value(row)).ok().and_then(|i| {
+                            serde_json::from_str::<Vec<&RawValue>>(raw)
+                                .ok()?
+                                .get(i)
+                                .copied()
+                        }),
                         _ => None,
                     }
                 } else {
-                    match (text(p, row), v) {
-                        (Some(k), Value::Object(m)) => m.get(&k),
+                    match (text(p, row), raw.starts_with('{')) {
+                        (Some(k), true) => serde_json::from_str::<HashMap<String, &RawValue>>(raw)
+                            .ok()
+                            .and_then(|m| m.get(&k).copied()),
                         _ => None,
                     }
                 };
             }
             match at {
-                None | Some(Value::Null) => out.null(),
-                Some(v) => out.push(v).map_err(|found| {
+                None => out.null(),
+                Some(v) if v.get() == "null" => out.null(),
+                Some(v) => out.push(v.get()).map_err(|found| {
                     datafusion_common::DataFusionError::Execution(format!(
                         "{}: the value at the path is {found}",
                         self.name
@@ -189,25 +205,31 @@ impl Builder {
         }
     }
 
-    /// Appends `v`, or says what it is when it is not of the wanted type.
-    fn push(&mut self, v: &Value) -> std::result::Result<(), String> {
-        let found = || match v {
+    /// Appends the value whose canonical JSON text is `raw`, or says what it is when it
+    /// is not of the wanted type.
+    fn push(&mut self, raw: &str) -> std::result::Result<(), String> {
+        if let Builder::Str(b, true) = self {
+            b.append_value(raw); // numbers exactly as written
+            return Ok(());
+        }
+        let v: Value = serde_json::from_str(raw).map_err(|e| e.to_string())?;
+        let found = || match &v {
             Value::String(s) => format!("the string {}", Value::String(s.clone())),
-            other => format!("{other}, not of the wanted type"),
+            _ => format!("{raw}, not of the wanted type"),
         };
         match self {
-            Builder::Str(b, true) => b.append_value(v.to_string()),
-            Builder::Str(b, false) => match v {
+            Builder::Str(_, true) => unreachable!("appended above"),
+            Builder::Str(b, false) => match &v {
                 Value::String(s) => b.append_value(s),
                 _ => {
                     return Err(format!(
-                        "{v}, not a string (json_get_json returns it as JSON)"
+                        "{raw}, not a string (json_get_json returns it as JSON)"
                     ))
                 }
             },
             Builder::Int(b) => {
-                let i = match v {
-                    Value::Number(n) => n.as_i64(),
+                let i = match &v {
+                    Value::Number(_) => raw.parse::<i64>().ok(),
                     // proto3 JSON writes int64 as a string.
                     Value::String(s) => s.parse::<i64>().ok(),
                     _ => None,
@@ -217,20 +239,22 @@ impl Builder {
                 )
             }
             Builder::Float(b) => {
-                let f = match v {
+                let integer = !raw.contains(['.', 'e', 'E']);
+                let f = match &v {
                     // An integer beyond 2^53 would round: refused, not rounded.
-                    Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
-                        (Some(i), _, _) if i.unsigned_abs() > 1 << 53 => None,
-                        (None, Some(u), _) if u > 1 << 53 => None,
-                        (_, _, f) => f,
-                    },
+                    Value::Number(n) if integer => raw
+                        .parse::<i128>()
+                        .ok()
+                        .filter(|i| i.unsigned_abs() <= 1 << 53)
+                        .and_then(|_| n.as_f64()),
+                    Value::Number(n) => n.as_f64(),
                     _ => None,
                 };
                 b.append_value(
                     f.ok_or_else(|| format!("{}: not a number a DOUBLE holds exactly", found()))?,
                 )
             }
-            Builder::Bool(b) => match v {
+            Builder::Bool(b) => match &v {
                 Value::Bool(x) => b.append_value(*x),
                 _ => return Err(format!("{}: not a boolean", found())),
             },

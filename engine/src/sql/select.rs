@@ -259,7 +259,13 @@ fn unique_item_names(query: &Query, src: &ConnectionSchema) -> Query {
                 continue;
             }
         };
-        if names.get(k).is_some_and(|n| repeated(n)) {
+        // An expression also gets one: DataFusion names `CAST(price AS BIGINT)` of a
+        // BIGINT column `price`, the name of the column itself.
+        let bare = matches!(
+            expr,
+            sqlparser::ast::Expr::Identifier(_) | sqlparser::ast::Expr::CompoundIdentifier(_)
+        );
+        if names.get(k).is_some_and(|n| repeated(n)) || !bare {
             *item = SelectItem::ExprWithAlias {
                 expr,
                 alias: sqlparser::ast::Ident::new(format!("__item_{i}")),
@@ -521,6 +527,12 @@ fn planning_error(
 /// A DataFusion error's message without its "Error during planning:" style prefix.
 pub(crate) fn message(e: &DataFusionError) -> String {
     let s = e.find_root().message().to_string();
+    // DataFusion files some user errors (an invalid regular expression) as internal ones
+    // and asks for a bug report; the user's SQL is the cause.
+    let s = s
+        .split(". This issue was likely caused by a bug in DataFusion")
+        .next()
+        .unwrap_or_default();
     s.trim().to_string()
 }
 
