@@ -2,7 +2,7 @@
 //! checkpoint is agreed across processes, a dead process takes the cluster down without
 //! any further acknowledgement, and the supervisor restarts it from the last checkpoint.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -5,7 +5,7 @@
 //! token runs in a network namespace of its own where one exists (`unshare -n`), and every
 //! run is bounded by a timeout that kills the child (a hang is a failure).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -4,7 +4,7 @@
 //! a dead-letter topic that disappears fails the job without acknowledging them; a
 //! missing one fails the start, naming it.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

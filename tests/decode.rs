@@ -3,7 +3,7 @@
 //! product decodes every field to the right value, and the sink writes it back exactly
 //! (timestamps as RFC 3339 `Z`, int64 strings as numbers, JSON columns as nested JSON).
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

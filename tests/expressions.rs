@@ -2,7 +2,7 @@
 //! as the sink writes them, a row failure, a refusal at plan time, and a SIGKILL of a
 //! filtering pipeline. Real emulator, real processes.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

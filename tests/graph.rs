@@ -2,7 +2,7 @@
 //! without SQL, run against the real emulator; and the graph it builds, compared with the
 //! plan of the equivalent pipeline file.
 
-mod support;
+use crate::support;
 
 #[path = "../examples/pipeline_graph.rs"]
 #[allow(dead_code)] // the example's `main` and `run_with_stop` are not called here

@@ -2,7 +2,7 @@
 //! Prometheus text format while it runs; its counters move, carry the pipeline, operator
 //! and subtask labels, agree with the exit summary, and every family is in the README.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -248,4 +248,78 @@ async fn a_metrics_address_in_use_exits_2_naming_the_option() {
         "stderr: {stderr}"
     );
     drop(taken);
+}
+
+const OLDEST: &str = "pubsub_connector_oldest_unacked_message_age_seconds";
+const LAG: &str = "pubsub_connector_event_time_lag_seconds";
+
+/// The age gauges (issue 18): while a checkpoint is pending, the oldest held message's
+/// age rises with the clock; once the checkpoint commits, nothing is held and both fall
+/// to 0. Each series is per subtask and carries the subscription's path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oldest_unacked_age_rises_until_the_checkpoint_commits() {
+    let t = topics("ages", 60).await;
+    let wd = Workdir::new(&pipeline_sql(&t, &endpoint(), ""));
+    let addr = format!("127.0.0.1:{}", closed_port());
+    // Checkpoints 8 s apart: messages published just after one wait up to 8 s for the next.
+    let child = wd.spawn(&[
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "8s",
+        "--metrics-addr",
+        &addr,
+    ]);
+    scrape_until(&addr, "the first checkpoint", |s| {
+        s.sum("pubsub_connector_last_completed_epoch") >= 1.0 && s.of(OLDEST).count() == 1
+    })
+    .await;
+    let n = 300.0;
+    publish_seq(&t.input, 0..300).await;
+    // (when, oldest age, event-time lag) of every scrape holding all n and acking none.
+    let mut held = Vec::new();
+    let done = loop {
+        let s = scrape_until(&addr, "a scrape", |_| true).await;
+        if s.sum(ACKED) >= n {
+            break s;
+        }
+        if s.sum(PENDING) == n && s.sum(ACKED) == 0.0 {
+            held.push((Instant::now(), s.sum(OLDEST), s.sum(LAG)));
+            let series: Vec<&Sample> = s.of(OLDEST).collect();
+            assert_eq!(series.len(), 1, "{series:?}");
+            assert_eq!(
+                series[0].labels["subscription"],
+                format!("projects/{PROJECT}/subscriptions/{}", t.input_sub)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let (first, last) = (
+        held.first().expect("a scrape while all messages were held"),
+        held.last().expect("a scrape while all messages were held"),
+    );
+    let waited = last.0.duration_since(first.0).as_secs_f64();
+    assert!(waited >= 2.0, "held for only {waited} s: {held:?}");
+    // The age follows the clock (to within the scrape's own timing) and the newest held
+    // message is never older than the oldest.
+    assert!(
+        last.1 - first.1 >= waited - 1.0,
+        "the oldest age rose by {} s in {waited} s: {held:?}",
+        last.1 - first.1
+    );
+    assert!(
+        held.iter()
+            .all(|(_, oldest, lag)| lag <= oldest && *lag > 0.0),
+        "{held:?}"
+    );
+    // Committed: the next scrape that holds nothing shows both at 0.
+    let after = scrape_until(&addr, "nothing held after the commit", |s| {
+        s.sum(PENDING) == 0.0
+    })
+    .await;
+    assert!(done.sum(ACKED) >= n);
+    assert_eq!((after.sum(OLDEST), after.sum(LAG)), (0.0, 0.0));
+    signal(&child, "TERM");
+    let (code, _, stderr) = finish(child, LIMIT).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
 }

@@ -4,7 +4,7 @@
 //! `sink.failure-handler = fail`, a missing service account key file, and a state
 //! directory another job holds (decision 0019).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

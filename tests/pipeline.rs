@@ -3,7 +3,7 @@
 //! client go through the half-closing HTTP/2 proxy that `Emulator` puts in front of it
 //! (`connector/src/emulator_proxy.rs`).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

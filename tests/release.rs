@@ -6,7 +6,7 @@
 //! have a 60 s ack deadline and the read-back's idle window is 10 s, so a message whose
 //! nack was lost cannot pass as released.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! messages a killed run held stay leased to it until their leases run out, so a restarted
 //! `--stop-when-idle` run must not take the quiet before then for "caught up".
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `pubsub-connector serve` and `schema`: the REST API of the connection wizard against the
 //! real emulator, through a real process and HTTP; and the statement it makes, run.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

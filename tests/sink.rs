@@ -1,7 +1,7 @@
 //! The sink against the real emulator (SPEC 6): metadata columns, Pub/Sub's limits,
 //! large messages, a topic deleted mid-run, a network cut.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! network cut, permanent errors, the bad-message policy, default flow control, and
 //! fail-fast start-up errors. Each test uses its own topics.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@
 //! - `Checkpoints`: it takes rows but never finishes a checkpoint, so no checkpoint
 //!   completes and the source's detector must fail the job, acknowledging nothing.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! topics. What the emulator cannot do (seek to a time) is tested with a fake admin stub in
 //! `connector/src/source/start_position.rs`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! source table to several queries, plan-time refusals, the state-directory lock, signals,
 //! and the `emulator` command. Real emulator, real processes.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! pipelines point at a closed port, working ones use the `nexmark` and `blackhole`
 //! connectors.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@
 //! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (`.ci/run` installs them); the
 //! test fails, never skips, without them.
 
-mod support;
+use crate::support;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

@@ -29,6 +29,9 @@ pub struct Described {
     pub unit: Option<&'static str>,
     /// HELP text.
     pub help: &'static str,
+    /// The registry holds milliseconds and the endpoint shows seconds (unit `seconds`,
+    /// the value divided by 1,000), as Prometheus names durations.
+    pub millis_as_seconds: bool,
 }
 
 impl Described {
@@ -57,6 +60,18 @@ const fn d(
         family,
         unit,
         help,
+        millis_as_seconds: false,
+    }
+}
+
+/// A gauge the registry holds in milliseconds, shown in seconds.
+const fn seconds(family: &'static str, help: &'static str) -> Described {
+    Described {
+        kind: Kind::Gauge,
+        family,
+        unit: Some("seconds"),
+        help,
+        millis_as_seconds: true,
     }
 }
 
@@ -93,6 +108,8 @@ pub const CATALOG: &[(&str, Described)] = &[
     (src::BUFFERED_BYTES, d(Gauge, "buffered", Some("bytes"), "Payload bytes of the messages a source subtask holds.")),
     (src::PENDING_CHECKPOINTS, d(Gauge, "pending_checkpoints", None, "Checkpoints with messages bound to them, not yet committed.")),
     (src::CHECKPOINT_LAG_MS, d(Gauge, "checkpoint_lag", Some("ms"), "Milliseconds since the source subtask's last commit (or its start).")),
+    (src::OLDEST_UNACKED_MESSAGE_AGE_MS, seconds("oldest_unacked_message_age", "Seconds since the publish time of the oldest message a source subtask holds from a subscription (received, not yet acknowledged; 0: none held).")),
+    (src::EVENT_TIME_LAG_MS, seconds("event_time_lag", "Seconds since the publish time of the newest message a source subtask holds from a subscription (0: none held).")),
     (ROWS_WRITTEN, d(Counter, "rows_written", None, "Rows a sink wrote and saw confirmed (Pub/Sub: records sent).")),
     (sink::BYTES_SENT, d(Counter, "sent", Some("bytes"), "Bytes of message data Pub/Sub confirmed to a sink.")),
     (sink::RECORDS_REJECTED, d(Counter, "records_rejected", None, "Rows routed to the sink's failure handler (encoder rejections, messages rejected alone).")),
@@ -169,6 +186,12 @@ mod tests {
 
     #[test]
     fn names_carry_their_unit_and_counters_end_in_total() {
+        assert_eq!(
+            describe("oldest_unacked_message_age_ms")
+                .unwrap()
+                .full_name(),
+            "pubsub_connector_oldest_unacked_message_age_seconds"
+        );
         assert_eq!(
             describe("bytes_sent").unwrap().full_name(),
             "pubsub_connector_sent_bytes_total"

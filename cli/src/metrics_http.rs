@@ -29,8 +29,11 @@ struct Family {
     kind: MetricType,
     help: Cow<'static, str>,
     unit: Option<Unit>,
-    /// (operator, subtask, code) -> value.
-    series: Vec<(String, usize, Option<String>, u64)>,
+    /// Values are milliseconds shown as seconds.
+    millis_as_seconds: bool,
+    /// (operator, subtask, extra label (name, value) such as the publish error's `code`
+    /// or a source's `subscription`) -> value.
+    series: Vec<(String, usize, Option<(String, String)>, u64)>,
 }
 
 /// Groups registry samples into Prometheus families (one HELP/TYPE each, as the format
@@ -40,18 +43,31 @@ fn families(counters: Vec<MetricSample>, gauges: Vec<MetricSample>) -> BTreeMap<
     let kinds = [(MetricType::Counter, counters), (MetricType::Gauge, gauges)];
     for (kind, samples) in kinds {
         for s in samples {
-            let (described, code) = match metrics_catalog::send_error_code(&s.name) {
-                Some(code) => (Some(metrics_catalog::SEND_ERRORS), Some(code.to_string())),
-                None => (metrics_catalog::describe(&s.name), None),
+            let (described, label) = match metrics_catalog::send_error_code(&s.name) {
+                Some(code) => (
+                    Some(metrics_catalog::SEND_ERRORS),
+                    Some(("code".to_string(), code.to_string())),
+                ),
+                None => (metrics_catalog::describe(&s.name), s.label),
             };
-            let (family, help, unit) = match described {
+            let (family, help, unit, millis_as_seconds) = match described {
                 Some(Described {
-                    family, unit, help, ..
-                }) => (family.to_string(), Cow::Borrowed(help), unit),
+                    family,
+                    unit,
+                    help,
+                    millis_as_seconds,
+                    ..
+                }) => (
+                    family.to_string(),
+                    Cow::Borrowed(help),
+                    unit,
+                    millis_as_seconds,
+                ),
                 None => (
                     metrics_catalog::sanitize(&s.name),
                     Cow::Owned(format!("Operator metric '{}' (not described).", s.name)),
                     None,
+                    false,
                 ),
             };
             // A name used as a counter and as a gauge would give one family two types.
@@ -65,12 +81,14 @@ fn families(counters: Vec<MetricSample>, gauges: Vec<MetricSample>) -> BTreeMap<
                     help,
                     unit: unit.map(|u| match u {
                         "bytes" => Unit::Bytes,
+                        "seconds" => Unit::Seconds,
                         other => Unit::Other(other.to_string()),
                     }),
+                    millis_as_seconds,
                     series: Vec::new(),
                 })
                 .series
-                .push((s.operator_id, s.subtask, code, s.value));
+                .push((s.operator_id, s.subtask, label, s.value));
         }
     }
     out
@@ -81,19 +99,18 @@ impl Collector for EngineCollector {
         let families = families(self.metrics.counter_samples(), self.metrics.gauge_samples());
         for (name, f) in &families {
             let mut family = encoder.encode_descriptor(name, &f.help, f.unit.as_ref(), f.kind)?;
-            for (operator, subtask, code, value) in &f.series {
+            for (operator, subtask, label, value) in &f.series {
                 let mut labels = vec![
-                    ("operator", operator.clone()),
-                    ("subtask", subtask.to_string()),
+                    ("operator".to_string(), operator.clone()),
+                    ("subtask".to_string(), subtask.to_string()),
                 ];
-                if let Some(code) = code {
-                    labels.push(("code", code.clone()));
-                }
+                labels.extend(label.clone());
                 let mut series = family.encode_family(&labels)?;
                 match f.kind {
                     MetricType::Counter => {
                         series.encode_counter::<NoLabelSet, u64, u64>(value, None)?
                     }
+                    _ if f.millis_as_seconds => series.encode_gauge(&(*value as f64 / 1000.0))?,
                     _ => series.encode_gauge(value)?,
                 }
             }

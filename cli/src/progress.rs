@@ -1,5 +1,6 @@
 //! Live progress of `run` (SPEC 9): messages in/s, rows out/s, pending acks (held
-//! messages and their bytes) and the last completed checkpoint with its age. On a
+//! messages and their bytes), the age of the oldest message held and the event-time lag
+//! of the newest, and the last completed checkpoint with its age. On a
 //! terminal one status line (indicatif) redrawn every second, with log lines written
 //! above it; otherwise a `tracing` INFO line every [`LOG_EVERY`].
 
@@ -8,6 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use pubsub_connector_core::source as src;
 use pubsub_engine::{Metrics, LAST_COMPLETED_EPOCH, MESSAGES_RECEIVED, ROWS_WRITTEN};
 
 /// How often the terminal line is redrawn.
@@ -31,6 +33,12 @@ pub struct Totals {
     pub held_bytes: u64,
     /// Last completed checkpoint epoch (0: none).
     pub epoch: u64,
+    /// Milliseconds since the publish time of the oldest message held, over every source
+    /// subtask and subscription (0: none held).
+    pub oldest_unacked_ms: u64,
+    /// Milliseconds since the publish time of the newest message held, the highest over
+    /// every source subtask and subscription (0: none held).
+    pub event_time_lag_ms: u64,
 }
 
 impl Totals {
@@ -39,9 +47,11 @@ impl Totals {
         Totals {
             received: metrics.total(MESSAGES_RECEIVED),
             written: metrics.total(ROWS_WRITTEN),
-            pending_acks: metrics.gauge_total(pubsub_connector_core::source::PENDING_ACKS),
-            held_bytes: metrics.gauge_total(pubsub_connector_core::source::BUFFERED_BYTES),
+            pending_acks: metrics.gauge_total(src::PENDING_ACKS),
+            held_bytes: metrics.gauge_total(src::BUFFERED_BYTES),
             epoch: metrics.gauge_total(LAST_COMPLETED_EPOCH),
+            oldest_unacked_ms: metrics.gauge_max(src::OLDEST_UNACKED_MESSAGE_AGE_MS),
+            event_time_lag_ms: metrics.gauge_max(src::EVENT_TIME_LAG_MS),
         }
     }
 }
@@ -55,6 +65,10 @@ pub struct Report {
     pub out_per_s: f64,
     pub pending_acks: u64,
     pub held_bytes: u64,
+    /// Since the publish time of the oldest message held (zero: none held).
+    pub oldest_unacked: Duration,
+    /// Since the publish time of the newest message held (zero: none held).
+    pub event_time_lag: Duration,
     /// The last completed checkpoint and how long ago it was seen completing (`None`:
     /// it was restored, so when it completed is not known here).
     pub checkpoint: Option<(u64, Option<Duration>)>,
@@ -89,6 +103,8 @@ impl Tracker {
             out_per_s: rate(prev.written, totals.written, dt),
             pending_acks: totals.pending_acks,
             held_bytes: totals.held_bytes,
+            oldest_unacked: Duration::from_millis(totals.oldest_unacked_ms),
+            event_time_lag: Duration::from_millis(totals.event_time_lag_ms),
             checkpoint: (totals.epoch > 0).then(|| {
                 (
                     totals.epoch,
@@ -151,11 +167,13 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "in {} msg/s | out {} rows/s | pending acks {} ({}) | ",
+            "in {} msg/s | out {} rows/s | pending acks {} ({}) | oldest unacked {}, event-time lag {} | ",
             human_rate(self.in_per_s),
             human_rate(self.out_per_s),
             self.pending_acks,
-            human_bytes(self.held_bytes)
+            human_bytes(self.held_bytes),
+            human_age(self.oldest_unacked),
+            human_age(self.event_time_lag),
         )?;
         match self.checkpoint {
             None => write!(f, "no checkpoint yet"),
@@ -176,6 +194,8 @@ pub fn log(report: &Report) {
         out_per_s = report.out_per_s.round() as u64,
         pending_acks = report.pending_acks,
         held_bytes = report.held_bytes,
+        oldest_unacked_s = report.oldest_unacked.as_secs_f64(),
+        event_time_lag_s = report.event_time_lag.as_secs_f64(),
         checkpoint = epoch,
         checkpoint_age_s = age_s,
         "progress: {report}"
@@ -273,6 +293,8 @@ mod tests {
             pending_acks: 300,
             held_bytes: 5 * 1024 * 1024,
             epoch,
+            oldest_unacked_ms: 0,
+            event_time_lag_ms: 0,
         }
     }
 
@@ -328,11 +350,13 @@ mod tests {
             out_per_s: 999.6,
             pending_acks: 300,
             held_bytes: 5 * 1024 * 1024,
+            oldest_unacked: Duration::from_millis(12_900),
+            event_time_lag: Duration::from_millis(400),
             checkpoint: Some((42, Some(Duration::from_secs(3)))),
         };
         assert_eq!(
             r.to_string(),
-            "in 1.2k msg/s | out 1000 rows/s | pending acks 300 (5.0 MiB) | checkpoint 42, 3s ago"
+            "in 1.2k msg/s | out 1000 rows/s | pending acks 300 (5.0 MiB) | oldest unacked 12s, event-time lag 0s | checkpoint 42, 3s ago"
         );
     }
 }

@@ -1,6 +1,6 @@
-#![allow(dead_code)] // each test binary uses a different part of the fixtures
-//! Test fixtures: one real Pub/Sub emulator per test binary, unique resource names, and
-//! helpers that run the real `pubsub-connector` binary as a child process.
+//! Test fixtures: one real Pub/Sub emulator for the end-to-end test binary, unique
+//! resource names, and helpers that run the real `pubsub-connector` binary as a child
+//! process.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -235,7 +235,6 @@ pub fn summary_count(stdout: &str, label: &str) -> usize {
 }
 
 /// A TCP forwarder a test can cut, restore and stall (in front of the emulator proxy).
-#[allow(unused_imports)] // not every test binary cuts
 pub use pubsub_connector_core::tcp_cutter::TcpCutter;
 
 /// A closed TCP port on 127.0.0.1 (bound, then released).

@@ -75,3 +75,11 @@ pub const BUFFERED_BYTES: &str = "buffered_bytes";
 pub const PENDING_CHECKPOINTS: &str = "pending_checkpoints";
 /// Gauge: milliseconds since the subtask's last commit (or its start).
 pub const CHECKPOINT_LAG_MS: &str = "checkpoint_lag_ms";
+/// Gauge per subtask and subscription (label `subscription`): milliseconds from the
+/// publish time of the oldest message held (received, not yet acknowledged) to now; 0
+/// when none is held. Rises while a checkpoint is stalled, falls when one commits.
+pub const OLDEST_UNACKED_MESSAGE_AGE_MS: &str = "oldest_unacked_message_age_ms";
+/// Gauge per subtask and subscription (label `subscription`): milliseconds from the
+/// publish time of the newest message held to now (how far behind the data being
+/// processed is); 0 when none is held.
+pub const EVENT_TIME_LAG_MS: &str = "event_time_lag_ms";

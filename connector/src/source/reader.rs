@@ -44,6 +44,9 @@ use crate::dead_letter::{DeadLetter, PubSubDeadLetterQueue, DEAD_LETTERS_PUBLISH
 const LINGER: Duration = Duration::from_millis(50);
 /// Events of all splits of a subtask wait in one channel of this many.
 const CHANNEL: usize = 64;
+/// The time-based gauges (checkpoint lag, message ages) are refreshed at least this
+/// often while the subtask waits, so a stalled source shows them rising.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 /// One split this subtask reads.
 struct Split {
@@ -63,6 +66,9 @@ struct Split {
     paused: PausedBuffer,
     /// When the split was parked, while it is.
     parked_at: Option<Instant>,
+    /// Gauges of this split's subscription: [`OLDEST_UNACKED_MESSAGE_AGE_MS`] and
+    /// [`EVENT_TIME_LAG_MS`] (a subtask reads each subscription through one split at most).
+    age: (Gauge, Gauge),
 }
 
 /// What `admit` decided about a delivery.
@@ -153,6 +159,23 @@ pub struct SourceReader {
     letters: Vec<DeadLetter>,
     /// The subtask's index (for `dlq-subtask`).
     subtask: usize,
+}
+
+/// Milliseconds since the Unix epoch, by this machine's clock.
+fn unix_ms_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A gauge of this subtask labelled with one of its subscriptions.
+fn subscription_gauge(ctx: &SourceContext, name: &str, subscription: &str) -> Gauge {
+    ctx.metrics.labelled_gauge(
+        name,
+        &ctx.task_info.operator_id,
+        ctx.task_info.task_index,
+        ("subscription", subscription),
+    )
 }
 
 /// `dlq-connector` of the source's dead letters.
@@ -280,6 +303,13 @@ impl SourceReader {
         );
         c.checkpoint_lag_ms
             .set(self.last_commit.elapsed().as_millis() as u64);
+        let now_ms = unix_ms_now();
+        for s in &self.splits {
+            // Publish times are the service's clock: a local clock behind it reads as 0.
+            let (oldest, newest) = s.tracker.publish_time_range().unwrap_or((now_ms, now_ms));
+            s.age.0.set(now_ms.saturating_sub(oldest).max(0) as u64);
+            s.age.1.set(now_ms.saturating_sub(newest).max(0) as u64);
+        }
     }
 
     /// When the first-checkpoint detector fires: armed while no checkpoint committed, the
@@ -475,6 +505,10 @@ impl SourceReader {
             );
         }
         let id = m.message_id.clone();
+        let published_ms = m
+            .publish_time
+            .as_ref()
+            .map(|t| t.seconds().saturating_mul(1_000) + i64::from(t.nanos()) / 1_000_000);
         let meta = self.metadata(split, &m, h.handler());
         let context = (bad_message_action(self.config.deserialization_failure_policy)
             == BadMessageAction::DeadLetter)
@@ -486,7 +520,7 @@ impl SourceReader {
             });
         if self.splits[split]
             .tracker
-            .receive(id.clone(), h, m.data.len())
+            .receive(id.clone(), h, m.data.len(), published_ms)
             == Received::Duplicate
         {
             return Ok(Admit::Skip);
@@ -1008,13 +1042,17 @@ impl SourceOperator for SourceReader {
             );
             self.splits.push(Split {
                 index: split.index,
-                subscription,
                 streams: Some(streams),
                 tag: pos,
                 tracker: AckTracker::default(),
                 down: HashSet::new(),
                 paused: PausedBuffer::default(),
                 parked_at: None,
+                age: (
+                    subscription_gauge(ctx, OLDEST_UNACKED_MESSAGE_AGE_MS, &subscription),
+                    subscription_gauge(ctx, EVENT_TIME_LAG_MS, &subscription),
+                ),
+                subscription,
             });
         }
         tracing::debug!(
@@ -1046,6 +1084,8 @@ impl SourceOperator for SourceReader {
             bad_message_action(self.config.deserialization_failure_policy)
                 != BadMessageAction::Fail,
         );
+        let mut gauge_tick = tokio::time::interval(GAUGES_EVERY);
+        gauge_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if self.counters.is_some() {
                 self.update_gauges();
@@ -1123,6 +1163,7 @@ impl SourceOperator for SourceReader {
                 _ = tokio::time::sleep_until(rate_wait.unwrap_or_else(Instant::now)), if rate_wait.is_some() => {}
                 () = std::future::ready(()), if paused_left && may_take => {}
                 _ = tokio::time::sleep_until(stranded.unwrap_or_else(Instant::now)), if stranded.is_some() => {}
+                _ = gauge_tick.tick() => {}
                 _ = tokio::time::sleep_until(first_deadline.unwrap_or_else(Instant::now)), if first_deadline.is_some() => {
                     if self.first_checkpoint_deadline().is_some_and(|d| d <= Instant::now()) {
                         return Err(self.first_checkpoint_error(ctx));

@@ -32,6 +32,8 @@ enum Stage {
 struct Entry<H> {
     handle: H,
     bytes: usize,
+    /// Publish time, Unix ms (`None`: the service sent none).
+    published_ms: Option<i64>,
     stage: Stage,
 }
 
@@ -50,6 +52,9 @@ pub struct AckTracker<H: AckHandle> {
     bound: BTreeMap<u64, Vec<String>>,
     staged: Vec<String>,
     bytes: usize,
+    /// Publish times (Unix ms) of the held messages, with how many hold each: the oldest
+    /// and newest in O(log n) for the age gauges.
+    published: BTreeMap<i64, u32>,
 }
 
 impl<H: AckHandle> Default for AckTracker<H> {
@@ -59,13 +64,21 @@ impl<H: AckHandle> Default for AckTracker<H> {
             bound: BTreeMap::new(),
             staged: Vec::new(),
             bytes: 0,
+            published: BTreeMap::new(),
         }
     }
 }
 
 impl<H: AckHandle> AckTracker<H> {
-    /// Records a delivery of `message_id` (`bytes` = payload size) as pending.
-    pub fn receive(&mut self, message_id: String, handle: H, bytes: usize) -> Received {
+    /// Records a delivery of `message_id` (`bytes` = payload size, `published_ms` = its
+    /// publish time in Unix ms) as pending.
+    pub fn receive(
+        &mut self,
+        message_id: String,
+        handle: H,
+        bytes: usize,
+        published_ms: Option<i64>,
+    ) -> Received {
         if let Some(e) = self.entries.get_mut(&message_id) {
             // Keep the newest ack ID: an older one may have expired with its lease.
             let old = std::mem::replace(&mut e.handle, handle);
@@ -73,15 +86,32 @@ impl<H: AckHandle> AckTracker<H> {
             return Received::Duplicate;
         }
         self.bytes += bytes;
+        if let Some(t) = published_ms {
+            *self.published.entry(t).or_default() += 1;
+        }
         self.entries.insert(
             message_id,
             Entry {
                 handle,
                 bytes,
+                published_ms,
                 stage: Stage::Pending,
             },
         );
         Received::New
+    }
+
+    /// Forgets a removed entry's size and publish time.
+    fn forget(&mut self, e: &Entry<H>) {
+        self.bytes -= e.bytes;
+        if let Some(t) = e.published_ms {
+            if let std::collections::btree_map::Entry::Occupied(mut o) = self.published.entry(t) {
+                *o.get_mut() -= 1;
+                if *o.get() == 0 {
+                    o.remove();
+                }
+            }
+        }
     }
 
     /// Marks messages whose rows have been emitted into the dataflow.
@@ -125,7 +155,7 @@ impl<H: AckHandle> AckTracker<H> {
         let mut n = 0;
         for id in done.into_values().flatten() {
             if let Some(e) = self.entries.remove(&id) {
-                self.bytes -= e.bytes;
+                self.forget(&e);
                 ack(e.handle);
                 n += 1;
             }
@@ -143,7 +173,7 @@ impl<H: AckHandle> AckTracker<H> {
         match self.entries.get(message_id).map(|e| e.stage) {
             Some(Stage::Pending) => {
                 let e = self.entries.remove(message_id).expect("present");
-                self.bytes -= e.bytes;
+                self.forget(&e);
                 e.handle.nack();
                 true
             }
@@ -161,6 +191,7 @@ impl<H: AckHandle> AckTracker<H> {
         self.bound.clear();
         self.staged.clear();
         self.bytes = 0;
+        self.published.clear();
         n
     }
 
@@ -172,6 +203,14 @@ impl<H: AckHandle> AckTracker<H> {
     /// Payload bytes held (all stages).
     pub fn held_bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// The publish times (Unix ms) of the oldest and the newest message held, or `None`
+    /// when nothing held has one.
+    pub fn publish_time_range(&self) -> Option<(i64, i64)> {
+        let oldest = *self.published.keys().next()?;
+        let newest = *self.published.keys().next_back()?;
+        Some((oldest, newest))
     }
 }
 
@@ -198,7 +237,7 @@ mod tests {
         let mut t = AckTracker::default();
         for id in ["a", "b", "c"] {
             assert_eq!(
-                t.receive(id.into(), Fake(id, log.clone()), 10),
+                t.receive(id.into(), Fake(id, log.clone()), 10, None),
                 Received::New
             );
         }
@@ -222,9 +261,9 @@ mod tests {
     fn redelivery_is_a_duplicate_and_releases_the_old_handle() {
         let log = Rc::new(RefCell::new(Vec::new()));
         let mut t = AckTracker::default();
-        t.receive("a".into(), Fake("old", log.clone()), 5);
+        t.receive("a".into(), Fake("old", log.clone()), 5, None);
         assert_eq!(
-            t.receive("a".into(), Fake("new", log.clone()), 5),
+            t.receive("a".into(), Fake("new", log.clone()), 5, None),
             Received::Duplicate
         );
         assert_eq!(t.held_messages(), 1);
@@ -238,11 +277,41 @@ mod tests {
     fn release_only_touches_pending() {
         let log = Rc::new(RefCell::new(Vec::new()));
         let mut t = AckTracker::default();
-        t.receive("a".into(), Fake("a", log.clone()), 1);
-        t.receive("b".into(), Fake("b", log.clone()), 1);
+        t.receive("a".into(), Fake("a", log.clone()), 1, None);
+        t.receive("b".into(), Fake("b", log.clone()), 1, None);
         t.stage(&["b".to_string()]);
         assert!(t.release("a"));
         assert!(!t.release("b"));
         assert_eq!(*log.borrow(), vec!["nack a"]);
+    }
+
+    #[test]
+    fn the_publish_time_range_spans_what_is_held_until_it_is_acked_or_released() {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let mut t = AckTracker::default();
+        assert_eq!(t.publish_time_range(), None);
+        // Two messages published in the same millisecond, one earlier, one later.
+        for (id, ms) in [("a", 2_000), ("b", 1_000), ("c", 2_000), ("d", 3_000)] {
+            t.receive(id.into(), Fake(id, log.clone()), 1, Some(ms));
+        }
+        t.receive("e".into(), Fake("e", log.clone()), 1, None);
+        assert_eq!(t.publish_time_range(), Some((1_000, 3_000)));
+        // A redelivery of a held message does not count twice.
+        t.receive("b".into(), Fake("b2", log.clone()), 1, Some(1_000));
+        t.stage(&["b".to_string(), "d".to_string()]);
+        t.bind(1);
+        t.commit(1);
+        assert_eq!(t.publish_time_range(), Some((2_000, 2_000)));
+        assert!(t.release("a"));
+        assert_eq!(
+            t.publish_time_range(),
+            Some((2_000, 2_000)),
+            "c is still held"
+        );
+        assert!(t.release("c"));
+        assert_eq!(t.publish_time_range(), None, "e has no publish time");
+        t.receive("f".into(), Fake("f", log.clone()), 1, Some(5_000));
+        t.release_all();
+        assert_eq!(t.publish_time_range(), None);
     }
 }

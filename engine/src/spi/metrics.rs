@@ -42,6 +42,9 @@ pub struct MetricSample {
     pub operator_id: String,
     /// The subtask index (global across a cluster; the process index for the runtime).
     pub subtask: usize,
+    /// One more label of the series, if it has one: (name, value), e.g.
+    /// `("subscription", "projects/p/subscriptions/s")`.
+    pub label: Option<(String, String)>,
     pub value: u64,
 }
 
@@ -83,18 +86,22 @@ impl Gauge {
     }
 }
 
-/// Registry of all counters and gauges of a job, keyed by (metric name, operator id, subtask).
+/// A series: (metric name, operator id, subtask, optional extra label (name, value)).
+type Key = (String, String, usize, Option<(String, String)>);
+
+/// Registry of all counters and gauges of a job, keyed by (metric name, operator id,
+/// subtask) and, for a gauge per subscription, one extra label.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
-    counters: Arc<Mutex<BTreeMap<(String, String, usize), Counter>>>,
-    gauges: Arc<Mutex<BTreeMap<(String, String, usize), Gauge>>>,
+    counters: Arc<Mutex<BTreeMap<Key, Counter>>>,
+    gauges: Arc<Mutex<BTreeMap<Key, Gauge>>>,
 }
 
 impl Metrics {
     /// The counter `name` of one operator subtask, created on first use.
     pub fn counter(&self, name: &str, operator_id: &str, subtask: usize) -> Counter {
         let mut map = self.counters.lock().expect("metrics lock");
-        map.entry((name.to_string(), operator_id.to_string(), subtask))
+        map.entry((name.to_string(), operator_id.to_string(), subtask, None))
             .or_default()
             .clone()
     }
@@ -102,7 +109,23 @@ impl Metrics {
     /// The gauge `name` of one operator subtask, created on first use.
     pub fn gauge(&self, name: &str, operator_id: &str, subtask: usize) -> Gauge {
         let mut map = self.gauges.lock().expect("metrics lock");
-        map.entry((name.to_string(), operator_id.to_string(), subtask))
+        map.entry((name.to_string(), operator_id.to_string(), subtask, None))
+            .or_default()
+            .clone()
+    }
+
+    /// The gauge `name` of one operator subtask and one value of an extra label (e.g.
+    /// `("subscription", path)` for a gauge per subscription), created on first use.
+    pub fn labelled_gauge(
+        &self,
+        name: &str,
+        operator_id: &str,
+        subtask: usize,
+        (label, value): (&str, &str),
+    ) -> Gauge {
+        let mut map = self.gauges.lock().expect("metrics lock");
+        let label = Some((label.to_string(), value.to_string()));
+        map.entry((name.to_string(), operator_id.to_string(), subtask, label))
             .or_default()
             .clone()
     }
@@ -111,7 +134,7 @@ impl Metrics {
     pub fn total(&self, name: &str) -> u64 {
         let map = self.counters.lock().expect("metrics lock");
         map.iter()
-            .filter(|((n, _, _), _)| n == name)
+            .filter(|((n, ..), _)| n == name)
             .map(|(_, c)| c.get())
             .sum()
     }
@@ -119,7 +142,7 @@ impl Metrics {
     /// The names of every counter, sorted, without repeats.
     pub fn counter_names(&self) -> Vec<String> {
         let map = self.counters.lock().expect("metrics lock");
-        let mut names: Vec<String> = map.keys().map(|(n, _, _)| n.clone()).collect();
+        let mut names: Vec<String> = map.keys().map(|(n, ..)| n.clone()).collect();
         names.dedup();
         names
     }
@@ -140,17 +163,29 @@ impl Metrics {
     pub fn gauge_total(&self, name: &str) -> u64 {
         let map = self.gauges.lock().expect("metrics lock");
         map.iter()
-            .filter(|((n, _, _), _)| n == name)
+            .filter(|((n, ..), _)| n == name)
             .map(|(_, g)| g.get())
             .sum()
     }
+
+    /// The highest value of gauge `name` over every operator, subtask and label (0 when
+    /// there is none), e.g. the oldest message age of a whole job.
+    pub fn gauge_max(&self, name: &str) -> u64 {
+        let map = self.gauges.lock().expect("metrics lock");
+        map.iter()
+            .filter(|((n, ..), _)| n == name)
+            .map(|(_, g)| g.get())
+            .max()
+            .unwrap_or(0)
+    }
 }
 
-fn sample((name, operator_id, subtask): &(String, String, usize), value: u64) -> MetricSample {
+fn sample((name, operator_id, subtask, label): &Key, value: u64) -> MetricSample {
     MetricSample {
         name: name.clone(),
         operator_id: operator_id.clone(),
         subtask: *subtask,
+        label: label.clone(),
         value,
     }
 }
