@@ -9,6 +9,7 @@ mod cluster;
 mod credentials;
 mod dead_letter;
 mod decode;
+mod exactly_once;
 mod expressions;
 mod graph;
 mod metrics;

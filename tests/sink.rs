@@ -1111,6 +1111,7 @@ async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
             operator_name: "sink".into(),
             task_index: 0,
             parallelism: 1,
+            run: 1,
         },
         in_schema: arrow_schema.clone(),
         metrics: metrics.clone(),

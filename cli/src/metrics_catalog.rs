@@ -103,6 +103,8 @@ pub const CATALOG: &[(&str, Described)] = &[
     (src::ACKS_CONFIRMED, d(Counter, "acks_confirmed", None, "Acknowledgements the server confirmed (scan.ack.await-confirmation).")),
     (src::PULL_RECONNECTS, d(Counter, "pull_reconnects", None, "Streaming pull reopen attempts after a stream ended or failed.")),
     (src::SPLITS_PARKED, d(Counter, "splits_parked", None, "Splits parked because their paused buffer was full (scan.paused-split-buffer.*).")),
+    (src::MESSAGES_DEDUPLICATED, d(Counter, "messages_deduplicated", None, "Messages dropped as copies of a record already seen (scan.dedup.attribute), acknowledged with the next checkpoint.")),
+    (src::MESSAGES_WITHOUT_DEDUP_ATTRIBUTE, d(Counter, "messages_without_dedup_attribute", None, "Messages without the deduplication attribute, passed through (scan.dedup.attribute).")),
     (DEAD_LETTERS_PUBLISHED, d(Counter, "dead_letters_published", None, "Dead letters the dead-letter topic confirmed (source policy dead-letter or sink failure handler).")),
     (src::PENDING_ACKS, d(Gauge, "pending_acks", None, "Messages a source subtask holds: received, not yet acknowledged.")),
     (src::BUFFERED_BYTES, d(Gauge, "buffered", Some("bytes"), "Payload bytes of the messages a source subtask holds.")),

@@ -73,8 +73,8 @@ use serde::Serialize;
 
 use crate::spi::{Connection, ConnectionSchema, ConnectionType, Connector, ErasedConnector};
 use crate::sql::{
-    check_exclusive_sources, plan_query, InsertDef, PlannedPipeline, PlannedQuery, PlannedTable,
-    SqlError,
+    check_exclusive_sources, give_record_keys, plan_query, InsertDef, PlannedPipeline,
+    PlannedQuery, PlannedTable, SqlError,
 };
 
 #[cfg(doc)]
@@ -189,6 +189,10 @@ pub struct PipelineGraph {
     /// Every table piped so far, once each, in order of first use.
     tables: Vec<GraphTable>,
     queries: Vec<PlannedQuery>,
+    /// Each pipe as an INSERT and its error prefix: [`build`](Self::build) plans them
+    /// again once every table is known (a source read by a sink that stamps record ids
+    /// gives all its rows a record key, whichever pipe added the sink).
+    pipes: Vec<(InsertDef, String)>,
 }
 
 impl PipelineGraph {
@@ -246,14 +250,14 @@ impl PipelineGraph {
         let ins = InsertDef::by_name(sink.name(), source.name(), &columns)
             .map_err(|e| GraphError(format!("{what}: {}", e.0)))?;
         let id = format!("q{}", self.queries.len());
-        let query =
-            plan_query(id, &ins, &what, source.table.clone(), sink.table.clone()).map_err(|e| {
-                if e.0.starts_with(&what) {
-                    GraphError(e.0)
-                } else {
-                    GraphError(format!("{what}: {}", e.0))
-                }
-            })?;
+        let mut pair = vec![
+            (source.name().to_string(), source.table.clone()),
+            (sink.name().to_string(), sink.table.clone()),
+        ];
+        give_record_keys(&mut pair, source.name(), sink.name())
+            .map_err(|e| GraphError(format!("{what}: {}", e.0)))?;
+        let [(_, src), (_, dst)] = <[_; 2]>::try_from(pair).ok().expect("two tables");
+        let query = plan_query(id, &ins, &what, src, dst).map_err(|e| prefixed(&what, e))?;
         for t in [source, sink] {
             match self.tables.iter().find(|u| u.name() == t.name()) {
                 Some(u) if u.same_as(t) => {}
@@ -273,6 +277,7 @@ impl PipelineGraph {
             .collect();
         check_exclusive_sources(&named, "pipe one source table into every sink")?;
         self.queries.push(query);
+        self.pipes.push((ins, what));
         Ok(self)
     }
 
@@ -286,9 +291,47 @@ impl PipelineGraph {
                     .into(),
             ));
         }
-        Ok(PlannedPipeline {
-            queries: self.queries,
-        })
+        let mut tables: Vec<(String, PlannedTable)> = self
+            .tables
+            .iter()
+            .map(|t| (t.name().to_string(), t.table.clone()))
+            .collect();
+        for (ins, what) in &self.pipes {
+            give_record_keys(&mut tables, &ins.source, &ins.sink)
+                .map_err(|e| GraphError(format!("{what}: {}", e.0)))?;
+        }
+        let table = |name: &str| {
+            tables
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t.clone())
+                .expect("every piped table is in the graph")
+        };
+        let queries = self
+            .pipes
+            .iter()
+            .enumerate()
+            .map(|(i, (ins, what))| {
+                plan_query(
+                    format!("q{i}"),
+                    ins,
+                    what,
+                    table(&ins.source),
+                    table(&ins.sink),
+                )
+                .map_err(|e| prefixed(what, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(PlannedPipeline { queries })
+    }
+}
+
+/// A planning error of pipe `what`, starting with `what`.
+fn prefixed(what: &str, e: SqlError) -> GraphError {
+    if e.0.starts_with(what) {
+        GraphError(e.0)
+    } else {
+        GraphError(format!("{what}: {}", e.0))
     }
 }
 
@@ -314,6 +357,8 @@ mod tests {
         sink: bool,
         resource: Option<String>,
         key: Option<String>,
+        #[serde(default)]
+        stamp: bool,
     }
 
     impl Connector for Mem {
@@ -340,7 +385,7 @@ mod tests {
             }]
         }
         fn known_options(&self) -> &'static [&'static str] {
-            &["role", "resource", "key"]
+            &["role", "resource", "key", "stamp"]
         }
         fn table_type(&self, _: &(), t: &MemTable) -> ConnectionType {
             if t.sink {
@@ -359,6 +404,7 @@ mod tests {
                 sink: o.pull_str("role")? == "sink",
                 resource: o.pull_opt_str("resource")?,
                 key: o.pull_opt_str("key")?,
+                stamp: o.pull_opt_bool("stamp")?.unwrap_or(false),
             };
             Connector::from_config(self, name, (), table, schema)
         }
@@ -376,6 +422,123 @@ mod tests {
         fn sink_key(&self, _: &(), t: &MemTable, _: &ConnectionSchema) -> Option<String> {
             t.key.clone().filter(|_| t.sink)
         }
+        fn sink_record_ids(&self, _: &(), t: &MemTable) -> bool {
+            t.sink && t.stamp
+        }
+        fn source_record_keys(&self) -> bool {
+            true
+        }
+    }
+
+    /// A sink that stamps record ids gets each row's id as its trailing column, derived
+    /// from the query and the source's hidden record key, which SQL does not see (`*`).
+    #[test]
+    fn a_stamping_sink_gets_each_rows_record_id_and_sql_never_sees_the_key() {
+        use arrow::array::{Array, AsArray, Int32Array, RecordBatch, StringArray};
+        let sql = parse_pipeline(
+            "CREATE TABLE src (n INT) WITH ('connector' = 'mem', 'role' = 'source');
+             CREATE TABLE out (n INT) WITH ('connector' = 'mem', 'role' = 'sink', 'stamp' = 'true');
+             CREATE TABLE plain (n INT) WITH ('connector' = 'mem', 'role' = 'sink');
+             INSERT INTO out SELECT * FROM src WHERE n > 1;
+             INSERT INTO out SELECT n FROM src;
+             INSERT INTO plain SELECT * FROM src;",
+        )
+        .unwrap();
+        let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(Mem)];
+        let planned = plan_pipeline(&sql, &connectors).unwrap();
+        // The source carries the key once, for every query that reads it.
+        let src = &planned.sources()[0].0;
+        let names: Vec<&str> = src
+            .connection
+            .schema
+            .fields
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(names, ["n", crate::record_id::RECORD_KEY_COLUMN]);
+        let keys = [
+            "projects/p/subscriptions/s/1#0",
+            "projects/p/subscriptions/s/2#0",
+            "x#1",
+        ];
+        let batch = RecordBatch::try_new(
+            Arc::new(src.connection.schema.arrow_schema().as_ref().clone()),
+            vec![
+                Arc::new(Int32Array::from(vec![1, 2, 3])),
+                Arc::new(StringArray::from(keys.to_vec())),
+            ],
+        )
+        .unwrap();
+        let ids = |q: &PlannedQuery| -> Vec<String> {
+            let out = q.project(&batch).unwrap();
+            assert_eq!(
+                out.schema().field(out.num_columns() - 1).name(),
+                crate::record_id::RECORD_ID_COLUMN
+            );
+            let c = out.column(out.num_columns() - 1).as_string::<i32>().clone();
+            (0..c.len()).map(|i| c.value(i).to_string()).collect()
+        };
+        // `*` selected only `n`; the WHERE kept rows 2 and 3, each with its own key.
+        let q0 = &planned.queries[0];
+        assert_eq!(q0.select.fields.len(), 1);
+        let id = crate::record_id::record_id;
+        assert_eq!(ids(q0), [id("q0", keys[1]), id("q0", keys[2])]);
+        // Another SELECT into the same sink: the same rows get other ids.
+        assert_eq!(
+            ids(&planned.queries[1]),
+            keys.iter().map(|k| id("q1", k)).collect::<Vec<_>>()
+        );
+        // A sink that does not stamp gets its own columns only.
+        assert_eq!(planned.queries[2].project(&batch).unwrap().num_columns(), 1);
+        // The graph plans the same (a source piped before its stamping sink too).
+        let table = |name: &str, t: MemTable| {
+            GraphTable::new(
+                Mem,
+                name,
+                (),
+                t,
+                ConnectionSchema::json(vec![col("n", FieldType::Int)]),
+            )
+            .unwrap()
+        };
+        let s = table("src", MemTable::default());
+        let plain = table(
+            "plain",
+            MemTable {
+                sink: true,
+                ..MemTable::default()
+            },
+        );
+        let out = table(
+            "out",
+            MemTable {
+                sink: true,
+                stamp: true,
+                ..MemTable::default()
+            },
+        );
+        let graph = PipelineGraph::new()
+            .pipe(&s, &plain)
+            .unwrap()
+            .pipe(&s, &out)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(graph.queries[0].source.connection, src.connection);
+        assert_eq!(graph.queries[1].project(&batch).unwrap().num_columns(), 2);
+        // The names are reserved.
+        let e = |text: &str| {
+            plan_pipeline(&parse_pipeline(text).unwrap(), &connectors)
+                .err()
+                .unwrap()
+                .0
+        };
+        assert!(e("CREATE TABLE src (__record_key TEXT) WITH ('connector' = 'mem', 'role' = 'source');
+                   CREATE TABLE out (a TEXT) WITH ('connector' = 'mem', 'role' = 'sink', 'stamp' = 'true');
+                   INSERT INTO out SELECT __record_key FROM src;").contains("column name '__record_key' is reserved"));
+        assert!(e("CREATE TABLE src (a TEXT) WITH ('connector' = 'mem', 'role' = 'source');
+                   CREATE TABLE out (__record_id TEXT) WITH ('connector' = 'mem', 'role' = 'sink', 'stamp' = 'true');
+                   INSERT INTO out SELECT a FROM src;").contains("column name '__record_id' of table 'out' is reserved"));
     }
 
     fn source(name: &str, fields: Vec<SourceField>) -> GraphTable {

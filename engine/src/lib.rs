@@ -8,6 +8,7 @@
 pub mod duration;
 pub mod format;
 pub mod graph;
+pub mod record_id;
 pub mod redact;
 pub mod runtime;
 pub mod spi;

@@ -257,6 +257,7 @@ fn decode(
         &m.message,
         m.delivery_attempt,
         subscription,
+        None,
     );
     let cannot =
         |e: pubsub_engine::format::DeserializeError| format!("cannot decode: {}", e.reason);

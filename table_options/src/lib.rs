@@ -3,8 +3,8 @@
 
 use pubsub_engine::{ConnectorOptions, OptionError};
 use pubsub_schema::{
-    Authentication, DeadLetterConfig, DeserializationFailurePolicy, Expiration, OrderingMode,
-    PubSubProfile, PubSubTable, SourceConfig, StartPosition, SubscriptionConfig,
+    Authentication, DeadLetterConfig, DedupConfig, DeserializationFailurePolicy, Expiration,
+    OrderingMode, PubSubProfile, PubSubTable, SourceConfig, StartPosition, SubscriptionConfig,
     SubscriptionCreateConfig,
 };
 
@@ -56,6 +56,10 @@ pub const AUTO_CREATE_DEAD_LETTER_TOPIC: &str = "scan.auto-create.dead-letter.to
 pub const AUTO_CREATE_DEAD_LETTER_ATTEMPTS: &str =
     "scan.auto-create.dead-letter.max-delivery-attempts";
 pub const AUTO_CREATE_FILTER: &str = "scan.auto-create.filter";
+/// Deduplication by a record id attribute (issue 18).
+pub const DEDUP_ATTRIBUTE: &str = "scan.dedup.attribute";
+pub const DEDUP_WINDOW: &str = "scan.dedup.window";
+pub const DEDUP_MAX_IDS: &str = "scan.dedup.max-ids";
 
 /// Source keys (SPEC 8), in README order.
 pub const SOURCE_OPTIONS: &[&str] = &[
@@ -88,6 +92,9 @@ pub const SOURCE_OPTIONS: &[&str] = &[
     AUTO_CREATE_DEAD_LETTER_TOPIC,
     AUTO_CREATE_DEAD_LETTER_ATTEMPTS,
     AUTO_CREATE_FILTER,
+    DEDUP_ATTRIBUTE,
+    DEDUP_WINDOW,
+    DEDUP_MAX_IDS,
 ];
 
 /// The keys shared by both sides and the source keys.
@@ -127,6 +134,9 @@ const BASE_OPTIONS: &[&str] = &[
     AUTO_CREATE_DEAD_LETTER_TOPIC,
     AUTO_CREATE_DEAD_LETTER_ATTEMPTS,
     AUTO_CREATE_FILTER,
+    DEDUP_ATTRIBUTE,
+    DEDUP_WINDOW,
+    DEDUP_MAX_IDS,
 ];
 
 /// Every key this layer understands.
@@ -168,6 +178,9 @@ pub fn sql_key(option: &str) -> &str {
         "never_expire" => AUTO_CREATE_NEVER_EXPIRE,
         "dead_letter_topic" => AUTO_CREATE_DEAD_LETTER_TOPIC,
         "max_delivery_attempts" => AUTO_CREATE_DEAD_LETTER_ATTEMPTS,
+        "dedup.attribute" => DEDUP_ATTRIBUTE,
+        "dedup.window" => DEDUP_WINDOW,
+        "dedup.max_ids" => DEDUP_MAX_IDS,
         "filter" => AUTO_CREATE_FILTER,
         other => dead_letter_sql_key("scan.", other).unwrap_or(other),
     }
@@ -370,7 +383,37 @@ fn source_options(
     s.rate_limit_messages_per_second = o.pull_opt_u64(RATE_LIMIT)?;
     auto_create(o, &mut c.subscriptions)?;
     c.dead_letter = sink::dead_letter_options(o, "scan.")?;
+    c.dedup = dedup_options(o)?;
     Ok(c)
+}
+
+/// `scan.dedup.*`: `None` without the attribute; the window and bound alone are refused.
+fn dedup_options(o: &mut ConnectorOptions) -> Result<Option<DedupConfig>, OptionError> {
+    let attribute = o.pull_opt_str(DEDUP_ATTRIBUTE)?;
+    let window = pull_ms(o, DEDUP_WINDOW)?;
+    let max_ids = o.pull_opt_u64(DEDUP_MAX_IDS)?;
+    let Some(attribute) = attribute else {
+        if let Some(k) = [
+            (window.is_some(), DEDUP_WINDOW),
+            (max_ids.is_some(), DEDUP_MAX_IDS),
+        ]
+        .iter()
+        .find_map(|(set, k)| set.then_some(*k))
+        {
+            return Err(OptionError::Conflict {
+                message: format!("option '{k}' needs '{DEDUP_ATTRIBUTE}' (the attribute holding each record's id)"),
+            });
+        }
+        return Ok(None);
+    };
+    let mut d = DedupConfig::new(attribute);
+    if let Some(w) = window {
+        d.window_ms = w;
+    }
+    if let Some(m) = max_ids {
+        d.max_ids = m;
+    }
+    Ok(Some(d))
 }
 
 /// `scan.startup.mode` (+ `scan.startup.timestamp-millis`, only with mode `timestamp`).
@@ -698,6 +741,9 @@ mod tests {
             (AUTO_CREATE_DEAD_LETTER_TOPIC, "dead"),
             (AUTO_CREATE_DEAD_LETTER_ATTEMPTS, "7"),
             (AUTO_CREATE_FILTER, "attributes.k = \"v\""),
+            (DEDUP_ATTRIBUTE, "record-id"),
+            (DEDUP_WINDOW, "90s"),
+            (DEDUP_MAX_IDS, "5000"),
         ])
         .unwrap();
         let ids: Vec<_> = s.subscriptions.iter().map(|s| s.id.as_str()).collect();
@@ -747,6 +793,22 @@ mod tests {
             })
         );
         assert_eq!(c.filter.as_deref(), Some("attributes.k = \"v\""));
+        assert_eq!(
+            s.dedup,
+            Some(DedupConfig {
+                attribute: "record-id".into(),
+                window_ms: 90_000,
+                max_ids: 5_000
+            })
+        );
+        // The window and the bound need the attribute.
+        let e = source(&[("subscription", "a"), (DEDUP_WINDOW, "1m")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'scan.dedup.window' needs 'scan.dedup.attribute'"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub const RECOVERY_MAX_ATTEMPTS: &str = "sink.recovery.max-attempts";
 pub const MAX_CONSECUTIVE_REJECTIONS: &str = "sink.max-consecutive-rejections";
 pub const SINK_SHUTDOWN_TIMEOUT: &str = "sink.shutdown-timeout";
 pub const FAILURE_HANDLER: &str = "sink.failure-handler";
+/// The attribute each published message carries its record id in (issue 18).
+pub const RECORD_ID_ATTRIBUTE: &str = "sink.record-id-attribute";
 
 /// The dead-letter queue keys, after the side's prefix (`sink.` or `scan.`).
 pub const DLQ_TOPIC: &str = "dead-letter.topic";
@@ -81,6 +83,7 @@ pub const SINK_OPTIONS: &[&str] = &[
     MAX_CONSECUTIVE_REJECTIONS,
     SINK_SHUTDOWN_TIMEOUT,
     FAILURE_HANDLER,
+    RECORD_ID_ATTRIBUTE,
     "sink.dead-letter.topic",
     "sink.dead-letter.service-account-key-file",
     "sink.dead-letter.emulator-endpoint",
@@ -129,6 +132,7 @@ pub fn sink_sql_key(option: &str) -> Option<&'static str> {
         "publisher.max_consecutive_rejections" => MAX_CONSECUTIVE_REJECTIONS,
         "publisher.shutdown_timeout" => SINK_SHUTDOWN_TIMEOUT,
         "failure_handler" => FAILURE_HANDLER,
+        "record_id_attribute" => RECORD_ID_ATTRIBUTE,
         "topic" => crate::TOPIC,
         "project" => crate::PROJECT,
         "emulator_endpoint" => crate::EMULATOR_ENDPOINT,
@@ -240,6 +244,7 @@ pub(crate) fn sink_options(
         c.failure_handler = h;
     }
     c.dead_letter = dead_letter_options(o, "sink.")?;
+    c.record_id_attribute = o.pull_opt_str(RECORD_ID_ATTRIBUTE)?;
     Ok(c)
 }
 
@@ -369,6 +374,7 @@ mod tests {
             (MAX_CONSECUTIVE_REJECTIONS, "-1"),
             (SINK_SHUTDOWN_TIMEOUT, "28s"),
             (FAILURE_HANDLER, "dead-letter"),
+            (RECORD_ID_ATTRIBUTE, "record-id"),
             ("sink.dead-letter.topic", "dead"),
             ("sink.dead-letter.emulator-endpoint", "127.0.0.1:8085"),
             ("sink.dead-letter.max-in-flight-messages", "-1"),
@@ -426,6 +432,7 @@ mod tests {
         assert_eq!(p.max_consecutive_rejections, -1);
         assert_eq!(p.shutdown_timeout_ms, 28_000);
         assert_eq!(c.failure_handler, FailureHandler::DeadLetter);
+        assert_eq!(c.record_id_attribute.as_deref(), Some("record-id"));
         let d = c.dead_letter.as_ref().unwrap();
         assert_eq!(d.topic, "dead");
         assert_eq!(

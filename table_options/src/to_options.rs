@@ -98,6 +98,16 @@ fn source_to_options(s: &SourceConfig) -> Result<OptionPairs, NotExpressible> {
     if let Some(d) = &s.dead_letter {
         dead_letter_to_options(&mut o, "scan.", d);
     }
+    if let Some(d) = &s.dedup {
+        let default = pubsub_schema::DedupConfig::new(&d.attribute);
+        o.put(DEDUP_ATTRIBUTE, d.attribute.clone());
+        o.opt(
+            DEDUP_WINDOW,
+            (d.window_ms != default.window_ms).then_some(d.window_ms),
+            ms,
+        );
+        o.changed(DEDUP_MAX_IDS, d.max_ids, default.max_ids);
+    }
     Ok(o.0)
 }
 
@@ -249,6 +259,7 @@ fn sink_to_options(s: &SinkConfig) -> OptionPairs {
     if let Some(d) = &s.dead_letter {
         dead_letter_to_options(&mut o, "sink.", d);
     }
+    o.opt(RECORD_ID_ATTRIBUTE, s.record_id_attribute.clone(), |a| a);
     o.0
 }
 

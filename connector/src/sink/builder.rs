@@ -37,6 +37,9 @@ impl PubSubSink {
             .topic_create_options(TopicCreateOptions::from_config(&config.topic_create)?)
             .publisher_options(PublisherOptions::from_config(&config.publisher)?)
             .failure_handler(config.failure_handler);
+        if let Some(a) = config.record_id_attribute {
+            b = b.record_id_attribute(a);
+        }
         b.authentication = profile.authentication;
         b.dead_letter = config.dead_letter;
         b.build()
@@ -71,6 +74,7 @@ pub struct PubSubSinkBuilder {
     publisher: PublisherOptions,
     failure_handler: FailureHandler,
     dead_letter: Option<DeadLetterQueueConfig>,
+    record_id_attribute: Option<String>,
 }
 
 impl PubSubSinkBuilder {
@@ -133,6 +137,16 @@ impl PubSubSinkBuilder {
     /// (default `Fail`). `DeadLetter` needs [`Self::dead_letter_queue`].
     pub fn failure_handler(mut self, h: FailureHandler) -> Self {
         self.failure_handler = h;
+        self
+    }
+
+    /// Stamps every published message with attribute `name` holding the row's record
+    /// id (32 hex digits, the same on every replay of the row; see
+    /// `pubsub_engine::record_id` for the derivation), so that a consumer deduplicating
+    /// on it (a source with `dedup_attribute`) sees each record once. `name` is an
+    /// attribute key: 1 to 256 bytes, not starting with `goog` (Pub/Sub's rule).
+    pub fn record_id_attribute(mut self, name: impl Into<String>) -> Self {
+        self.record_id_attribute = Some(name.into());
         self
     }
 
@@ -199,6 +213,9 @@ impl PubSubSinkBuilder {
         if let Some(d) = &self.dead_letter {
             crate::dead_letter::PubSubDeadLetterQueue::from_config(&project, d)?;
         }
+        if let Some(a) = &self.record_id_attribute {
+            crate::source::check_attribute_key("record_id_attribute", a)?;
+        }
         Ok(PubSubSink {
             profile: PubSubProfile {
                 project,
@@ -211,6 +228,7 @@ impl PubSubSinkBuilder {
                 publisher: self.publisher.0,
                 failure_handler: self.failure_handler,
                 dead_letter: self.dead_letter,
+                record_id_attribute: self.record_id_attribute,
             },
         })
     }

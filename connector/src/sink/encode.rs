@@ -1,5 +1,7 @@
 //! Rows -> Pub/Sub messages: the payload by the table's format, the writable metadata
-//! columns `attributes` and `ordering-key` (SPEC 6), excluded from the payload.
+//! columns `attributes` and `ordering-key` (SPEC 6), excluded from the payload, and the
+//! record id attribute (`sink.record-id-attribute`) from the rows' trailing record id
+//! column (see `pubsub_engine::record_id`).
 
 use std::collections::HashMap;
 
@@ -28,10 +30,15 @@ pub struct Encoder {
     attributes: Option<(usize, String)>,
     /// Index of the `METADATA FROM 'ordering-key'` column.
     ordering_key: Option<usize>,
+    /// The attribute the record id goes into (`sink.record-id-attribute`).
+    record_id: Option<String>,
 }
 
 impl Encoder {
-    pub fn new(schema: &ConnectionSchema) -> Self {
+    /// An encoder of rows of `schema`; with `record_id` (an attribute key), every row
+    /// must carry its record id as the trailing column
+    /// [`RECORD_ID_COLUMN`](pubsub_engine::record_id::RECORD_ID_COLUMN).
+    pub fn new(schema: &ConnectionSchema, record_id: Option<String>) -> Self {
         let find = |key: &str| {
             schema
                 .fields
@@ -42,6 +49,7 @@ impl Encoder {
             serializer: Serializer::new(schema),
             attributes: find(ATTRIBUTES).map(|i| (i, schema.fields[i].name.clone())),
             ordering_key: find(ORDERING_KEY),
+            record_id,
         }
     }
 
@@ -56,6 +64,23 @@ impl Encoder {
         let keys = self
             .ordering_key
             .map(|i| batch.column(i).as_string::<i32>().clone());
+        let ids = match &self.record_id {
+            None => None,
+            Some(name) => {
+                let column = batch
+                    .schema()
+                    .index_of(pubsub_engine::record_id::RECORD_ID_COLUMN)
+                    .ok()
+                    .and_then(|i| batch.column(i).as_string_opt::<i32>().cloned())
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "the rows for this sink carry no record ids ('{}' = '{name}'): the pipeline was planned without them",
+                            pubsub_table_options::RECORD_ID_ATTRIBUTE
+                        )
+                    })?;
+                Some((column, name))
+            }
+        };
         Ok(payloads
             .into_iter()
             .enumerate()
@@ -83,6 +108,19 @@ impl Encoder {
                     },
                     None => HashMap::new(),
                 };
+                let mut attributes = attributes;
+                if let Some((ids, name)) = &ids {
+                    if attributes.contains_key(name.as_str()) {
+                        return Encoded::Rejected {
+                            payload: data,
+                            reason: format!(
+                                "attribute '{name}' is set by the row's attributes column and is the record id attribute ('{}'): rename one",
+                                pubsub_table_options::RECORD_ID_ATTRIBUTE
+                            ),
+                        };
+                    }
+                    attributes.insert(name.to_string(), ids.value(row).to_string());
+                }
                 let ordering_key = keys
                     .as_ref()
                     .filter(|k| k.is_valid(row))

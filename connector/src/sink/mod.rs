@@ -102,7 +102,7 @@ impl SinkWriter {
         let topic = sink.topic_name();
         let failure = FailureRoute::new(&sink)?;
         Ok(SinkWriter {
-            encoder: Encoder::new(&op.schema),
+            encoder: Encoder::new(&op.schema, sink.config().record_id_attribute.clone()),
             topic,
             sink,
             publisher: None,

@@ -40,6 +40,14 @@ impl PubSubSource {
         if let Some(d) = &config.dead_letter {
             b = b.dead_letter_queue(PubSubDeadLetterQueue::from_config(&profile.project, d)?);
         }
+        if let Some(d) = &config.dedup {
+            b = b
+                .dedup(
+                    d.attribute.clone(),
+                    std::time::Duration::from_millis(d.window_ms),
+                )
+                .dedup_max_ids(d.max_ids);
+        }
         for s in &config.subscriptions {
             b = match &s.create {
                 Some(c) => b.subscription_with_create(
@@ -85,6 +93,8 @@ pub struct PubSubSourceBuilder {
     policy: DeserializationFailurePolicy,
     subscriber: PubSubSubscriberOptions,
     dead_letter: Option<pubsub_schema::DeadLetterQueueConfig>,
+    dedup: Option<pubsub_schema::DedupConfig>,
+    dedup_max_ids: Option<u64>,
 }
 
 impl PubSubSourceBuilder {
@@ -169,6 +179,28 @@ impl PubSubSourceBuilder {
         self
     }
 
+    /// Deduplicates by attribute `attribute` (an id each copy of a record carries, e.g.
+    /// an upstream sink's `record_id_attribute`): a message whose value was already seen
+    /// within `window` of publish time is acknowledged with the next checkpoint and
+    /// yields no row (counted `messages_deduplicated`). Messages without the attribute
+    /// pass through (counted `messages_without_dedup_attribute`). The ids seen are part
+    /// of the checkpoint. `window` is at least 1 s (default bound: 1,000,000 ids, see
+    /// [`Self::dedup_max_ids`]). One process per job (refused in a cluster of several).
+    pub fn dedup(mut self, attribute: impl Into<String>, window: std::time::Duration) -> Self {
+        let mut d = pubsub_schema::DedupConfig::new(attribute);
+        d.window_ms = window.as_millis().try_into().unwrap_or(u64::MAX);
+        self.dedup = Some(d);
+        self
+    }
+
+    /// The most ids deduplication remembers per process (default 1,000,000; about 100
+    /// bytes of memory and 32 bytes of checkpoint each). Reaching it fails the job: an id
+    /// is never forgotten before its window ends. Needs [`Self::dedup`].
+    pub fn dedup_max_ids(mut self, n: u64) -> Self {
+        self.dedup_max_ids = Some(n);
+        self
+    }
+
     /// Validates: a project; at least one subscription, ids well-formed and distinct; the
     /// emulator endpoint; per-key ordering with one stream per split and, on subscriptions
     /// it would create, message ordering; policy `dead-letter` with a dead-letter queue,
@@ -216,6 +248,31 @@ impl PubSubSourceBuilder {
                 return Err(BuildError::new("subscription", &s.id, "is listed twice"));
             }
         }
+        let mut dedup = self.dedup;
+        match (&mut dedup, self.dedup_max_ids) {
+            (None, Some(n)) => {
+                return Err(BuildError::new(
+                    "dedup.max_ids",
+                    n,
+                    "needs a deduplication attribute: set dedup.attribute",
+                ))
+            }
+            (Some(d), Some(n)) => d.max_ids = n,
+            _ => {}
+        }
+        if let Some(d) = &dedup {
+            check_attribute_key("dedup.attribute", &d.attribute)?;
+            if d.window_ms < 1_000 {
+                return Err(BuildError::new(
+                    "dedup.window",
+                    format!("{}ms", d.window_ms),
+                    "must be at least 1s",
+                ));
+            }
+            if d.max_ids == 0 {
+                return Err(BuildError::new("dedup.max_ids", 0, "must be at least 1"));
+            }
+        }
         let streams = self.subscriber.config().parallel_pull_count;
         if self.ordering_mode == OrderingMode::PerKey {
             if streams != 1 {
@@ -254,9 +311,30 @@ impl PubSubSourceBuilder {
                 deserialization_failure_policy: self.policy,
                 subscriber: self.subscriber.config().clone(),
                 dead_letter: self.dead_letter,
+                dedup,
             },
         })
     }
+}
+
+/// An attribute key (Pub/Sub's rule): 1 to 256 bytes, not starting with `goog` (reserved
+/// for Google).
+pub(crate) fn check_attribute_key(option: &'static str, key: &str) -> Result<(), BuildError> {
+    if key.is_empty() || key.len() > 256 {
+        return Err(BuildError::new(
+            option,
+            key,
+            "must be an attribute key of 1 to 256 bytes",
+        ));
+    }
+    if key.to_ascii_lowercase().starts_with("goog") {
+        return Err(BuildError::new(
+            option,
+            key,
+            "must not start with 'goog' (reserved by Pub/Sub)",
+        ));
+    }
+    Ok(())
 }
 
 /// A resource id: non-blank, no surrounding whitespace, no `/` (SPEC 5.1).
@@ -398,5 +476,40 @@ mod tests {
             crate::sql_error(e).to_string(),
             "option 'scan.dead-letter.max-in-flight-messages' is invalid: must be positive, 0 (write-through) or -1 (unbounded until the flush), was '-5'"
         );
+    }
+
+    #[test]
+    fn dedup_rules_name_their_sql_keys() {
+        let e = |b: PubSubSourceBuilder| crate::sql_error(b.build().unwrap_err()).to_string();
+        let a = || base().subscription("a");
+        let ok = a()
+            .dedup("record-id", std::time::Duration::from_secs(90))
+            .dedup_max_ids(10)
+            .build()
+            .unwrap();
+        let d = ok.config().dedup.as_ref().unwrap();
+        assert_eq!(
+            (d.attribute.as_str(), d.window_ms, d.max_ids),
+            ("record-id", 90_000, 10)
+        );
+        assert_eq!(
+            e(a().dedup("googclient_x", std::time::Duration::from_secs(60))),
+            "option 'scan.dedup.attribute' is invalid: must not start with 'goog' (reserved by Pub/Sub), was 'googclient_x'"
+        );
+        assert_eq!(
+            e(a().dedup("", std::time::Duration::from_secs(60))),
+            "option 'scan.dedup.attribute' is invalid: must be an attribute key of 1 to 256 bytes, was ''"
+        );
+        assert_eq!(
+            e(a().dedup("id", std::time::Duration::from_millis(999))),
+            "option 'scan.dedup.window' is invalid: must be at least 1s, was '999ms'"
+        );
+        assert_eq!(
+            e(a()
+                .dedup("id", std::time::Duration::from_secs(60))
+                .dedup_max_ids(0)),
+            "option 'scan.dedup.max-ids' is invalid: must be at least 1, was '0'"
+        );
+        assert!(e(a().dedup_max_ids(5)).contains("needs a deduplication attribute"));
     }
 }

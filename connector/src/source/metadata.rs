@@ -11,12 +11,15 @@ use crate::connector::{
 /// One value per key, in order: `message-id` (TEXT), `publish-time` (TIMESTAMP, ns),
 /// `attributes` (JSON object text, keys sorted), `ordering-key` (NULL when empty),
 /// `subscription` (the id it was read from), `delivery-attempt` (NULL without a
-/// dead-letter policy). An unknown key gives NULL (the planner refuses unknown keys).
+/// dead-letter policy), and the hidden record key ([`pubsub_engine::record_id`]: the value
+/// of attribute `dedup_attribute` when given and present, else the subscription's path
+/// and the message id). An unknown key gives NULL (the planner refuses unknown keys).
 pub fn metadata_values<'a>(
     keys: impl IntoIterator<Item = &'a str>,
     m: &Message,
     delivery_attempt: Option<i32>,
     subscription: &str,
+    dedup_attribute: Option<&str>,
 ) -> Vec<FieldValue> {
     keys.into_iter()
         .map(|key| match key {
@@ -33,6 +36,12 @@ pub fn metadata_values<'a>(
             SUBSCRIPTION => FieldValue::String(subscription.to_string()),
             DELIVERY_ATTEMPT => {
                 delivery_attempt.map_or(FieldValue::Null, |a| FieldValue::Int64(i64::from(a)))
+            }
+            pubsub_engine::record_id::RECORD_KEY => {
+                FieldValue::RowKey(match dedup_attribute.and_then(|a| m.attributes.get(a)) {
+                    Some(upstream) => upstream.clone(),
+                    None => pubsub_engine::record_id::message_key(subscription, &m.message_id),
+                })
             }
             _ => FieldValue::Null,
         })

@@ -23,6 +23,7 @@
 pub mod backoff;
 pub mod builder;
 pub mod create;
+pub mod dedup;
 mod lease;
 mod metadata;
 pub mod options;
@@ -30,6 +31,7 @@ mod park;
 pub mod policy;
 pub mod prepare;
 mod pull;
+pub(crate) use builder::check_attribute_key;
 pub(crate) use pull::drain_buffered;
 pub mod rate;
 mod reader;
@@ -67,6 +69,11 @@ pub const PULL_RECONNECTS: &str = "pull_reconnects";
 /// Counter: splits parked because they could not emit and their paused buffer was full
 /// (`scan.paused-split-buffer.*`); each reopens once it can emit again.
 pub const SPLITS_PARKED: &str = "splits_parked";
+/// Counter: messages dropped as copies of a record already seen (`scan.dedup.*`),
+/// acknowledged with the next checkpoint.
+pub const MESSAGES_DEDUPLICATED: &str = "messages_deduplicated";
+/// Counter: messages without the deduplication attribute (passed through).
+pub const MESSAGES_WITHOUT_DEDUP_ATTRIBUTE: &str = "messages_without_dedup_attribute";
 /// Gauge: messages held (received, not yet acknowledged) by the subtask.
 pub const PENDING_ACKS: &str = "pending_acks";
 /// Gauge: payload bytes held by the subtask.

@@ -23,6 +23,9 @@ pub(super) struct Held {
     /// The message's attributes and ordering key, kept only under the `dead-letter`
     /// policy (a dead letter carries them); `None` otherwise, costing nothing.
     pub context: Option<Box<MessageContext>>,
+    /// Under deduplication, the message's record id attribute and its publish time (Unix
+    /// ms); `None` without deduplication or without the attribute.
+    pub dedup: Option<Box<(String, i64)>>,
 }
 
 /// What a dead letter carries of its original message besides the payload.
@@ -93,6 +96,7 @@ mod tests {
             payload: Bytes::from(vec![b'x'; size]),
             meta: Vec::new(),
             context: None,
+            dedup: None,
         }
     }
 

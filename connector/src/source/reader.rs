@@ -115,6 +115,18 @@ struct Buffered {
     id: String,
     /// Its payload and context, kept only under the `dead-letter` policy.
     letter: Option<(bytes::Bytes, Box<super::park::MessageContext>)>,
+    /// The record id this message put into the deduplication set (taken out again if
+    /// its rows are rejected).
+    dedup: Option<u128>,
+}
+
+/// Deduplication (`scan.dedup.*`): the attribute, the set shared by the subtasks of this
+/// table in this process, and its counters.
+struct Dedup {
+    attribute: String,
+    set: std::sync::Arc<std::sync::Mutex<super::dedup::SeenSet>>,
+    deduplicated: Counter,
+    without: Counter,
 }
 
 /// One subtask of a Pub/Sub source table.
@@ -159,6 +171,8 @@ pub struct SourceReader {
     letters: Vec<DeadLetter>,
     /// The subtask's index (for `dlq-subtask`).
     subtask: usize,
+    /// Deduplication, when `scan.dedup.attribute` is set (set up in `on_start`).
+    dedup: Option<Dedup>,
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
@@ -222,6 +236,7 @@ impl SourceReader {
             dead_letter,
             letters: Vec::new(),
             subtask: 0,
+            dedup: None,
         })
     }
 
@@ -340,6 +355,7 @@ impl SourceReader {
             m,
             h.delivery_attempt(),
             &self.splits[split].subscription,
+            self.config.dedup.as_ref().map(|d| d.attribute.as_str()),
         )
     }
 
@@ -510,6 +526,13 @@ impl SourceReader {
             .as_ref()
             .map(|t| t.seconds().saturating_mul(1_000) + i64::from(t.nanos()) / 1_000_000);
         let meta = self.metadata(split, &m, h.handler());
+        let dedup = self.dedup.as_ref().and_then(|d| {
+            let value = m.attributes.get(&d.attribute);
+            if value.is_none() {
+                d.without.add(1);
+            }
+            value.map(|v| Box::new((v.clone(), published_ms.unwrap_or(0))))
+        });
         let context = (bad_message_action(self.config.deserialization_failure_policy)
             == BadMessageAction::DeadLetter)
             .then(|| {
@@ -530,6 +553,7 @@ impl SourceReader {
             payload: m.data,
             meta,
             context,
+            dedup,
         }))
     }
 
@@ -541,7 +565,33 @@ impl SourceReader {
         held: Held,
         collector: &mut SourceCollector,
     ) -> anyhow::Result<()> {
-        match collector.deserialize_slice(&held.payload, &held.meta) {
+        // A copy of a record already seen is acknowledged with the next checkpoint and
+        // yields no row; a first copy holds its id from now (its rows go out before the
+        // next barrier, so the checkpoint that covers them holds the id).
+        let mut seen = None;
+        if let (Some(d), Some(record)) = (&self.dedup, &held.dedup) {
+            let (value, published_ms) = record.as_ref();
+            let check = d
+                .set
+                .lock()
+                .expect("dedup lock")
+                .check(value, *published_ms, self.subtask)
+                .map_err(pubsub_engine::PermanentError::wrap)?;
+            match check {
+                super::dedup::Check::Duplicate => {
+                    d.deduplicated.add(1);
+                    self.splits[split].tracker.stage([&held.id]);
+                    return Ok(());
+                }
+                super::dedup::Check::New(h) => seen = Some(h),
+            }
+        }
+        let decoded = collector.deserialize_slice(&held.payload, &held.meta);
+        if let (Err(_), Some(h)) = (&decoded, seen) {
+            // Only a message whose rows go out counts as seen.
+            self.forget_seen(h);
+        }
+        match decoded {
             Ok(rows) => {
                 if rows == 0 {
                     self.counters().skipped.add(1);
@@ -553,6 +603,7 @@ impl SourceReader {
                     split,
                     id: held.id,
                     letter,
+                    dedup: seen,
                 });
             }
             Err(e) => {
@@ -567,6 +618,13 @@ impl SourceReader {
             }
         }
         Ok(())
+    }
+
+    /// Takes a record id out of the deduplication set: its message's rows did not go out.
+    fn forget_seen(&self, h: u128) {
+        if let Some(d) = &self.dedup {
+            d.set.lock().expect("dedup lock").forget(h);
+        }
     }
 
     /// Decodes up to `max` deliveries of the paused buffers, oldest first per split, while
@@ -821,6 +879,9 @@ impl SourceReader {
                 );
             };
             self.counters().in_error.add(1);
+            if let Some(h) = b.dedup {
+                self.forget_seen(h);
+            }
             let (payload, context) = match b.letter {
                 Some((p, c)) => (p, Some(c)),
                 None => (bytes::Bytes::new(), None),
@@ -947,6 +1008,36 @@ impl SourceOperator for SourceReader {
             checkpoint_lag_ms: gauge(CHECKPOINT_LAG_MS),
         });
         self.subtask = ctx.task_info.task_index;
+        if let Some(d) = self.config.dedup.clone() {
+            let parallelism = ctx.task_info.parallelism;
+            let restored = &ctx.restored_subtasks;
+            let set = super::dedup::shared(ctx.task_info.run, &ctx.task_info.operator_id, || {
+                let mut set = super::dedup::SeenSet::new(d.window_ms, d.max_ids);
+                for (old, state) in restored {
+                    if let Some(ids) = state.values.get(super::dedup::STATE_KEY) {
+                        set.restore(ids, super::dedup::new_owner(*old, parallelism))
+                            .map_err(|e| {
+                                e.context(format!(
+                                    "restoring the deduplication ids of subtask {old}"
+                                ))
+                            })?;
+                    }
+                }
+                Ok(set)
+            })?;
+            tracing::info!(
+                "deduplicating on attribute '{}' (window {} s, {} ids restored)",
+                d.attribute,
+                d.window_ms / 1000,
+                set.lock().expect("dedup lock").len()
+            );
+            self.dedup = Some(Dedup {
+                attribute: d.attribute,
+                set,
+                deduplicated: counter(MESSAGES_DEDUPLICATED),
+                without: counter(MESSAGES_WITHOUT_DEDUP_ATTRIBUTE),
+            });
+        }
         if let Some(q) = self.dead_letter.as_mut() {
             crate::dead_letter::check_not_inherited(&self.profile, q, "scan.")?;
             // Fails fast on a missing topic (never created) or unusable credentials.
@@ -1133,6 +1224,10 @@ impl SourceOperator for SourceReader {
                         self.flush_dead_letters().await?;
                         for s in &mut self.splits {
                             s.tracker.bind(barrier.epoch);
+                        }
+                        if let Some(d) = &self.dedup {
+                            let ids = d.set.lock().expect("dedup lock").snapshot(self.subtask);
+                            ctx.state.values.insert(super::dedup::STATE_KEY.to_string(), ids);
                         }
                         ctx.start_checkpoint(barrier, collector).await?;
                     }

@@ -25,6 +25,10 @@ pub enum FieldValue {
     /// Nanoseconds since the Unix epoch.
     TimestampNanos(i64),
     Int64(i64),
+    /// For a TEXT column: each row of the message gets this string, `#` and the row's
+    /// position among the message's rows (from 0): the record key of
+    /// [`crate::record_id`].
+    RowKey(String),
 }
 
 /// A message that could not be decoded. `message_index` is the message's own position
@@ -219,7 +223,7 @@ impl Deserializer {
         };
         for (m, v) in self.meta.iter().zip(metadata) {
             let col = &mut self.columns[m.out];
-            for _ in 0..rows {
+            for row in 0..rows {
                 match (m.ty, v) {
                     (_, FieldValue::Null) if m.required => {
                         return Err(format!(
@@ -232,6 +236,9 @@ impl Deserializer {
                     (_, FieldValue::Null) => col.push_null(),
                     (FieldType::Text | FieldType::Json, FieldValue::String(s)) => {
                         col.push_str(s)?
+                    }
+                    (FieldType::Text, FieldValue::RowKey(key)) => {
+                        col.push_str(&crate::record_id::row_key(key, row))?
                     }
                     (FieldType::Timestamp, FieldValue::TimestampNanos(t)) => col.push_i64(*t),
                     (FieldType::Bigint, FieldValue::Int64(t)) => col.push_i64(*t),

@@ -272,6 +272,10 @@ pub async fn run_pipeline(
         );
         all_sinks.extend((0..total_workers).map(|g| (sink_id.clone(), g)));
     }
+    let run = {
+        static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    };
     for (w, plumbing) in per_worker.iter_mut().enumerate() {
         // Subtask indexes are global across the cluster.
         let g = first_worker + w;
@@ -289,6 +293,7 @@ pub async fn run_pipeline(
             operator_name: name.to_string(),
             task_index: g,
             parallelism: total_workers,
+            run,
         };
         // One reader set per source table, however many queries read it.
         for (table, _) in &source_tables {
@@ -637,6 +642,7 @@ async fn prepare_sources(
         let operator_id = format!("source-{name}");
         let ctx = PrepareContext {
             job_id: config.job_id.clone(),
+            processes: config.cluster.as_ref().map_or(1, |c| c.hosts.len()),
             restored_subtasks: restored
                 .and_then(|m| m.operators.get(&operator_id))
                 .cloned()

@@ -181,6 +181,7 @@ mod tests {
                 operator_name: "d".into(),
                 task_index: 0,
                 parallelism: 1,
+                run: 1,
             },
             in_schema: schema,
             metrics: Default::default(),

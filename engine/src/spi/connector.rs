@@ -45,6 +45,8 @@ pub struct Connection {
 pub struct PrepareContext {
     /// The job id (`RuntimeConfig.job_id`).
     pub job_id: String,
+    /// How many processes run the job (1 unless it runs as a cluster).
+    pub processes: usize,
     /// Every subtask's state of this source operator, restored from the last completed
     /// checkpoint, keyed by subtask index in the run that wrote it; empty on the job's first
     /// start (no checkpoint, or a checkpoint that holds nothing for this operator).
@@ -247,6 +249,23 @@ pub trait Connector: Send + Sync + 'static {
     ) -> Option<String> {
         None
     }
+
+    /// Whether this sink table stamps a record id on what it writes (e.g. Pub/Sub's
+    /// `sink.record-id-attribute`). The planner then has the query's source give each
+    /// row a record key and hands the sink each row's id as the trailing column
+    /// [`RECORD_ID_COLUMN`](crate::record_id::RECORD_ID_COLUMN) (see [`crate::record_id`]).
+    /// `false` (the default): the sink's rows have only its own columns.
+    fn sink_record_ids(&self, _profile: &Self::ProfileT, _table: &Self::TableT) -> bool {
+        false
+    }
+
+    /// Whether this connector's sources fill the metadata key
+    /// [`RECORD_KEY`](crate::record_id::RECORD_KEY) with a key that is the same on every
+    /// delivery of a message (a sink stamping record ids can only read from such a
+    /// source). `false` by default.
+    fn source_record_keys(&self) -> bool {
+        false
+    }
 }
 
 /// A connector behind JSON configs, so the planner can hold any connector.
@@ -299,6 +318,10 @@ pub trait ErasedConnector: Send + Sync {
     fn exclusive_resources(&self, connection: &Connection) -> Vec<String>;
     /// See [`Connector::sink_key`].
     fn sink_key(&self, connection: &Connection) -> Option<String>;
+    /// See [`Connector::sink_record_ids`]; `false` for a config that does not deserialize.
+    fn sink_record_ids(&self, connection: &Connection) -> bool;
+    /// See [`Connector::source_record_keys`].
+    fn source_record_keys(&self) -> bool;
 }
 
 impl<C: Connector> ErasedConnector for C {
@@ -393,6 +416,19 @@ impl<C: Connector> ErasedConnector for C {
         let profile = serde_json::from_value(connection.config["profile"].clone()).ok()?;
         let table = serde_json::from_value(connection.config["table"].clone()).ok()?;
         Connector::sink_key(self, &profile, &table, &connection.schema)
+    }
+
+    fn sink_record_ids(&self, connection: &Connection) -> bool {
+        let profile = serde_json::from_value(connection.config["profile"].clone());
+        let table = serde_json::from_value(connection.config["table"].clone());
+        match (profile, table) {
+            (Ok(p), Ok(t)) => Connector::sink_record_ids(self, &p, &t),
+            _ => false,
+        }
+    }
+
+    fn source_record_keys(&self) -> bool {
+        Connector::source_record_keys(self)
     }
 }
 

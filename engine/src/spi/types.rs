@@ -63,6 +63,10 @@ pub struct TaskInfo {
     /// This subtask's index in `0..parallelism`.
     pub task_index: usize,
     pub parallelism: usize,
+    /// This run of the job in this process: every subtask of one run has the same value,
+    /// a later run (a restart in the same process) another, so that subtasks may share
+    /// in-memory state within one run only.
+    pub run: u64,
 }
 
 /// Row format of a table's messages.

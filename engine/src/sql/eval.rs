@@ -134,8 +134,16 @@ impl SelectPlan {
                     .map_err(|x| fail(text, x.to_string()))
             })
             .collect::<Result<Vec<ArrayRef>, _>>()?;
+        let (schema, columns) = match &self.carry {
+            None => (self.schema.clone(), columns),
+            Some((i, schema)) => {
+                let mut columns = columns;
+                columns.push(kept.column(*i).clone());
+                (schema.clone(), columns)
+            }
+        };
         let opts = RecordBatchOptions::new().with_row_count(Some(kept.num_rows()));
-        RecordBatch::try_new_with_options(self.schema.clone(), columns, &opts).map_err(|e| {
+        RecordBatch::try_new_with_options(schema, columns, &opts).map_err(|e| {
             // A NULL from an expression planned as NOT NULL: a bug guard, reported per row.
             fail("SELECT", e.to_string())
         })

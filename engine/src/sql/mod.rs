@@ -21,7 +21,7 @@ mod expr_tests;
 pub use check::{reject_failing, RejectedMessage, RowCheck};
 pub use eval::RowFailure;
 pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
-pub(crate) use plan::{check_exclusive_sources, plan_query};
+pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};
 pub use plan::{plan_pipeline, plan_tables, PlannedPipeline, PlannedQuery, PlannedTable};
 pub use sample::plan_sample_select;
 pub use select::SelectPlan;

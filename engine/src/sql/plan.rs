@@ -2,15 +2,16 @@
 
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef, RecordBatch};
+use arrow::array::{new_null_array, Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::SchemaRef;
 
 use super::parse::{InsertDef, PipelineSql, SqlError, TableDef};
 use super::select::{plan_select, SelectPlan};
+use crate::record_id::{RECORD_ID_COLUMN, RECORD_KEY, RECORD_KEY_COLUMN};
 use crate::spi::{
     BadData, Connection, ConnectionSchema, ConnectionType, ErasedConnector, FieldType, Format,
-    OperatorConfig, TimestampFormat,
+    OperatorConfig, SourceField, TimestampFormat,
 };
 
 /// A table bound to its connector.
@@ -95,6 +96,10 @@ impl PlannedQuery {
                 }
             })
             .collect::<anyhow::Result<Vec<ArrayRef>>>()?;
+        let mut columns = columns;
+        if self.select.carry.is_some() {
+            columns.push(self.record_ids(batch)?);
+        }
         let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
         RecordBatch::try_new_with_options(self.sink_schema.clone(), columns, &opts).map_err(|e| {
             anyhow::anyhow!(
@@ -102,6 +107,26 @@ impl PlannedQuery {
                 self.sink.connection.name
             )
         })
+    }
+}
+
+impl PlannedQuery {
+    /// The record id of each row (see [`crate::record_id`]) from the record keys the
+    /// SELECT carried as the last column of `selected`.
+    fn record_ids(&self, selected: &RecordBatch) -> anyhow::Result<ArrayRef> {
+        let keys = selected
+            .columns()
+            .last()
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| anyhow::anyhow!("{}: the rows carry no record key", self.text))?;
+        if keys.null_count() > 0 {
+            anyhow::bail!("{}: a row has no record key", self.text);
+        }
+        let ids: arrow::array::StringArray = keys
+            .iter()
+            .map(|k| k.map(|k| crate::record_id::record_id(&self.id, k)))
+            .collect();
+        Ok(Arc::new(ids))
     }
 }
 
@@ -142,6 +167,9 @@ pub fn plan_pipeline(
     for t in &sql.tables {
         tables.push((t.name.clone(), plan_table(t, connectors)?));
     }
+    for ins in &sql.inserts {
+        give_record_keys(&mut tables, &ins.source, &ins.sink)?;
+    }
     let find = |name: &str| {
         tables
             .iter()
@@ -181,6 +209,76 @@ pub fn plan_pipeline(
     Ok(PlannedPipeline { queries })
 }
 
+/// When table `sink` stamps record ids ([`crate::Connector::sink_record_ids`]), has
+/// source table `source` give its rows a record key: a hidden trailing column filled
+/// from metadata key [`RECORD_KEY`] (see [`crate::record_id`]), once per table. Unknown
+/// tables and a source used as a sink are left to the query's own checks.
+pub(crate) fn give_record_keys(
+    tables: &mut [(String, PlannedTable)],
+    source: &str,
+    sink: &str,
+) -> Result<(), SqlError> {
+    let stamps = tables.iter().any(|(n, t)| {
+        n == sink
+            && t.connection.connection_type == ConnectionType::Sink
+            && t.connector.sink_record_ids(&t.connection)
+    });
+    let Some((_, src)) = tables
+        .iter_mut()
+        .find(|(n, t)| n == source && t.connection.connection_type == ConnectionType::Source)
+    else {
+        return Ok(());
+    };
+    if !stamps || record_key_index(&src.connection.schema).is_some() {
+        return Ok(());
+    }
+    if src
+        .connection
+        .schema
+        .fields
+        .iter()
+        .any(|f| f.name == RECORD_KEY_COLUMN)
+    {
+        return Err(SqlError(format!(
+            "table '{source}': column name '{RECORD_KEY_COLUMN}' is reserved for the record key its rows carry to '{sink}', which stamps record ids; rename the column"
+        )));
+    }
+    if !src.connector.source_record_keys() {
+        return Err(SqlError(format!(
+            "table '{sink}' stamps record ids, but its source table '{source}' (connector '{}') gives its rows no identity that is the same on every replay; read from a Pub/Sub source, or do not stamp record ids",
+            src.connector.name()
+        )));
+    }
+    src.connection.schema.fields.push(SourceField {
+        name: RECORD_KEY_COLUMN.to_string(),
+        field_type: FieldType::Text,
+        required: true,
+        metadata_key: Some(RECORD_KEY.to_string()),
+    });
+    Ok(())
+}
+
+/// Index of the hidden record key column of a source schema, if it has one.
+pub(crate) fn record_key_index(schema: &ConnectionSchema) -> Option<usize> {
+    schema
+        .fields
+        .iter()
+        .position(|f| f.metadata_key.as_deref() == Some(RECORD_KEY))
+}
+
+/// The columns SQL sees: every column but the hidden record key.
+fn visible(schema: &ConnectionSchema) -> ConnectionSchema {
+    ConnectionSchema {
+        fields: schema
+            .fields
+            .iter()
+            .filter(|f| f.metadata_key.as_deref() != Some(RECORD_KEY))
+            .cloned()
+            .collect(),
+        ..schema.clone()
+    }
+}
+
 /// Plans the tables of `sql` alone, as `run` would, without needing an INSERT: for a UI
 /// that checks a `CREATE TABLE` statement it wrote. Errors as [`plan_pipeline`]'s.
 pub fn plan_tables(
@@ -204,7 +302,35 @@ pub(crate) fn plan_query(
     source: PlannedTable,
     sink: PlannedTable,
 ) -> Result<PlannedQuery, SqlError> {
-    let select = plan_select(&ins.query, &ins.source, &source.connection.schema, what)?;
+    let mut select = plan_select(
+        &ins.query,
+        &ins.source,
+        &visible(&source.connection.schema),
+        what,
+    )?;
+    let record_ids = sink.connector.sink_record_ids(&sink.connection);
+    let key = record_key_index(&source.connection.schema);
+    if record_ids {
+        if sink
+            .connection
+            .schema
+            .fields
+            .iter()
+            .any(|f| f.name == RECORD_ID_COLUMN)
+        {
+            return Err(SqlError(format!(
+                "{what}: column name '{RECORD_ID_COLUMN}' of table '{}' is reserved for the record id it stamps; rename the column",
+                ins.sink
+            )));
+        }
+        let i = key.ok_or_else(|| {
+            SqlError(format!(
+                "{what}: the source table '{}' gives its rows no record key (plan its tables with plan_pipeline)",
+                ins.source
+            ))
+        })?;
+        select.carry = Some((i, with_column(&select.schema, RECORD_KEY_COLUMN)));
+    }
     let rows = ConnectionSchema {
         fields: select.fields.clone(),
         ..source.connection.schema.clone()
@@ -216,8 +342,11 @@ pub(crate) fn plan_query(
         &select.untyped_null,
         &sink.connection.schema,
     )?;
-    let sink_schema =
+    let mut sink_schema =
         mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
+    if record_ids {
+        sink_schema = with_column(&sink_schema, RECORD_ID_COLUMN);
+    }
     let route_by = sink
         .connector
         .sink_key(&sink.connection)
@@ -232,6 +361,17 @@ pub(crate) fn plan_query(
         sink_schema,
         route_by,
     })
+}
+
+/// `schema` and a trailing non-null TEXT column `name`.
+fn with_column(schema: &SchemaRef, name: &str) -> SchemaRef {
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        name,
+        arrow::datatypes::DataType::Utf8,
+        false,
+    )));
+    Arc::new(arrow::datatypes::Schema::new(fields))
 }
 
 /// `schema` with [`SOURCE_METADATA_KEY`](crate::spi::SOURCE_METADATA_KEY) on every column

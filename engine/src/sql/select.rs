@@ -46,6 +46,10 @@ pub struct SelectPlan {
     /// Per output column: true for an untyped `NULL` (its `fields` type is TEXT), which
     /// fits any column that may be NULL.
     pub(crate) untyped_null: Vec<bool>,
+    /// Index in the source rows of the hidden record key column, carried (filtered like
+    /// every row) after the output columns, and the schema with it: set when the query's
+    /// sink stamps record ids (see [`crate::record_id`]).
+    pub(crate) carry: Option<(usize, SchemaRef)>,
 }
 
 impl std::fmt::Debug for SelectPlan {
@@ -210,6 +214,7 @@ pub(crate) fn plan_select(
         schema,
         message_id,
         untyped_null,
+        carry: None,
     })
 }
 

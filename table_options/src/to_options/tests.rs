@@ -70,6 +70,11 @@ fn source_full() -> SourceConfig {
     d.flush_timeout_ms = 26;
     d.shutdown_timeout_ms = 27;
     s.dead_letter = Some(d);
+    s.dedup = Some(pubsub_schema::DedupConfig {
+        attribute: "record-id".into(),
+        window_ms: 90_000,
+        max_ids: 5_000,
+    });
     s
 }
 
@@ -94,6 +99,7 @@ fn source_other_variants() -> Vec<SourceConfig> {
         endpoint: "127.0.0.1:8085".into(),
     };
     never.dead_letter = Some(d);
+    never.dedup = Some(pubsub_schema::DedupConfig::new("id"));
     let mut latest = SourceConfig::new("y");
     latest.start_position = StartPosition::Latest;
     latest.deserialization_failure_policy = DeserializationFailurePolicy::Nack;
@@ -136,6 +142,7 @@ fn sink_full() -> SinkConfig {
         shutdown_timeout_ms: 28,
     };
     s.failure_handler = FailureHandler::DeadLetter;
+    s.record_id_attribute = Some("record-id".into());
     let mut d = DeadLetterQueueConfig::new("dl");
     d.authentication = Authentication::Emulator {
         endpoint: "127.0.0.1:8085".into(),
