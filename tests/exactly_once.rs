@@ -128,19 +128,15 @@ async fn the_source_drops_copies_by_their_id_and_remembers_them_across_a_restart
         publish(i, None).await;
     }
     let w = Workdir::new(&hop_sql(&t.input_sub, &t.output, Some("rid"), "out-id"));
-    let run = || async {
-        let child = w.spawn(&[
-            "--workers",
-            "2",
-            "--checkpoint-interval",
-            "1s",
-            "--stop-when-idle",
-            "5s",
-        ]);
-        let (code, stdout, stderr) = finish(child, LIMIT).await;
-        assert_eq!(code, 0, "stderr: {stderr}");
-        stdout
-    };
+    let args = [
+        "--workers",
+        "2",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "5s",
+    ];
+    let run = || w.run_ok(&args);
     let stdout = run().await;
     assert_eq!(
         summary_count(&stdout, "messages deduplicated:"),

@@ -136,6 +136,14 @@ impl Workdir {
         spawn_bin(&all)
     }
 
+    /// Runs the pipeline on this state dir with `args` (which should end it, e.g.
+    /// `--stop-when-idle`) within 300 s; asserts exit 0 and returns stdout.
+    pub async fn run_ok(&self, args: &[&str]) -> String {
+        let (code, stdout, stderr) = finish(self.spawn(args), Duration::from_secs(300)).await;
+        assert_eq!(code, 0, "stderr: {stderr}");
+        stdout
+    }
+
     /// Restarts the pipeline from this state dir (1 s checkpoints) and runs it until no
     /// message arrived for 15 s, longer than the 10 s lease extension after which a killed
     /// run's messages come back. Asserts exit 0; returns (stdout, stderr).

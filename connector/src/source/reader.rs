@@ -526,11 +526,8 @@ impl SourceReader {
             .as_ref()
             .map(|t| t.seconds().saturating_mul(1_000) + i64::from(t.nanos()) / 1_000_000);
         let meta = self.metadata(split, &m, h.handler());
-        let dedup = self.dedup.as_ref().and_then(|d| {
+        let dedup = self.dedup.as_ref().map(|d| {
             let value = m.attributes.get(&d.attribute);
-            if value.is_none() {
-                d.without.add(1);
-            }
             value.map(|v| Box::new((v.clone(), published_ms.unwrap_or(0))))
         });
         let context = (bad_message_action(self.config.deserialization_failure_policy)
@@ -548,6 +545,14 @@ impl SourceReader {
         {
             return Ok(Admit::Skip);
         }
+        // Counted once per message taken, not per redelivery of one still held.
+        let dedup = match (dedup, &self.dedup) {
+            (Some(None), Some(d)) => {
+                d.without.add(1);
+                None
+            }
+            (record, _) => record.flatten(),
+        };
         Ok(Admit::Take(Held {
             id,
             payload: m.data,

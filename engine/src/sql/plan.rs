@@ -232,13 +232,7 @@ pub(crate) fn give_record_keys(
     if !stamps || record_key_index(&src.connection.schema).is_some() {
         return Ok(());
     }
-    if src
-        .connection
-        .schema
-        .fields
-        .iter()
-        .any(|f| f.name == RECORD_KEY_COLUMN)
-    {
+    if has_column(&src.connection.schema, RECORD_KEY_COLUMN) {
         return Err(SqlError(format!(
             "table '{source}': column name '{RECORD_KEY_COLUMN}' is reserved for the record key its rows carry to '{sink}', which stamps record ids; rename the column"
         )));
@@ -256,6 +250,10 @@ pub(crate) fn give_record_keys(
         metadata_key: Some(RECORD_KEY.to_string()),
     });
     Ok(())
+}
+
+fn has_column(schema: &ConnectionSchema, name: &str) -> bool {
+    schema.fields.iter().any(|f| f.name == name)
 }
 
 /// Index of the hidden record key column of a source schema, if it has one.
@@ -311,13 +309,7 @@ pub(crate) fn plan_query(
     let record_ids = sink.connector.sink_record_ids(&sink.connection);
     let key = record_key_index(&source.connection.schema);
     if record_ids {
-        if sink
-            .connection
-            .schema
-            .fields
-            .iter()
-            .any(|f| f.name == RECORD_ID_COLUMN)
-        {
+        if has_column(&sink.connection.schema, RECORD_ID_COLUMN) {
             return Err(SqlError(format!(
                 "{what}: column name '{RECORD_ID_COLUMN}' of table '{}' is reserved for the record id it stamps; rename the column",
                 ins.sink
