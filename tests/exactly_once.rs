@@ -232,9 +232,13 @@ async fn two_hops(name: &str, kills: &[char]) -> Vec<(i64, String)> {
             wb.spawn(&args)
         };
     }
-    // Give the restarted runs time to install their signal handlers and read, then stop
-    // both cleanly: A first, then B once idle.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Once each restarted run completed a checkpoint of its own (so it is up and handles
+    // signals), stop both cleanly: A first, then B once idle.
+    let since = (wa.checkpoint_epoch(), wb.checkpoint_epoch());
+    wait_until("a checkpoint of each restarted run", LIMIT, || {
+        wa.checkpoint_epoch() > since.0 && wb.checkpoint_epoch() > since.1
+    })
+    .await;
     let mut deduplicated = 0;
     for (child, w) in [(ca, &wa), (cb, &wb)] {
         signal(&child, "TERM");
