@@ -5,6 +5,7 @@
 
 mod support;
 
+mod avro;
 mod cluster;
 mod credentials;
 mod dead_letter;

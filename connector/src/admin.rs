@@ -214,3 +214,94 @@ pub async fn drain_messages(
     }
     Ok(out)
 }
+
+/// Creates Avro schema `id` with Avro JSON `definition`; returns its revision id.
+pub async fn create_avro_schema(
+    profile: &PubSubProfile,
+    id: &str,
+    definition: &str,
+) -> anyhow::Result<String> {
+    let service = client::schema_service(profile).await?;
+    let schema = google_cloud_pubsub::model::Schema::new()
+        .set_type(google_cloud_pubsub::model::schema::Type::Avro)
+        .set_definition(definition);
+    let s = service
+        .create_schema()
+        .set_parent(format!("projects/{}", profile.project))
+        .set_schema_id(id)
+        .set_schema(schema)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot create schema {id}: {e}"))?;
+    Ok(s.revision_id)
+}
+
+/// Commits a new revision of Avro schema `id`; returns its revision id.
+pub async fn commit_avro_revision(
+    profile: &PubSubProfile,
+    id: &str,
+    definition: &str,
+) -> anyhow::Result<String> {
+    let service = client::schema_service(profile).await?;
+    let name = format!("projects/{}/schemas/{id}", profile.project);
+    let schema = google_cloud_pubsub::model::Schema::new()
+        .set_name(name.clone())
+        .set_type(google_cloud_pubsub::model::schema::Type::Avro)
+        .set_definition(definition);
+    let s = service
+        .commit_schema()
+        .set_name(name)
+        .set_schema(schema)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot commit a revision of schema {id}: {e}"))?;
+    Ok(s.revision_id)
+}
+
+/// Deletes revision `revision` of schema `id`.
+pub async fn delete_schema_revision(
+    profile: &PubSubProfile,
+    id: &str,
+    revision: &str,
+) -> anyhow::Result<()> {
+    let service = client::schema_service(profile).await?;
+    let name = format!("projects/{}/schemas/{id}@{revision}", profile.project);
+    service
+        .delete_schema_revision()
+        .set_name(name.clone())
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot delete schema revision {name}: {e}"))?;
+    Ok(())
+}
+
+/// Creates topic `id` bound to schema `schema_id` with `encoding` (`JSON` or `BINARY`).
+pub async fn create_topic_with_schema(
+    profile: &PubSubProfile,
+    id: &str,
+    schema_id: &str,
+    encoding: &str,
+) -> anyhow::Result<()> {
+    use google_cloud_pubsub::model::{Encoding, SchemaSettings, Topic};
+    let encoding = match encoding {
+        "JSON" => Encoding::Json,
+        "BINARY" => Encoding::Binary,
+        other => anyhow::bail!("encoding must be JSON or BINARY, was {other}"),
+    };
+    let admin = client::topic_admin(profile).await?;
+    let name = client::topic_path(&profile.project, id);
+    let settings = SchemaSettings::new()
+        .set_schema(format!("projects/{}/schemas/{schema_id}", profile.project))
+        .set_encoding(encoding);
+    admin
+        .create_topic()
+        .with_request(
+            Topic::new()
+                .set_name(name.clone())
+                .set_schema_settings(settings),
+        )
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot create topic {name}: {e}"))?;
+    Ok(())
+}

@@ -3,7 +3,9 @@
 //! as the crate ignores `PUBSUB_EMULATOR_HOST`; key file: read when the client is built;
 //! otherwise application default credentials).
 
-use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
+use google_cloud_pubsub::client::{
+    Publisher, SchemaService, Subscriber, SubscriptionAdmin, TopicAdmin,
+};
 use pubsub_schema::{Authentication, PubSubProfile};
 
 /// `projects/{project}/subscriptions/{id}`.
@@ -71,6 +73,14 @@ pub async fn topic_admin(profile: &PubSubProfile) -> anyhow::Result<TopicAdmin> 
 /// The subscription admin client.
 pub async fn subscription_admin(profile: &PubSubProfile) -> anyhow::Result<SubscriptionAdmin> {
     configured!(SubscriptionAdmin::builder(), profile)
+        .build()
+        .await
+        .map_err(|e| crate::diagnose::client_build_error(profile, e))
+}
+
+/// The schema service client (format `avro`).
+pub async fn schema_service(profile: &PubSubProfile) -> anyhow::Result<SchemaService> {
+    configured!(SchemaService::builder(), profile)
         .build()
         .await
         .map_err(|e| crate::diagnose::client_build_error(profile, e))

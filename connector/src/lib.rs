@@ -3,6 +3,7 @@
 //! rows and awaits every publish at each checkpoint (SPEC 6).
 
 pub mod admin;
+pub mod avro;
 pub mod build_error;
 pub mod client;
 mod connector;

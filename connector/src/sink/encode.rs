@@ -26,6 +26,8 @@ pub enum Encoded {
 /// Encodes the rows of a sink table.
 pub struct Encoder {
     serializer: Serializer,
+    /// The table's schema, for [`Encoder::bind_avro`].
+    schema: ConnectionSchema,
     /// Index and name of the `METADATA FROM 'attributes'` column.
     attributes: Option<(usize, String)>,
     /// Index of the `METADATA FROM 'ordering-key'` column.
@@ -47,10 +49,28 @@ impl Encoder {
         };
         Encoder {
             serializer: Serializer::new(schema),
+            schema: schema.clone(),
             attributes: find(ATTRIBUTES).map(|i| (i, schema.fields[i].name.clone())),
             ordering_key: find(ORDERING_KEY),
             record_id,
         }
+    }
+
+    /// The table's format is `avro`: [`bind_avro`](Self::bind_avro) must be called
+    /// before rows can be encoded.
+    pub fn is_avro(&self) -> bool {
+        self.schema.format == pubsub_engine::Format::Avro
+    }
+
+    /// Encodes payloads under schema revision `writer` in `encoding` (format `avro`).
+    /// Errors, naming the column and the field, if the columns cannot be written under it.
+    pub fn bind_avro(
+        &mut self,
+        writer: std::sync::Arc<pubsub_engine::format::avro::AvroSchema>,
+        encoding: pubsub_engine::format::avro::AvroEncoding,
+    ) -> Result<(), String> {
+        self.serializer = Serializer::avro(&self.schema, writer, encoding)?;
+        Ok(())
     }
 
     /// One result per row, in row order. The outer error is the batch's (the table

@@ -92,6 +92,34 @@ pub struct SinkWriter {
 }
 
 impl SinkWriter {
+    /// Format `avro`: the topic's schema revision (its `last_revision_id`, else the newest)
+    /// and encoding, checked against the table's columns. Errors are
+    /// [`pubsub_engine::ConfigError`]s naming the column and the field (no restart
+    /// changes the schema), but for a failure to ask the schema service.
+    async fn bind_avro(&mut self) -> anyhow::Result<()> {
+        let profile = self.sink.profile().clone();
+        let binding =
+            crate::avro::require_avro_topic(&profile, &self.topic, "the sink's topic").await?;
+        let reader = crate::avro::SchemaReader::new(&profile).await?;
+        let last = Some(binding.last_revision_id.as_str()).filter(|r| !r.is_empty());
+        let revision = crate::avro::fetch_revision(&reader, &binding.schema, last)
+            .await?
+            .map_err(|e| {
+                pubsub_engine::ConfigError::wrap(anyhow::anyhow!("topic {}: {e}", self.topic))
+            })?;
+        let describe = revision.describe();
+        self.encoder
+            .bind_avro(std::sync::Arc::new(revision), binding.encoding)
+            .map_err(|e| {
+                pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+                    "the sink table cannot be written into topic {} under its schema: {e}",
+                    self.topic
+                ))
+            })?;
+        tracing::info!(topic = %self.topic, "writing Avro ({}) under {describe}", binding.encoding);
+        Ok(())
+    }
+
     /// A writer for a sink table validated by the builders (errors name the option).
     pub fn new(
         profile: PubSubProfile,
@@ -516,6 +544,9 @@ impl ArrowOperator for SinkWriter {
             self.metrics.topics_created.add(1);
         }
         topic::require_subscription(&self.sink, ensured).await?;
+        if self.encoder.is_avro() {
+            self.bind_avro().await?;
+        }
         let (profile, c) = (self.sink.profile().clone(), self.options().clone());
         self.publisher = Some(publisher::build(&profile, &self.topic, &c, false).await?);
         self.solo = Some(publisher::build(&profile, &self.topic, &c, true).await?);

@@ -40,6 +40,12 @@ pub mod start_position;
 pub mod tracker;
 
 pub use builder::{PubSubSource, PubSubSourceBuilder};
+
+/// Under format `avro`: the schema revision a message was written with, and its encoding.
+pub type AvroWriterOf = (
+    std::sync::Arc<pubsub_engine::format::avro::AvroSchema>,
+    pubsub_engine::format::avro::AvroEncoding,
+);
 pub use create::{SubscriptionCreateOptions, SubscriptionCreateOptionsBuilder};
 pub use metadata::metadata_values;
 pub use options::{PubSubSubscriberOptions, PubSubSubscriberOptionsBuilder};

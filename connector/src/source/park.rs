@@ -26,6 +26,9 @@ pub(super) struct Held {
     /// Under deduplication, the message's record id attribute and its publish time (Unix
     /// ms); `None` without deduplication or without the attribute.
     pub dedup: Option<Box<(String, i64)>>,
+    /// Under format `avro`: the schema revision and encoding the message was written
+    /// with, or why it cannot be decoded; `None` for other formats.
+    pub writer: Option<Result<crate::source::AvroWriterOf, String>>,
 }
 
 /// What a dead letter carries of its original message besides the payload.
@@ -97,6 +100,7 @@ mod tests {
             meta: Vec::new(),
             context: None,
             dedup: None,
+            writer: None,
         }
     }
 

@@ -173,6 +173,8 @@ pub struct SourceReader {
     subtask: usize,
     /// Deduplication, when `scan.dedup.attribute` is set (set up in `on_start`).
     dedup: Option<Dedup>,
+    /// Format `avro`: the schema revisions messages name.
+    avro: Option<crate::avro::Revisions>,
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
@@ -210,10 +212,6 @@ impl SourceReader {
             .transpose()?
             .map(|q| q.with_key_prefix("scan."));
         Ok(SourceReader {
-            profile,
-            config,
-            options,
-            op,
             splits: Vec::new(),
             rx: None,
             buffered: Vec::new(),
@@ -237,6 +235,12 @@ impl SourceReader {
             letters: Vec::new(),
             subtask: 0,
             dedup: None,
+            avro: (op.format == pubsub_engine::Format::Avro)
+                .then(|| crate::avro::Revisions::new(profile.clone())),
+            profile,
+            config,
+            options,
+            op,
         })
     }
 
@@ -357,6 +361,23 @@ impl SourceReader {
             &self.splits[split].subscription,
             self.config.dedup.as_ref().map(|d| d.attribute.as_str()),
         )
+    }
+
+    /// Format `avro`: each subscription's topic has an Avro schema (a
+    /// [`pubsub_engine::ConfigError`] otherwise).
+    async fn require_avro_topics(&self) -> anyhow::Result<()> {
+        let admin = client::subscription_admin(&self.profile).await?;
+        for s in &self.config.subscriptions {
+            let name = client::subscription_path(&self.profile.project, &s.id);
+            let sub =
+                crate::diagnose::bounded(admin.get_subscription().set_subscription(name.clone()))
+                    .send()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot read subscription {name}: {e}"))?;
+            let whose = format!("the topic of subscription {name}");
+            crate::avro::require_avro_topic(&self.profile, &sub.topic, &whose).await?;
+        }
+        Ok(())
     }
 
     /// A [`pubsub_engine::PermanentError`]: Pub/Sub redelivers the same message after a
@@ -530,6 +551,7 @@ impl SourceReader {
             let value = m.attributes.get(&d.attribute);
             value.map(|v| Box::new((v.clone(), published_ms.unwrap_or(0))))
         });
+        let writer = self.avro.as_ref().map(|r| r.writer(&m.attributes));
         let context = (bad_message_action(self.config.deserialization_failure_policy)
             == BadMessageAction::DeadLetter)
             .then(|| {
@@ -559,6 +581,7 @@ impl SourceReader {
             meta,
             context,
             dedup,
+            writer,
         }))
     }
 
@@ -591,7 +614,13 @@ impl SourceReader {
                 super::dedup::Check::New(h) => seen = Some(h),
             }
         }
-        let decoded = collector.deserialize_slice(&held.payload, &held.meta);
+        let decoded = match &held.writer {
+            None => collector.deserialize_slice(&held.payload, &held.meta),
+            Some(Ok((w, encoding))) => {
+                collector.deserialize_avro(&held.payload, w, *encoding, &held.meta)
+            }
+            Some(Err(reason)) => Err(collector.failure(reason.clone())),
+        };
         if let (Err(_), Some(h)) = (&decoded, seen) {
             // Only a message whose rows go out counts as seen.
             self.forget_seen(h);
@@ -1013,6 +1042,9 @@ impl SourceOperator for SourceReader {
             checkpoint_lag_ms: gauge(CHECKPOINT_LAG_MS),
         });
         self.subtask = ctx.task_info.task_index;
+        if self.avro.is_some() {
+            self.require_avro_topics().await?;
+        }
         if let Some(d) = self.config.dedup.clone() {
             let parallelism = ctx.task_info.parallelism;
             let restored = &ctx.restored_subtasks;
@@ -1242,6 +1274,9 @@ impl SourceOperator for SourceReader {
                 },
                 pulled = async { rx.expect("guarded by can_pull or hold").recv().await }, if can_pull || hold => match pulled {
                     Some((tag, p)) => {
+                        if let (Some(r), Pulled::Message(m, _)) = (self.avro.as_mut(), &p) {
+                            r.fetch(&m.attributes).await?;
+                        }
                         let park = if can_pull {
                             self.on_pulled(tag, p, collector)?
                         } else {

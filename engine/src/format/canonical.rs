@@ -76,6 +76,16 @@ where
         .map_err(|e| format!("is not valid JSON: {e}"))
 }
 
+/// The entries of JSON object `raw`, in order, repeated keys kept (callers refuse them).
+pub(crate) fn entries(raw: &str) -> Result<Vec<(Cow<'_, str>, &RawValue)>, String> {
+    parse_with(raw, Entries)
+}
+
+/// The items of JSON array `raw`, in order.
+pub(crate) fn items(raw: &str) -> Result<Vec<&RawValue>, String> {
+    parse_with(raw, Items)
+}
+
 struct Entries;
 
 impl<'de> Visitor<'de> for Entries {

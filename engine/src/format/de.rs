@@ -11,6 +11,7 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
 
+use super::avro::{AvroEncoding, AvroSchema};
 use super::column::Column;
 use super::object::ObjectDecoder;
 use super::value::ColumnSpec;
@@ -67,6 +68,8 @@ pub struct Deserializer {
     columns: Vec<Column>,
     /// `json`: the payload columns; raw formats: the `value` column's position.
     json: Option<ObjectDecoder>,
+    /// `avro`: the payload columns, matched to schema fields by name.
+    avro: Vec<ColumnSpec>,
     raw_out: usize,
     meta: Vec<MetaColumn>,
     messages: usize,
@@ -133,6 +136,11 @@ impl Deserializer {
             ),
             Format::RawString => (None, raw_column(FieldType::Text, "raw_string")?),
             Format::RawBytes => (None, raw_column(FieldType::Bytea, "raw_bytes")?),
+            Format::Avro => (None, 0),
+        };
+        let avro = match schema.format {
+            Format::Avro => payload,
+            _ => Vec::new(),
         };
         Ok(Deserializer {
             format: schema.format,
@@ -143,6 +151,7 @@ impl Deserializer {
                 .map(|f| Column::new(f.field_type))
                 .collect(),
             json,
+            avro,
             raw_out,
             meta,
             messages: 0,
@@ -179,8 +188,31 @@ impl Deserializer {
         payload: &Bytes,
         metadata: &[FieldValue],
     ) -> Result<usize, DeserializeError> {
+        self.deserialize_with(payload, None, metadata)
+    }
+
+    /// Like [`deserialize`](Self::deserialize), for format `avro`: `payload` was written
+    /// with schema revision `writer` in `encoding`, and yields one row. A column with no
+    /// field in the revision is NULL (refused if NOT NULL); fields no column names are
+    /// skipped; a value is taken only if it fits its column exactly.
+    pub fn deserialize_avro(
+        &mut self,
+        payload: &Bytes,
+        writer: &AvroSchema,
+        encoding: AvroEncoding,
+        metadata: &[FieldValue],
+    ) -> Result<usize, DeserializeError> {
+        self.deserialize_with(payload, Some((writer, encoding)), metadata)
+    }
+
+    fn deserialize_with(
+        &mut self,
+        payload: &Bytes,
+        writer: Option<(&AvroSchema, AvroEncoding)>,
+        metadata: &[FieldValue],
+    ) -> Result<usize, DeserializeError> {
         let mark = self.rows;
-        match self.decode(payload, metadata) {
+        match self.decode(payload, writer, metadata) {
             Ok(rows) => {
                 self.messages += 1;
                 self.starts.push(self.rows);
@@ -197,7 +229,12 @@ impl Deserializer {
         }
     }
 
-    fn decode(&mut self, payload: &Bytes, metadata: &[FieldValue]) -> Result<usize, String> {
+    fn decode(
+        &mut self,
+        payload: &Bytes,
+        writer: Option<(&AvroSchema, AvroEncoding)>,
+        metadata: &[FieldValue],
+    ) -> Result<usize, String> {
         if metadata.len() != self.meta.len() {
             return Err(format!(
                 "the source passed {} metadata values for {} metadata columns",
@@ -218,6 +255,14 @@ impl Deserializer {
             }
             Format::RawBytes => {
                 self.columns[self.raw_out].push_bytes(payload)?;
+                1
+            }
+            Format::Avro => {
+                let (w, encoding) = writer.ok_or_else(|| {
+                    "format 'avro' decodes a message only with the schema revision it names"
+                        .to_string()
+                })?;
+                super::avro::decode_row(payload, w, encoding, &self.avro, &mut self.columns)?;
                 1
             }
         };

@@ -4,6 +4,7 @@
 //! value that does not fit its column exactly, and encoding writes what decodes back to
 //! the same value.
 
+pub mod avro;
 pub(crate) mod canonical;
 mod column;
 mod de;

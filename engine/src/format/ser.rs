@@ -7,6 +7,9 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{Float32Type, Float64Type, Int32Type, Int64Type, TimestampNanosecondType};
 use base64::Engine as _;
 
+use std::sync::Arc;
+
+use super::avro::{AvroEncoding, AvroSchema, AvroWriter};
 use super::canonical::canonicalize;
 use super::timestamp::{epoch_unit, format_name, to_epoch, write_rfc3339};
 use crate::spi::{ConnectionSchema, FieldType, Format, TimestampFormat};
@@ -28,6 +31,8 @@ pub struct Serializer {
     columns: Vec<OutColumn>,
     /// Why the table cannot be written in its format; reported by every `serialize`.
     unusable: Option<String>,
+    /// `avro`: the writer under the topic's schema revision ([`Serializer::avro`]).
+    avro: Option<AvroWriter>,
 }
 
 impl Serializer {
@@ -56,13 +61,34 @@ impl Serializer {
             Format::Json => None,
             Format::RawString => needs(FieldType::Text, "raw_string"),
             Format::RawBytes => needs(FieldType::Bytea, "raw_bytes"),
+            Format::Avro => Some(
+                "format 'avro' writes only under the topic's schema revision, which was not read"
+                    .to_string(),
+            ),
         };
         Serializer {
             format: schema.format,
             tf: schema.timestamp_format,
             columns,
             unusable,
+            avro: None,
         }
+    }
+
+    /// An encoder for the sink table `schema` (format `avro`) into a topic whose schema
+    /// revision is `writer`, in `encoding`. Errors, naming the column and the schema field,
+    /// if the payload columns cannot be written under it (see [`AvroWriter::new`]).
+    pub fn avro(
+        schema: &ConnectionSchema,
+        writer: Arc<AvroSchema>,
+        encoding: AvroEncoding,
+    ) -> Result<Self, String> {
+        let mut s = Serializer::new(schema);
+        let columns: Vec<(String, FieldType)> =
+            s.columns.iter().map(|c| (c.name.clone(), c.ty)).collect();
+        s.avro = Some(AvroWriter::new(writer, encoding, &columns)?);
+        s.unusable = None;
+        Ok(s)
     }
 
     /// One payload per row, in row order.
@@ -125,6 +151,12 @@ impl Serializer {
             })
             .collect::<anyhow::Result<Vec<&ArrayRef>>>()?;
         Ok(match self.format {
+            Format::Avro => {
+                let w = self.avro.as_ref().expect("unusable without a writer");
+                (0..batch.num_rows())
+                    .map(|row| w.encode_row(&arrays, row))
+                    .collect()
+            }
             Format::RawString => {
                 let s = arrays[0].as_string::<i32>();
                 (0..s.len())

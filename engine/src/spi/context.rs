@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::metrics::{Counter, Gauge, Metrics};
 use super::types::{CheckpointBarrier, ConnectionSchema, ControlMessage, TaskInfo};
+use crate::format::avro::{AvroEncoding, AvroSchema};
 use crate::format::{DeserializeError, Deserializer, FieldValue};
 use crate::runtime::{CoordEvent, Rows, SourceEvent};
 
@@ -247,6 +248,36 @@ impl SourceCollector {
             self.buffer_started = Some(Instant::now());
         }
         Ok(rows)
+    }
+
+    /// Like [`deserialize_slice`](Self::deserialize_slice) for format `avro`: `payload`
+    /// was written with schema revision `writer` in `encoding` (see
+    /// `Deserializer::deserialize_avro`).
+    pub fn deserialize_avro(
+        &mut self,
+        payload: &bytes::Bytes,
+        writer: &AvroSchema,
+        encoding: AvroEncoding,
+        metadata: &[FieldValue],
+    ) -> Result<usize, DeserializeError> {
+        let d = self
+            .deserializer
+            .as_mut()
+            .expect("initialize_deserializer must be called before deserialize_avro");
+        let rows = d.deserialize_avro(payload, writer, encoding, metadata)?;
+        if self.buffer_started.is_none() {
+            self.buffer_started = Some(Instant::now());
+        }
+        Ok(rows)
+    }
+
+    /// The decode failure of the next message for `reason`, found outside the decoder
+    /// (e.g. the schema revision it names cannot be read).
+    pub fn failure(&self, reason: String) -> DeserializeError {
+        DeserializeError {
+            message_index: self.buffered_messages(),
+            reason,
+        }
     }
 
     /// Messages decoded since the last flush.

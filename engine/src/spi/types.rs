@@ -79,6 +79,10 @@ pub enum Format {
     RawString,
     /// The whole payload as bytes in one BYTEA column named `value`.
     RawBytes,
+    /// Avro under the Pub/Sub schema of the topic: a source decodes each message by the
+    /// schema revision it names (attributes `googclient_schema*`), a sink encodes under
+    /// the topic's schema settings; columns match schema fields by name.
+    Avro,
 }
 
 impl Format {
@@ -88,6 +92,7 @@ impl Format {
             "json" => Some(Format::Json),
             "raw_string" => Some(Format::RawString),
             "raw_bytes" => Some(Format::RawBytes),
+            "avro" => Some(Format::Avro),
             _ => None,
         }
     }

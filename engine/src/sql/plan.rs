@@ -572,7 +572,7 @@ fn plan_table(
         None => Format::Json,
         Some(f) => Format::parse(&f).ok_or_else(|| {
             e(format!(
-                "option 'format' is invalid: must be json, raw_string or raw_bytes, was '{f}'"
+                "option 'format' is invalid: must be json, raw_string, raw_bytes or avro, was '{f}'"
             ))
         })?,
     };

@@ -1,0 +1,288 @@
+//! Pub/Sub's schema service for `format = 'avro'` (issue 18): the schema a topic is bound
+//! to, and schema revisions fetched once each and kept (bounded) for the messages that
+//! name them.
+//!
+//! A revision that cannot be read for good (deleted, not Avro, not valid Avro) is a decode
+//! failure of each message naming it, handled by the failure policy. A revision that
+//! cannot be read for now (the service is unreachable) fails the job, which restarts and
+//! gets the unacknowledged messages again: never a message dropped for a network fault.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use google_cloud_gax::error::rpc::Code;
+use google_cloud_pubsub::client::SchemaService;
+use google_cloud_pubsub::model::{schema, Encoding};
+use pubsub_engine::format::avro::{AvroEncoding, AvroSchema};
+use pubsub_engine::ConfigError;
+use pubsub_schema::{Authentication, PubSubProfile};
+
+use crate::client;
+use crate::diagnose::bounded;
+
+/// Attribute naming the schema a message was validated against (set by Pub/Sub).
+pub const SCHEMA_NAME: &str = "googclient_schemaname";
+/// Attribute naming the schema revision id (set by Pub/Sub).
+pub const SCHEMA_REVISION: &str = "googclient_schemarevisionid";
+/// Attribute naming the encoding, `JSON` or `BINARY` (set by Pub/Sub).
+pub const SCHEMA_ENCODING: &str = "googclient_schemaencoding";
+
+/// The revision id Pub/Sub puts in `googclient_schemarevisionid` of a message whose
+/// revision was deleted (seen on the emulator).
+pub const DELETED_REVISION: &str = "_deleted-schema-revision_";
+
+/// Most revisions kept per source subtask. Pub/Sub keeps at most 20 revisions per
+/// schema; when the cache is full it is emptied and filled again on demand.
+pub const MAX_REVISIONS: usize = 1_000;
+
+/// A topic's schema binding (`Topic.schema_settings`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSchema {
+    /// `projects/P/schemas/S`.
+    pub schema: String,
+    pub encoding: AvroEncoding,
+    /// The newest revision a message may be written with (empty: the newest there is).
+    pub last_revision_id: String,
+}
+
+/// Reads schemas from the schema service: through the crate's client, or against the
+/// emulator through its REST gateway directly. The crate always sends `view` as an
+/// integer (`?view=0`, `?view=2`), which the emulator's gateway cannot map ("Unmapped enum
+/// value") and never answers; the same request without `view` is answered with the full
+/// schema (measured on the emulator, decision 0027).
+pub enum SchemaReader {
+    Service(SchemaService),
+    Emulator { base: String, http: reqwest::Client },
+}
+
+/// One schema revision as the service returned it.
+struct Got {
+    r#type: schema::Type,
+    definition: String,
+    revision_id: String,
+}
+
+impl SchemaReader {
+    /// A reader for `profile`. Errors when the client cannot be built (credentials).
+    pub async fn new(profile: &PubSubProfile) -> anyhow::Result<SchemaReader> {
+        Ok(match &profile.authentication {
+            Authentication::Emulator { endpoint } => SchemaReader::Emulator {
+                base: if endpoint.starts_with("http") {
+                    format!("{}/v1/", endpoint.trim_end_matches('/'))
+                } else {
+                    format!("http://{endpoint}/v1/")
+                },
+                http: reqwest::Client::builder()
+                    .timeout(std::time::Duration::from_secs(30))
+                    .no_proxy()
+                    .build()?,
+            },
+            _ => SchemaReader::Service(client::schema_service(profile).await?),
+        })
+    }
+
+    /// Schema resource `path` (`projects/P/schemas/S[@R]`); `None` if it does not exist.
+    async fn get(&self, path: &str) -> anyhow::Result<Option<Got>> {
+        match self {
+            SchemaReader::Service(service) => {
+                match bounded(service.get_schema().set_name(path)).send().await {
+                    Ok(s) => Ok(Some(Got {
+                        r#type: s.r#type,
+                        definition: s.definition,
+                        revision_id: s.revision_id,
+                    })),
+                    Err(e) if e.status().is_some_and(|s| s.code == Code::NotFound) => Ok(None),
+                    Err(e) => Err(anyhow::anyhow!("cannot read schema {path}: {e}")),
+                }
+            }
+            SchemaReader::Emulator { base, http } => {
+                let r = http
+                    .get(format!("{base}{path}"))
+                    .send()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot read schema {path}: {e}"))?;
+                if r.status() == reqwest::StatusCode::NOT_FOUND {
+                    return Ok(None);
+                }
+                let status = r.status();
+                let body = r
+                    .text()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot read schema {path}: {e}"))?;
+                anyhow::ensure!(
+                    status.is_success(),
+                    "cannot read schema {path}: HTTP {status}: {}",
+                    body.chars().take(200).collect::<String>()
+                );
+                let v: serde_json::Value = serde_json::from_str(&body)
+                    .map_err(|e| anyhow::anyhow!("cannot read schema {path}: {e}"))?;
+                let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+                Ok(Some(Got {
+                    r#type: match v["type"].as_str() {
+                        Some("AVRO") => schema::Type::Avro,
+                        Some("PROTOCOL_BUFFER") => schema::Type::ProtocolBuffer,
+                        _ => schema::Type::Unspecified,
+                    },
+                    definition: text("definition"),
+                    revision_id: text("revisionId"),
+                }))
+            }
+        }
+    }
+}
+
+/// The schema topic `topic` (full name) is bound to, or `None`. Errors: the topic cannot
+/// be read, or its encoding is neither JSON nor BINARY.
+pub async fn topic_schema(
+    profile: &PubSubProfile,
+    topic: &str,
+) -> anyhow::Result<Option<TopicSchema>> {
+    let admin = client::topic_admin(profile).await?;
+    let t = bounded(admin.get_topic().set_topic(topic.to_string()))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot read topic {topic}: {e}"))?;
+    let Some(s) = t.schema_settings.filter(|s| !s.schema.is_empty()) else {
+        return Ok(None);
+    };
+    let encoding = match s.encoding {
+        Encoding::Json => AvroEncoding::Json,
+        Encoding::Binary => AvroEncoding::Binary,
+        other => anyhow::bail!(
+            "topic {topic} has schema {} with encoding {other:?}, which is neither JSON nor BINARY",
+            s.schema
+        ),
+    };
+    Ok(Some(TopicSchema {
+        schema: s.schema,
+        encoding,
+        last_revision_id: s.last_revision_id,
+    }))
+}
+
+/// Revision `revision` of schema `name` (the newest when `None`). The outer error is a
+/// failure to ask (retry later); the inner one is for good: the revision does not exist,
+/// the schema is not Avro (Protocol Buffers is not supported yet), or its definition is
+/// not a valid Avro record.
+pub async fn fetch_revision(
+    reader: &SchemaReader,
+    name: &str,
+    revision: Option<&str>,
+) -> anyhow::Result<Result<AvroSchema, String>> {
+    let path = match revision {
+        Some(r) => format!("{name}@{r}"),
+        None => name.to_string(),
+    };
+    let Some(s) = reader.get(&path).await? else {
+        return Ok(Err(match revision {
+            Some(r) => {
+                format!("schema {name} has no revision {r} (it was deleted, or the schema was)")
+            }
+            None => format!("schema {name} does not exist"),
+        }));
+    };
+    let revision = if s.revision_id.is_empty() {
+        revision.unwrap_or_default().to_string()
+    } else {
+        s.revision_id.clone()
+    };
+    Ok(match s.r#type {
+        schema::Type::Avro => AvroSchema::parse(name, &revision, &s.definition),
+        schema::Type::ProtocolBuffer => Err(format!(
+            "schema {name} is a Protocol Buffers schema: format 'avro' reads Avro schemas only (Protocol Buffers is not supported yet)"
+        )),
+        other => Err(format!("schema {name} has type {other:?}, not AVRO")),
+    })
+}
+
+/// The writer schema revisions a source subtask has met, by `name@revision`.
+pub struct Revisions {
+    reader: Option<SchemaReader>,
+    profile: PubSubProfile,
+    cache: HashMap<String, Result<Arc<AvroSchema>, String>>,
+}
+
+impl Revisions {
+    pub fn new(profile: PubSubProfile) -> Revisions {
+        Revisions {
+            reader: None,
+            profile,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Makes sure the revision a message's `attributes` name is known. Errors only when
+    /// the schema service cannot be asked now (the job fails and restarts; the message
+    /// is not acknowledged).
+    pub async fn fetch(&mut self, attributes: &HashMap<String, String>) -> anyhow::Result<()> {
+        let (Some(name), Some(rev)) =
+            (attributes.get(SCHEMA_NAME), attributes.get(SCHEMA_REVISION))
+        else {
+            return Ok(());
+        };
+        let key = format!("{name}@{rev}");
+        if rev == DELETED_REVISION || self.cache.contains_key(&key) {
+            return Ok(());
+        }
+        if self.reader.is_none() {
+            self.reader = Some(SchemaReader::new(&self.profile).await?);
+        }
+        let got = fetch_revision(self.reader.as_ref().expect("set"), name, Some(rev)).await?;
+        if self.cache.len() >= MAX_REVISIONS {
+            self.cache.clear();
+        }
+        self.cache.insert(key, got.map(Arc::new));
+        Ok(())
+    }
+
+    /// The revision and encoding a message was written with, as [`fetch`](Self::fetch)
+    /// left them; an error says why the message cannot be decoded.
+    pub fn writer(
+        &self,
+        attributes: &HashMap<String, String>,
+    ) -> Result<(Arc<AvroSchema>, AvroEncoding), String> {
+        let get = |key: &str| {
+            attributes.get(key).ok_or_else(|| {
+                format!("the message has no attribute '{key}': it was not published to a topic with a schema (format 'avro' reads messages Pub/Sub validated against an Avro schema)")
+            })
+        };
+        let (name, rev, enc) = (
+            get(SCHEMA_NAME)?,
+            get(SCHEMA_REVISION)?,
+            get(SCHEMA_ENCODING)?,
+        );
+        if rev == DELETED_REVISION {
+            return Err(format!("the message was written with a revision of schema {name} that was deleted since (Pub/Sub names it '{DELETED_REVISION}'): its writer schema is gone"));
+        }
+        let encoding = AvroEncoding::parse(enc).ok_or_else(|| {
+            format!("attribute '{SCHEMA_ENCODING}' is '{enc}', neither JSON nor BINARY")
+        })?;
+        match self.cache.get(&format!("{name}@{rev}")) {
+            Some(Ok(s)) => Ok((s.clone(), encoding)),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(format!("schema {name} revision {rev} was not fetched")),
+        }
+    }
+}
+
+/// The start-up check of a source or sink of format `avro` on `topic` (full name): the
+/// topic has a schema and it is Avro. Returns the binding; errors are
+/// [`ConfigError`]s (no restart binds a schema), but for a failure to ask.
+pub async fn require_avro_topic(
+    profile: &PubSubProfile,
+    topic: &str,
+    whose: &str,
+) -> anyhow::Result<TopicSchema> {
+    let binding = topic_schema(profile, topic).await?.ok_or_else(|| {
+        ConfigError::wrap(anyhow::anyhow!(
+            "format 'avro' needs a topic with a schema, and topic {topic} ({whose}) has none: bind an Avro schema to it, or use format 'json'"
+        ))
+    })?;
+    let reader = SchemaReader::new(profile).await?;
+    if let Err(e) = fetch_revision(&reader, &binding.schema, None).await? {
+        return Err(ConfigError::wrap(anyhow::anyhow!(
+            "topic {topic} ({whose}): {e}"
+        )));
+    }
+    Ok(binding)
+}

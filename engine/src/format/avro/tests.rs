@@ -1,0 +1,342 @@
+//! Avro rows both ways, by revision, with the column contract (emulator-free; the
+//! end-to-end tests publish through the emulator's own schema validation).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Float64Type, Int32Type, Int64Type, TimestampNanosecondType};
+use bytes::Bytes;
+
+use super::*;
+use crate::format::{Deserializer, Serializer};
+use crate::spi::{ConnectionSchema, FieldType, Format, SourceField};
+
+const V1: &str = r#"{"type":"record","name":"Bid","namespace":"ex","fields":[
+  {"name":"auction","type":"long"},
+  {"name":"price","type":["null","double"],"default":null},
+  {"name":"channel","type":{"type":"enum","name":"Channel","symbols":["web","app"]}},
+  {"name":"at","type":{"type":"long","logicalType":"timestamp-micros"}},
+  {"name":"tag","type":["null","bytes"],"default":null},
+  {"name":"extra","type":["null",{"type":"record","name":"Extra","fields":[{"name":"n","type":"int"},{"name":"c","type":"Channel"}]}],"default":null}
+]}"#;
+
+/// V1 with an added optional field and `tag` dropped.
+const V2: &str = r#"{"type":"record","name":"Bid","namespace":"ex","fields":[
+  {"name":"auction","type":"long"},
+  {"name":"price","type":["null","double"],"default":null},
+  {"name":"channel","type":{"type":"enum","name":"Channel","symbols":["web","app"]}},
+  {"name":"at","type":{"type":"long","logicalType":"timestamp-micros"}},
+  {"name":"extra","type":["null",{"type":"record","name":"Extra","fields":[{"name":"n","type":"int"},{"name":"c","type":"Channel"}]}],"default":null},
+  {"name":"url","type":["null","string"],"default":null}
+]}"#;
+
+fn rev(def: &str, id: &str) -> Arc<AvroSchema> {
+    Arc::new(AvroSchema::parse("projects/p/schemas/bids", id, def).unwrap())
+}
+
+fn table(cols: &[(&str, FieldType, bool)]) -> ConnectionSchema {
+    let fields = cols
+        .iter()
+        .map(|(n, t, required)| {
+            let mut f = SourceField::new(*n, *t);
+            f.required = *required;
+            f
+        })
+        .collect();
+    ConnectionSchema::new(Format::Avro, fields)
+}
+
+fn bids() -> ConnectionSchema {
+    table(&[
+        ("auction", FieldType::Bigint, true),
+        ("price", FieldType::Double, false),
+        ("channel", FieldType::Text, false),
+        ("at", FieldType::Timestamp, false),
+        ("url", FieldType::Text, false),
+        ("extra", FieldType::Json, false),
+    ])
+}
+
+fn decode(
+    schema: &ConnectionSchema,
+    w: &AvroSchema,
+    enc: AvroEncoding,
+    payload: &[u8],
+) -> Result<RecordBatch, String> {
+    let mut d = Deserializer::new(schema).unwrap();
+    d.deserialize_avro(&Bytes::copy_from_slice(payload), w, enc, &[])
+        .map_err(|e| e.reason)?;
+    Ok(d.flush().unwrap().unwrap())
+}
+
+#[test]
+fn json_encoding_with_wrapped_unions_decodes_exactly() {
+    let w = rev(V1, "r1");
+    let b = decode(
+        &bids(),
+        &w,
+        AvroEncoding::Json,
+        br#"{"auction": 9007199254740993, "price": {"double": 2.5}, "channel": "app", "at": 1700000000123456, "tag": null, "extra": {"ex.Extra": {"n": 3, "c": "web"}}, "ignored": 1}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        b.column(0).as_primitive::<Int64Type>().value(0),
+        9007199254740993
+    );
+    assert_eq!(b.column(1).as_primitive::<Float64Type>().value(0), 2.5);
+    assert_eq!(b.column(2).as_string::<i32>().value(0), "app");
+    assert_eq!(
+        b.column(3)
+            .as_primitive::<TimestampNanosecondType>()
+            .value(0),
+        1_700_000_000_123_456_000
+    );
+    // V1 has no `url`: NULL.
+    assert!(b.column(4).is_null(0));
+    assert_eq!(
+        b.column(5).as_string::<i32>().value(0),
+        r#"{"c":"web","n":3}"#
+    );
+}
+
+#[test]
+fn json_encoding_refuses_what_is_not_exact() {
+    let w = rev(V1, "r1");
+    let base = |auction: &str, price: &str| {
+        format!(
+            r#"{{"auction": {auction}, "price": {price}, "channel": "web", "at": 0, "tag": null, "extra": null}}"#
+        )
+    };
+    for (payload, want) in [
+        (base("1.5", "null"), "is not a \"long\""),
+        (base("9223372036854775808", "null"), "is not a \"long\""),
+        (base("1", "2.5"), "not a union value"),
+        (base("1", r#"{"float": 2.5}"#), "'float' is not a branch"),
+        (r#"{"auction": 1, "auction": 2, "price": null, "channel": "web", "at": 0, "tag": null, "extra": null}"#.to_string(), "key 'auction' twice"),
+        (r#"{"auction": 1, "channel": "web", "at": 0, "tag": null, "extra": null}"#.to_string(), "has no field 'price'"),
+        (base("1", "null").replace("\"web\"", "\"tv\""), "not a symbol of enum Channel"),
+    ] {
+        let e = decode(&bids(), &w, AvroEncoding::Json, payload.as_bytes()).unwrap_err();
+        assert!(e.contains(want), "{payload}: {e}");
+        assert!(e.contains("schema projects/p/schemas/bids revision r1"), "{e}");
+    }
+}
+
+#[test]
+fn an_older_and_a_newer_revision_both_decode_into_the_table() {
+    let (v1, v2) = (rev(V1, "r1"), rev(V2, "r2"));
+    let schema = bids();
+    // Written by the sink under each revision, read back under the same one.
+    for (w, url) in [(&v1, None), (&v2, Some("https://x"))] {
+        let out = table(&[
+            ("auction", FieldType::Bigint, true),
+            ("channel", FieldType::Text, true),
+            ("at", FieldType::Timestamp, true),
+        ]);
+        let mut json = format!(r#"{{"auction":7,"price":null,"channel":"web","at":5,"extra":null"#);
+        if w.revision() == "r1" {
+            json.push_str(r#","tag":{"bytes":"\u00ff\u0000"}}"#);
+        } else {
+            json.push_str(&format!(r#","url":{{"string":"{}"}}}}"#, url.unwrap()));
+        }
+        let b = decode(&schema, w, AvroEncoding::Json, json.as_bytes()).unwrap();
+        assert_eq!(b.column(0).as_primitive::<Int64Type>().value(0), 7);
+        assert_eq!(b.column(4).is_null(0), url.is_none());
+        let _ = out;
+    }
+}
+
+#[test]
+fn binary_round_trip_through_the_sink_writer_and_the_source_reader() {
+    let w = rev(V2, "r2");
+    let sink = table(&[
+        ("auction", FieldType::Bigint, true),
+        ("price", FieldType::Double, false),
+        ("channel", FieldType::Text, true),
+        ("at", FieldType::Timestamp, true),
+        ("extra", FieldType::Json, false),
+    ]);
+    let rows = decode(
+        &sink,
+        &w,
+        AvroEncoding::Json,
+        br#"{"auction":-3,"price":{"double":1e300},"channel":"app","at":-1,"extra":{"ex.Extra":{"n":1,"c":"app"}},"url":null}"#,
+    )
+    .unwrap();
+    for enc in [AvroEncoding::Binary, AvroEncoding::Json] {
+        let s = Serializer::avro(&sink, w.clone(), enc).unwrap();
+        let payloads = s.serialize(&rows).unwrap();
+        let back = decode(&sink, &w, enc, &payloads[0]).unwrap();
+        assert_eq!(back, rows, "{enc}");
+    }
+}
+
+#[test]
+fn the_sink_writer_refuses_columns_the_revision_cannot_hold() {
+    let w = rev(V1, "r1");
+    let cases = [
+        (
+            vec![
+                ("auction", FieldType::Bigint, true),
+                ("nope", FieldType::Text, false),
+            ],
+            "column 'nope' has no field",
+        ),
+        (
+            vec![
+                ("channel", FieldType::Text, true),
+                ("at", FieldType::Timestamp, true),
+            ],
+            "field 'auction' (\"long\")",
+        ),
+        (
+            vec![
+                ("auction", FieldType::Text, true),
+                ("channel", FieldType::Text, true),
+                ("at", FieldType::Timestamp, true),
+            ],
+            "column 'auction' (TEXT) cannot be written into field 'auction'",
+        ),
+    ];
+    for (cols, want) in cases {
+        let Err(e) = Serializer::avro(&table(&cols), w.clone(), AvroEncoding::Binary) else {
+            panic!("{want}: accepted")
+        };
+        assert!(e.contains(want), "{e}");
+        assert!(e.contains("revision r1"), "{e}");
+    }
+}
+
+#[test]
+fn the_sink_writer_fails_a_row_whose_value_does_not_fit() {
+    let w = rev(
+        r#"{"type":"record","name":"R","fields":[{"name":"n","type":"int"},{"name":"t","type":["null",{"type":"long","logicalType":"timestamp-millis"}]}]}"#,
+        "r1",
+    );
+    let schema = table(&[
+        ("n", FieldType::Bigint, false),
+        ("t", FieldType::Timestamp, false),
+    ]);
+    let batch = RecordBatch::try_new(
+        schema.arrow_schema(),
+        vec![
+            Arc::new(arrow::array::Int64Array::from(vec![
+                Some(1),
+                Some(1 << 40),
+                None,
+                Some(2),
+            ])),
+            Arc::new(arrow::array::TimestampNanosecondArray::from(vec![
+                Some(2_000_000),
+                None,
+                None,
+                Some(1),
+            ])),
+        ],
+    )
+    .unwrap();
+    let s = Serializer::avro(&schema, w.clone(), AvroEncoding::Binary).unwrap();
+    let rows = s.serialize_rows(&batch).unwrap();
+    assert!(rows[0].is_ok());
+    assert!(
+        rows[1]
+            .as_ref()
+            .unwrap_err()
+            .contains("1099511627776 does not fit \"int\""),
+        "{:?}",
+        rows[1]
+    );
+    assert!(
+        rows[2]
+            .as_ref()
+            .unwrap_err()
+            .contains("NULL cannot be written into field 'n'"),
+        "{:?}",
+        rows[2]
+    );
+    assert!(
+        rows[3].as_ref().unwrap_err().contains("would truncate"),
+        "{:?}",
+        rows[3]
+    );
+    let back = decode(&schema, &w, AvroEncoding::Binary, rows[0].as_ref().unwrap()).unwrap();
+    assert_eq!(
+        back.column(1)
+            .as_primitive::<TimestampNanosecondType>()
+            .value(0),
+        2_000_000
+    );
+}
+
+#[test]
+fn binary_decoding_checks_values_against_the_columns() {
+    let w = rev(
+        r#"{"type":"record","name":"R","fields":[{"name":"n","type":"long"},{"name":"f","type":"long"}]}"#,
+        "r1",
+    );
+    let s = table(&[("n", FieldType::Int, true), ("f", FieldType::Double, true)]);
+    let enc = |n: i64, f: i64| {
+        apache_avro::to_avro_datum(
+            &w.schema,
+            apache_avro::types::Value::Record(vec![
+                ("n".into(), apache_avro::types::Value::Long(n)),
+                ("f".into(), apache_avro::types::Value::Long(f)),
+            ]),
+        )
+        .unwrap()
+    };
+    let b = decode(&s, &w, AvroEncoding::Binary, &enc(5, 1 << 53)).unwrap();
+    assert_eq!(b.column(0).as_primitive::<Int32Type>().value(0), 5);
+    let e = decode(&s, &w, AvroEncoding::Binary, &enc(1 << 31, 0)).unwrap_err();
+    assert!(
+        e.contains("column 'n' (INT): field 'n' (\"long\")")
+            && e.contains("long 2147483648 does not fit"),
+        "{e}"
+    );
+    let e = decode(&s, &w, AvroEncoding::Binary, &enc(0, (1 << 53) + 1)).unwrap_err();
+    assert!(e.contains("column 'f' (DOUBLE)"), "{e}");
+    let mut long = enc(1, 1);
+    long.push(0);
+    assert!(decode(&s, &w, AvroEncoding::Binary, &long)
+        .unwrap_err()
+        .contains("1 bytes after"));
+    assert!(decode(&s, &w, AvroEncoding::Binary, &[0x80])
+        .unwrap_err()
+        .contains("not Avro BINARY"));
+    // A NOT NULL column the revision lacks.
+    let s = table(&[
+        ("n", FieldType::Bigint, true),
+        ("gone", FieldType::Text, true),
+    ]);
+    let e = decode(&s, &w, AvroEncoding::Binary, &enc(1, 1)).unwrap_err();
+    assert!(e.contains("column 'gone' (TEXT) is NOT NULL but schema projects/p/schemas/bids revision r1 has no field 'gone'"), "{e}");
+}
+
+#[test]
+fn fields_map_to_column_types() {
+    let f = rev(V1, "r1").fields();
+    let t: Vec<(&str, Option<FieldType>, bool)> = f
+        .iter()
+        .map(|f| (f.name.as_str(), f.column_type, f.nullable))
+        .collect();
+    assert_eq!(
+        t,
+        vec![
+            ("auction", Some(FieldType::Bigint), false),
+            ("price", Some(FieldType::Double), true),
+            ("channel", Some(FieldType::Text), false),
+            ("at", Some(FieldType::Timestamp), false),
+            ("tag", Some(FieldType::Bytea), true),
+            ("extra", Some(FieldType::Json), true),
+        ]
+    );
+    let e = AvroSchema::parse("s", "r", r#""long""#).unwrap_err();
+    assert!(e.contains("is not an Avro record"), "{e}");
+    let e = AvroSchema::parse("s", "r", r#"{"type":"record"}"#).unwrap_err();
+    assert!(e.contains("schema s revision r is not valid Avro"), "{e}");
+    let d = rev(
+        r#"{"type":"record","name":"R","fields":[{"name":"d","type":{"type":"int","logicalType":"date"}}]}"#,
+        "r",
+    );
+    assert_eq!(d.fields()[0].column_type, None);
+}
