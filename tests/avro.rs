@@ -290,3 +290,153 @@ async fn avro_refuses_a_topic_without_schema_a_column_without_field_and_a_delete
     )
     .await;
 }
+
+/// `CREATE TABLE t WITH (...)` without columns on schema-bound topics: a source and a
+/// sink take their columns from the schema (a source declaring only a METADATA column
+/// gets them too), and the rows go through as with declared columns. Refused with exit 2:
+/// no columns and format `json`; no columns and a topic without a schema; a schema with a
+/// field no column type holds exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
+    pubsub_connector_core::wire_log::enable();
+    let p = profile();
+    let e = endpoint();
+    let schema = unique("derive-avro");
+    admin::create_avro_schema(&p, &schema, &v2()).await.unwrap();
+    let (input, input_sub) = (unique("derive-in"), unique("derive-in-sub"));
+    let (mid, mid_sub) = (unique("derive-mid"), unique("derive-mid-sub"));
+    let (out, out_sub) = (unique("derive-out"), unique("derive-out-sub"));
+    admin::create_topic_with_schema(&p, &input, &schema, "JSON")
+        .await
+        .unwrap();
+    admin::create_topic_with_schema(&p, &mid, &schema, "BINARY")
+        .await
+        .unwrap();
+    admin::create_topic(&p, &out).await.unwrap();
+    for (sub, topic) in [(&input_sub, &input), (&mid_sub, &mid), (&out_sub, &out)] {
+        admin::create_subscription(&p, sub, topic, 60)
+            .await
+            .unwrap();
+    }
+    let messages: Vec<Vec<u8>> = (0..8).map(|i| message(i, true)).collect();
+    admin::publish_all(&p, &input, messages, 100).await.unwrap();
+
+    let sql = format!(
+        "CREATE TABLE src WITH ({src});
+         CREATE TABLE mid WITH ({mid});
+         CREATE TABLE mid_src (mid_id TEXT METADATA FROM 'message-id') WITH ({mid_src});
+         CREATE TABLE dst ({COLUMNS}, mid_id TEXT) WITH ({dst});
+         INSERT INTO mid SELECT * FROM src;
+         INSERT INTO dst SELECT {SELECT}, mid_id FROM mid_src;",
+        src = with(
+            &e,
+            &format!("'subscription' = '{input_sub}', 'format' = 'avro'")
+        ),
+        mid = with(&e, &format!("'topic' = '{mid}', 'format' = 'avro'")),
+        mid_src = with(
+            &e,
+            &format!("'subscription' = '{mid_sub}', 'format' = 'avro'")
+        ),
+        dst = with(&e, &format!("'topic' = '{out}'")),
+    );
+    Workdir::new(&sql)
+        .run_ok(&["--checkpoint-interval", "1s", "--stop-when-idle", "5s"])
+        .await;
+    let got: Vec<Value> = admin::drain(&p, &out_sub, 1, Some(8), Duration::from_secs(10))
+        .await
+        .unwrap()
+        .values()
+        .map(|v| serde_json::from_slice(v).unwrap())
+        .collect();
+    assert_eq!(got.len(), 8, "{got:?}");
+    let mut rows: HashMap<i64, Value> = HashMap::new();
+    for mut v in got {
+        let mid_id = v.as_object_mut().unwrap().remove("mid_id").unwrap();
+        assert!(mid_id.as_str().is_some_and(|s| !s.is_empty()), "{v}");
+        assert!(rows.insert(v["id"].as_i64().unwrap(), v).is_none());
+    }
+    for i in 0..8 {
+        assert_eq!(rows[&i], expected(i, true), "row {i}");
+    }
+    assert_all_acked(&input_sub);
+    assert_all_acked(&mid_sub);
+
+    let dst = with(&e, &format!("'topic' = '{out}'"));
+    // Format json derives nothing.
+    refused(
+        &format!(
+            "CREATE TABLE s WITH ({});
+             CREATE TABLE d (id BIGINT) WITH ({dst});
+             INSERT INTO d SELECT id FROM s;",
+            with(&e, &format!("'subscription' = '{input_sub}'")),
+        ),
+        2,
+        "table 's': declares no columns (only a table of format 'avro' on a topic with a schema derives them)",
+    )
+    .await;
+    // A topic without a schema.
+    refused(
+        &format!(
+            "CREATE TABLE s WITH ({});
+             CREATE TABLE d (id BIGINT) WITH ({dst});
+             INSERT INTO d SELECT id FROM s;",
+            with(&e, &format!("'subscription' = '{out_sub}', 'format' = 'avro'")),
+        ),
+        2,
+        &format!("table 's' declares no columns, and they cannot be read from its schema: format 'avro' needs a topic with a schema, and topic projects/{PROJECT}/topics/{out}"),
+    )
+    .await;
+    // An Avro sink never creates its topic (it would have no schema).
+    let missing = unique("derive-missing");
+    refused(
+        &format!(
+            "CREATE TABLE s (id BIGINT) WITH ({});
+             CREATE TABLE d (id BIGINT) WITH ({});
+             INSERT INTO d SELECT id FROM s;",
+            with(&e, &format!("'subscription' = '{out_sub}'")),
+            with(&e, &format!("'topic' = '{missing}', 'format' = 'avro'")),
+        ),
+        2,
+        &format!("topic projects/{PROJECT}/topics/{missing} does not exist, and a sink of format 'avro' does not create it"),
+    )
+    .await;
+    let topics = pubsub_connector_core::client::topic_admin(&p)
+        .await
+        .unwrap();
+    let got = topics
+        .get_topic()
+        .set_topic(pubsub_connector_core::client::topic_path(PROJECT, &missing))
+        .send()
+        .await;
+    assert!(got.is_err(), "the avro sink created its topic: {got:?}");
+    // A field no column type holds exactly.
+    let dated = unique("dated-avro");
+    admin::create_avro_schema(
+        &p,
+        &dated,
+        r#"{"type":"record","name":"D","fields":[{"name":"id","type":"long"},{"name":"day","type":{"type":"int","logicalType":"date"}}]}"#,
+    )
+    .await
+    .unwrap();
+    let (dated_topic, dated_sub) = (unique("dated"), unique("dated-sub"));
+    admin::create_topic_with_schema(&p, &dated_topic, &dated, "JSON")
+        .await
+        .unwrap();
+    admin::create_subscription(&p, &dated_sub, &dated_topic, 60)
+        .await
+        .unwrap();
+    refused(
+        &format!(
+            "CREATE TABLE s WITH ({});
+             CREATE TABLE d (id BIGINT) WITH ({dst});
+             INSERT INTO d SELECT id FROM s;",
+            with(
+                &e,
+                &format!("'subscription' = '{dated_sub}', 'format' = 'avro'")
+            ),
+        ),
+        2,
+        "has fields no column type holds exactly: 'day' (",
+    )
+    .await;
+}

@@ -1072,3 +1072,96 @@ async fn a_third_table_test_at_once_is_refused_with_429() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `POST /v1/connection_tables/schema` answers the columns of a topic's Avro schema in
+/// the shape of a table's `schema`; with them a table test decodes a message the
+/// emulator validated against the schema. A topic without a schema is refused naming
+/// `/config`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_columns_of_a_topic_schema_are_answered_and_a_table_test_decodes_avro() {
+    let p = profile();
+    let schema = unique("wizard-avro");
+    admin::create_avro_schema(
+        &p,
+        &schema,
+        r#"{"type":"record","name":"Bid","fields":[
+            {"name":"auction","type":"long"},
+            {"name":"price","type":["null","double"],"default":null},
+            {"name":"bidder","type":"string"},
+            {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#,
+    )
+    .await
+    .unwrap();
+    let (bound, bound_sub) = (unique("wizard-bound"), unique("wizard-bound-sub"));
+    admin::create_topic_with_schema(&p, &bound, &schema, "JSON")
+        .await
+        .unwrap();
+    admin::create_subscription(&p, &bound_sub, &bound, 60)
+        .await
+        .unwrap();
+    let s = Server::start().await;
+    let id = s.emulator_profile("local").await;
+    let mut body = json!({"connector": "pubsub", "connectionProfileId": id,
+        "config": {"type": "source", "subscriptions": [{"id": bound_sub}]}});
+    let (code, columns) = s.post("/v1/connection_tables/schema", &body).await;
+    assert_eq!(code, 200, "{columns}");
+    assert_eq!(
+        columns,
+        json!({"format": "avro", "fields": [
+            {"name": "auction", "type": "BIGINT", "nullable": false},
+            {"name": "price", "type": "DOUBLE", "nullable": true},
+            {"name": "bidder", "type": "TEXT", "nullable": false},
+            {"name": "at", "type": "TIMESTAMP", "nullable": false}
+        ]})
+    );
+
+    // The derived columns as a table's schema: a table test decodes an Avro message.
+    let publisher = client::publisher(&p, &client::topic_path(PROJECT, &bound))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let publish = async {
+        publisher
+            .publish(Message::new().set_data(
+                br#"{"auction": 7, "price": {"double": 2.5}, "bidder": "b1", "at": 1700000000123}"#
+                    .to_vec(),
+            ))
+            .await
+            .unwrap();
+    };
+    let mut test = body.clone();
+    test["name"] = json!("bids");
+    test["schema"] = columns.clone();
+    let events = s
+        .events_publishing("/v1/connection_tables/test", &test, publish)
+        .await;
+    let text = serde_json::to_string_pretty(&events).unwrap();
+    let row = events
+        .iter()
+        .find(|e| e["row"].is_object())
+        .unwrap_or_else(|| panic!("no decoded row: {text}"));
+    assert_eq!(
+        row["row"],
+        json!({"auction": 7, "price": 2.5, "bidder": "b1", "at": "2023-11-14T22:13:20.123"}),
+        "{text}"
+    );
+
+    // A topic without a schema gives no columns.
+    let (plain, plain_sub) = (unique("wizard-plain"), unique("wizard-plain-sub"));
+    admin::create_topic(&p, &plain).await.unwrap();
+    admin::create_subscription(&p, &plain_sub, &plain, 60)
+        .await
+        .unwrap();
+    body["config"]["subscriptions"][0]["id"] = json!(plain_sub);
+    let (code, v) = s.post("/v1/connection_tables/schema", &body).await;
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["field"], "/config", "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("format 'avro' needs a topic with a schema"),
+        "{v}"
+    );
+}

@@ -413,6 +413,22 @@ async fn steps(c: &Client, port: u16, topic: &str, sub: &str, good: &Value) {
     click(c, ppc_box).await; // back to the default
     click(c, "#table-next").await;
     css(c, "#step-columns:not([hidden])").await;
+    // The topic has no schema: the button that reads the columns from it shows the
+    // server's refusal in this step, and the typed columns stay.
+    click(c, "#columns-derive").await;
+    let refusal = wait_js(
+        c,
+        "the refusal to read columns from a topic without a schema",
+        "const e = document.querySelector('#step-columns .server-error'); return e && e.textContent",
+    )
+    .await;
+    assert!(
+        refusal
+            .as_str()
+            .unwrap_or_default()
+            .contains("format 'avro' needs a topic with a schema"),
+        "{refusal}"
+    );
     click(c, "#columns-next").await;
     css(c, "#step-test:not([hidden])").await;
     click(c, "#table-test").await;

@@ -8,7 +8,7 @@ use pubsub_connector_core::PubSubConnector;
 use pubsub_engine::runtime::{
     read_hosts, run_pipeline, ClusterConfig, JobSummary, RuntimeConfig, StopHandle,
 };
-use pubsub_engine::sql::{parse_pipeline, plan_pipeline, PipelineSql};
+use pubsub_engine::sql::{derive_columns, parse_pipeline, plan_pipeline, PipelineSql};
 use pubsub_engine::{ErasedConnector, Metrics};
 
 use crate::metrics_http::MetricsServer;
@@ -44,6 +44,14 @@ impl std::fmt::Display for BadPipeline {
 }
 
 impl std::error::Error for BadPipeline {}
+
+/// Whether a table of `sql` declares no payload column, so its columns are read from its
+/// schema ([`derive_columns`], which does I/O) before it is planned.
+pub fn needs_columns(sql: &PipelineSql) -> bool {
+    sql.tables
+        .iter()
+        .any(|t| t.fields.iter().all(|f| f.metadata_key.is_some()))
+}
 
 /// Reads and parses a pipeline file; errors name the file.
 pub fn load(path: &std::path::Path) -> anyhow::Result<PipelineSql> {
@@ -255,8 +263,12 @@ pub fn print_summary(summary: &JobSummary) {
 pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     let stop = stop_on_signals();
     let mut sql = load(&args.pipeline).map_err(BadPipeline)?;
-    // Planned here too (cheap, no I/O) so that an invalid pipeline exits with 2.
-    plan_pipeline(&sql, &connectors()).map_err(|e| BadPipeline(e.into()))?;
+    // Planned here too (cheap, no I/O) so that an invalid pipeline exits with 2; a table
+    // whose columns come from its schema is planned once they are read (below).
+    let derives = needs_columns(&sql);
+    if !derives {
+        plan_pipeline(&sql, &connectors()).map_err(|e| BadPipeline(e.into()))?;
+    }
     if args.emulator {
         check_emulator_tables(&sql, "--emulator")?;
     }
@@ -281,6 +293,10 @@ pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    if derives {
+        derive_columns(&mut sql, &connectors()).await?;
+        plan_pipeline(&sql, &connectors()).map_err(|e| BadPipeline(e.into()))?;
+    }
     let who = if args.processes > 1 {
         format!(" (process {} of {})", args.process, args.processes)
     } else {

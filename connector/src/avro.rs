@@ -195,11 +195,17 @@ pub async fn fetch_revision(
     })
 }
 
-/// The writer schema revisions a source subtask has met, by `name@revision`.
+/// A revision as read: the schema, or why no message naming it can be decoded.
+type Fetched = Result<Arc<AvroSchema>, String>;
+
+/// The writer schema revisions a source subtask has met, by schema name, then revision
+/// id (looked up by the attributes' own strings: no key is built per message).
 pub struct Revisions {
     reader: Option<SchemaReader>,
     profile: PubSubProfile,
-    cache: HashMap<String, Result<Arc<AvroSchema>, String>>,
+    cache: HashMap<String, HashMap<String, Fetched>>,
+    /// Revisions in `cache`, at most [`MAX_REVISIONS`].
+    cached: usize,
 }
 
 impl Revisions {
@@ -208,6 +214,7 @@ impl Revisions {
             reader: None,
             profile,
             cache: HashMap::new(),
+            cached: 0,
         }
     }
 
@@ -220,19 +227,27 @@ impl Revisions {
         else {
             return Ok(());
         };
-        let key = format!("{name}@{rev}");
-        if rev == DELETED_REVISION || self.cache.contains_key(&key) {
+        if rev == DELETED_REVISION || self.get(name, rev).is_some() {
             return Ok(());
         }
         if self.reader.is_none() {
             self.reader = Some(SchemaReader::new(&self.profile).await?);
         }
         let got = fetch_revision(self.reader.as_ref().expect("set"), name, Some(rev)).await?;
-        if self.cache.len() >= MAX_REVISIONS {
+        if self.cached >= MAX_REVISIONS {
             self.cache.clear();
+            self.cached = 0;
         }
-        self.cache.insert(key, got.map(Arc::new));
+        self.cache
+            .entry(name.clone())
+            .or_default()
+            .insert(rev.clone(), got.map(Arc::new));
+        self.cached += 1;
         Ok(())
+    }
+
+    fn get(&self, name: &str, rev: &str) -> Option<&Fetched> {
+        self.cache.get(name).and_then(|revs| revs.get(rev))
     }
 
     /// The revision and encoding a message was written with, as [`fetch`](Self::fetch)
@@ -257,7 +272,7 @@ impl Revisions {
         let encoding = AvroEncoding::parse(enc).ok_or_else(|| {
             format!("attribute '{SCHEMA_ENCODING}' is '{enc}', neither JSON nor BINARY")
         })?;
-        match self.cache.get(&format!("{name}@{rev}")) {
+        match self.get(name, rev) {
             Some(Ok(s)) => Ok((s.clone(), encoding)),
             Some(Err(e)) => Err(e.clone()),
             None => Err(format!("schema {name} revision {rev} was not fetched")),

@@ -4,7 +4,7 @@ use futures::future::BoxFuture;
 use pubsub_engine::{ConfigError, OptionError, PrepareContext};
 use pubsub_engine::{
     Connection, ConnectionSchema, ConnectionType, ConnectorMetadata, ConnectorOptions,
-    ConstructedOperator, FieldType, Format, MetadataDef, OperatorConfig,
+    ConstructedOperator, FieldType, Format, MetadataDef, OperatorConfig, SourceField,
 };
 use pubsub_schema::{PubSubProfile, PubSubTable};
 use pubsub_table_options::{
@@ -264,6 +264,23 @@ impl pubsub_engine::Connector for PubSubConnector {
     /// subscription and message id (`pubsub_engine::record_id`).
     fn source_record_keys(&self) -> bool {
         true
+    }
+
+    /// Format `avro`: the columns of the topic's Avro schema
+    /// ([`crate::avro_columns::derived_columns`]). Other formats derive none.
+    fn derive_fields(
+        &self,
+        profile: &PubSubProfile,
+        table: &PubSubTable,
+        schema: &ConnectionSchema,
+    ) -> Option<BoxFuture<'static, anyhow::Result<Vec<SourceField>>>> {
+        if schema.format != Format::Avro {
+            return None;
+        }
+        let (profile, table) = (profile.clone(), table.clone());
+        Some(Box::pin(crate::avro_columns::derived_columns(
+            profile, table,
+        )))
     }
 
     /// Checks the options against the checkpoint interval, creates missing subscriptions,

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod avro;
+pub mod avro_columns;
 pub mod build_error;
 pub mod client;
 mod connector;

@@ -672,6 +672,24 @@ async function tableNext () {
   showStep('columns')
 }
 
+/** Fills the columns form with the columns of the topic's Avro schema (format avro). */
+async function deriveColumns () {
+  clearErrors()
+  const btn = $('#columns-derive')
+  busy(btn, true)
+  const r = await call('POST', '/connection_tables/schema', {
+    connector: state.connector.id,
+    connectionProfileId: state.profile.id,
+    config: { type: state.tableType, ...valueOf(state.editors.table) }
+  })
+  busy(btn, false)
+  if (!r.ok) {
+    stepError('columns', `no columns from the topic's schema: ${r.body.error}`, 'server-error', r.body.field || '')
+    return
+  }
+  state.editors.columns.setValue(r.body)
+}
+
 function columnsNext () {
   clearErrors()
   if (!checkForm(state.editors.columns, 'columns')) return
@@ -823,6 +841,7 @@ function wire () {
   })
   $('#table-next').addEventListener('click', tableNext)
   $('#columns-next').addEventListener('click', columnsNext)
+  $('#columns-derive').addEventListener('click', deriveColumns)
   $('#table-test').addEventListener('click', testTable)
   $('#table-create').addEventListener('click', createTable)
   $('#sql-copy').addEventListener('click', copySql)

@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 #[schemars(title = "Columns")]
 pub struct Columns {
     /// How a message payload maps to a row: `json` (one object per row, keys matched to
-    /// column names), `raw_string` (the payload as one TEXT column `value`) or
-    /// `raw_bytes` (one BYTEA column `value`). Default `json`.
+    /// column names), `raw_string` (the payload as one TEXT column `value`),
+    /// `raw_bytes` (one BYTEA column `value`) or `avro` (the Avro schema of the topic,
+    /// fields matched to column names; `POST /v1/connection_tables/schema` reads its
+    /// columns). Default `json`.
     #[serde(default)]
     #[schemars(title = "Format")]
     pub format: ColumnFormat,
@@ -30,6 +32,7 @@ pub enum ColumnFormat {
     Json,
     RawString,
     RawBytes,
+    Avro,
 }
 
 /// One column.
@@ -74,6 +77,21 @@ pub enum SqlType {
 }
 
 impl SqlType {
+    /// The SQL type of an engine column type.
+    pub fn of(t: FieldType) -> SqlType {
+        match t {
+            FieldType::Text => SqlType::Text,
+            FieldType::Bigint => SqlType::Bigint,
+            FieldType::Int => SqlType::Int,
+            FieldType::Double => SqlType::Double,
+            FieldType::Float => SqlType::Float,
+            FieldType::Boolean => SqlType::Boolean,
+            FieldType::Timestamp => SqlType::Timestamp,
+            FieldType::Bytea => SqlType::Bytea,
+            FieldType::Json => SqlType::Json,
+        }
+    }
+
     pub fn field_type(self) -> FieldType {
         match self {
             SqlType::Text => FieldType::Text,
@@ -121,6 +139,7 @@ impl Columns {
             ColumnFormat::Json => Format::Json,
             ColumnFormat::RawString => Format::RawString,
             ColumnFormat::RawBytes => Format::RawBytes,
+            ColumnFormat::Avro => Format::Avro,
         };
         let fields = self
             .fields
@@ -141,6 +160,7 @@ impl Columns {
             ColumnFormat::Json => "json",
             ColumnFormat::RawString => "raw_string",
             ColumnFormat::RawBytes => "raw_bytes",
+            ColumnFormat::Avro => "avro",
         }
     }
 

@@ -4,6 +4,7 @@
 
 mod assets;
 pub mod columns;
+mod derive;
 pub mod error;
 pub mod guard;
 mod profiles;
@@ -63,6 +64,7 @@ pub fn router(state: AppState, access: Access) -> Router {
             get(profiles::autocomplete),
         )
         .route("/v1/connection_tables/test", post(table_test::test))
+        .route("/v1/connection_tables/schema", post(derive::columns))
         .route(
             "/v1/connection_tables",
             post(tables::create).get(tables::list),

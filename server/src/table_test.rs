@@ -153,6 +153,9 @@ async fn run(
         }
         PubSubTable::Source(s) => {
             let schema = b.columns.connection_schema();
+            // Format avro: each message's writer revision, read once (as a source does).
+            let mut revisions = (schema.format == pubsub_engine::Format::Avro)
+                .then(|| pubsub_connector_core::avro::Revisions::new(b.profile.clone()));
             let (mut read, mut decoded, mut failed) = (0, 0, 0);
             let emulator = matches!(
                 b.profile.authentication,
@@ -200,7 +203,10 @@ async fn run(
                 }
                 for m in got {
                     read += 1;
-                    match decode(&schema, &m, &sub.id, select) {
+                    if let Some(r) = revisions.as_mut() {
+                        r.fetch(&m.message.attributes).await?;
+                    }
+                    match decode(&schema, &m, &sub.id, select, revisions.as_ref()) {
                         Ok((decoded_rows, rows)) => {
                             decoded += 1;
                             let n = rows.len();
@@ -240,12 +246,14 @@ async fn run(
 }
 
 /// The number of rows one message decodes into, and its rows (after `select`, if given)
-/// as JSON objects; or why it cannot be decoded, or the SELECT's row failure.
+/// as JSON objects; or why it cannot be decoded, or the SELECT's row failure. Format
+/// `avro` decodes with the writer revision `revisions` fetched for the message.
 fn decode(
     schema: &ConnectionSchema,
     m: &Sampled,
     subscription: &str,
     select: Option<&SelectPlan>,
+    revisions: Option<&pubsub_connector_core::avro::Revisions>,
 ) -> Result<(usize, Vec<Value>), String> {
     let mut d = Deserializer::new(schema).map_err(|e| format!("cannot decode: {e:#}"))?;
     let keys = schema
@@ -261,8 +269,17 @@ fn decode(
     );
     let cannot =
         |e: pubsub_engine::format::DeserializeError| format!("cannot decode: {}", e.reason);
-    d.deserialize(&Bytes::from(m.message.data.to_vec()), &metadata)
-        .map_err(cannot)?;
+    let payload = Bytes::from(m.message.data.to_vec());
+    match revisions {
+        Some(r) => {
+            let (writer, encoding) = r
+                .writer(&m.message.attributes)
+                .map_err(|e| format!("cannot decode: {e}"))?;
+            d.deserialize_avro(&payload, &writer, encoding, &metadata)
+        }
+        None => d.deserialize(&payload, &metadata),
+    }
+    .map_err(cannot)?;
     let Some(batch) = d.flush().map_err(cannot)? else {
         return Ok((0, Vec::new()));
     };

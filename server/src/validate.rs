@@ -66,6 +66,18 @@ impl Validators {
         config: &Value,
         columns: &Value,
     ) -> Result<(PubSubTable, Columns), ApiError> {
+        let table = self.table_config(profile, config)?;
+        check_schema(&self.columns, columns, "/schema")?;
+        let cols: Columns = decode(columns, "/schema")?;
+        Ok((table, cols))
+    }
+
+    /// The table config alone (`/config`), checked as [`table`](Self::table) checks it.
+    pub fn table_config(
+        &self,
+        profile: &PubSubProfile,
+        config: &Value,
+    ) -> Result<PubSubTable, ApiError> {
         let validator = match config.get("type").and_then(Value::as_str) {
             Some("source") => &self.source,
             Some("sink") => &self.sink,
@@ -78,8 +90,6 @@ impl Validators {
         };
         check_schema(validator, config, "/config")?;
         let table: PubSubTable = decode(config, "/config")?;
-        check_schema(&self.columns, columns, "/schema")?;
-        let cols: Columns = decode(columns, "/schema")?;
         match &table {
             PubSubTable::Source(s) => {
                 PubSubSource::from_config(profile.clone(), s.clone())
@@ -90,7 +100,7 @@ impl Validators {
                     .map_err(|e| build_error(&e, config, "/config"))?;
             }
         }
-        Ok((table, cols))
+        Ok(table)
     }
 }
 

@@ -374,7 +374,7 @@ impl SinkWriter {
         while !self.parked.is_empty() {
             self.check_fatal()?;
             if self.topic_missing {
-                let ensured = topic::ensure(&self.sink, true).await?;
+                let ensured = topic::ensure(&self.sink, true, self.encoder.is_avro()).await?;
                 if ensured.created {
                     self.metrics.topics_created.add(1);
                 }
@@ -539,7 +539,7 @@ impl ArrowOperator for SinkWriter {
         // (Pub/Sub discards what a topic without one receives; issue 16, finding 6, as a
         // kind; found by the fault campaign, seed 39).
         let mid_job = !ctx.first_run;
-        let ensured = topic::ensure(&self.sink, mid_job).await?;
+        let ensured = topic::ensure(&self.sink, mid_job, self.encoder.is_avro()).await?;
         if ensured.created {
             self.metrics.topics_created.add(1);
         }

@@ -33,9 +33,10 @@ pub struct Ensured {
 
 /// Makes sure the topic exists; `mid_run`: a publish found it gone after the start-up
 /// check, so a topic created now carries [`RECREATED_LABEL`]. Errors name the topic and
-/// the cause: missing under `create-never` (a `pubsub_engine::ConfigError`), permission,
-/// unreachable endpoint.
-pub async fn ensure(sink: &PubSubSink, mid_run: bool) -> anyhow::Result<Ensured> {
+/// the cause: missing under `create-never`, or for a sink of format `avro` (`avro`: a
+/// topic made here would have no schema), both `pubsub_engine::ConfigError`s;
+/// permission; unreachable endpoint.
+pub async fn ensure(sink: &PubSubSink, mid_run: bool, avro: bool) -> anyhow::Result<Ensured> {
     let profile = sink.profile();
     let name = sink.topic_name();
     let admin = client::topic_admin(profile).await?;
@@ -65,6 +66,11 @@ pub async fn ensure(sink: &PubSubSink, mid_run: bool) -> anyhow::Result<Ensured>
         return Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
             "topic {name} does not exist and '{}' is 'create-never': create it, or set 'create-if-needed'",
             pubsub_table_options::CREATE_DISPOSITION
+        )));
+    }
+    if avro {
+        return Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+            "topic {name} does not exist, and a sink of format 'avro' does not create it (a topic it made would have no schema): create it bound to an Avro schema"
         )));
     }
     let mut topic = with_options(

@@ -9,7 +9,8 @@ use super::context::OperatorState;
 use super::operator::ConstructedOperator;
 use super::options::ConnectorOptions;
 use super::types::{
-    ConnectionSchema, ConnectionType, Format, MetadataDef, OperatorConfig, TimestampFormat,
+    ConnectionSchema, ConnectionType, Format, MetadataDef, OperatorConfig, SourceField,
+    TimestampFormat,
 };
 
 /// Description of a connector for a UI (Arroyo's `api::Connector`).
@@ -259,6 +260,24 @@ pub trait Connector: Send + Sync + 'static {
         false
     }
 
+    /// The payload columns of a table that declares none (only `METADATA FROM` columns,
+    /// or no column at all), read from the schema its external resource is bound to
+    /// (e.g. the Avro schema of a Pub/Sub topic, issue 18), in that schema's order.
+    /// `schema` is the table's format with its declared columns. `None` (the default):
+    /// this connector derives no columns for this table, which must then declare them.
+    ///
+    /// The future bounds every wait it makes (RPC deadlines). Errors that no retry can fix
+    /// (no schema, a field no column type holds exactly) are [`crate::ConfigError`]s; any
+    /// other error is a failure to ask, worth a retry.
+    fn derive_fields(
+        &self,
+        _profile: &Self::ProfileT,
+        _table: &Self::TableT,
+        _schema: &ConnectionSchema,
+    ) -> Option<BoxFuture<'static, anyhow::Result<Vec<SourceField>>>> {
+        None
+    }
+
     /// Whether this connector's sources fill the metadata key
     /// [`RECORD_KEY`](crate::record_id::RECORD_KEY) with a key that is the same on every
     /// delivery of a message (a sink stamping record ids can only read from such a
@@ -322,6 +341,15 @@ pub trait ErasedConnector: Send + Sync {
     fn sink_record_ids(&self, connection: &Connection) -> bool;
     /// See [`Connector::source_record_keys`].
     fn source_record_keys(&self) -> bool;
+    /// See [`Connector::derive_fields`]; `profile` and `table` in the connector's JSON
+    /// shape (a [`Connection`]'s `config` members). Configs that do not deserialize make
+    /// a future that fails, saying which.
+    fn derive_fields(
+        &self,
+        profile: serde_json::Value,
+        table: serde_json::Value,
+        schema: &ConnectionSchema,
+    ) -> Option<BoxFuture<'static, anyhow::Result<Vec<SourceField>>>>;
 }
 
 impl<C: Connector> ErasedConnector for C {
@@ -429,6 +457,26 @@ impl<C: Connector> ErasedConnector for C {
 
     fn source_record_keys(&self) -> bool {
         Connector::source_record_keys(self)
+    }
+
+    fn derive_fields(
+        &self,
+        profile: serde_json::Value,
+        table: serde_json::Value,
+        schema: &ConnectionSchema,
+    ) -> Option<BoxFuture<'static, anyhow::Result<Vec<SourceField>>>> {
+        let connector = Connector::name(self);
+        let configs = serde_json::from_value::<C::ProfileT>(profile)
+            .map_err(|e| anyhow::anyhow!("the {connector} connection profile is invalid: {e}"))
+            .and_then(|p| {
+                serde_json::from_value::<C::TableT>(table)
+                    .map(|t| (p, t))
+                    .map_err(|e| anyhow::anyhow!("the {connector} table config is invalid: {e}"))
+            });
+        match configs {
+            Ok((profile, table)) => Connector::derive_fields(self, &profile, &table, schema),
+            Err(e) => Some(Box::pin(async move { Err(e) })),
+        }
     }
 }
 

@@ -239,15 +239,7 @@ impl SourceCollector {
         payload: &bytes::Bytes,
         metadata: &[FieldValue],
     ) -> Result<usize, DeserializeError> {
-        let d = self
-            .deserializer
-            .as_mut()
-            .expect("initialize_deserializer must be called before deserialize_slice");
-        let rows = d.deserialize(payload, metadata)?;
-        if self.buffer_started.is_none() {
-            self.buffer_started = Some(Instant::now());
-        }
-        Ok(rows)
+        self.decode_with(|d| d.deserialize(payload, metadata))
     }
 
     /// Like [`deserialize_slice`](Self::deserialize_slice) for format `avro`: `payload`
@@ -260,11 +252,19 @@ impl SourceCollector {
         encoding: AvroEncoding,
         metadata: &[FieldValue],
     ) -> Result<usize, DeserializeError> {
+        self.decode_with(|d| d.deserialize_avro(payload, writer, encoding, metadata))
+    }
+
+    /// Runs one decode on the deserializer and starts the linger clock on the first row.
+    fn decode_with(
+        &mut self,
+        decode: impl FnOnce(&mut Deserializer) -> Result<usize, DeserializeError>,
+    ) -> Result<usize, DeserializeError> {
         let d = self
             .deserializer
             .as_mut()
-            .expect("initialize_deserializer must be called before deserialize_avro");
-        let rows = d.deserialize_avro(payload, writer, encoding, metadata)?;
+            .expect("initialize_deserializer must be called before decoding");
+        let rows = decode(d)?;
         if self.buffer_started.is_none() {
             self.buffer_started = Some(Instant::now());
         }

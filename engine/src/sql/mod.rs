@@ -6,6 +6,7 @@ mod catalog;
 mod check;
 mod clauses;
 mod coercion;
+mod derive;
 mod dialect;
 mod eval;
 mod exact_cast;
@@ -19,6 +20,7 @@ mod select;
 mod expr_tests;
 
 pub use check::{reject_failing, RejectedMessage, RowCheck};
+pub use derive::derive_columns;
 pub use eval::RowFailure;
 pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
 pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};

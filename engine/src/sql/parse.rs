@@ -170,9 +170,6 @@ fn create_table(ct: &CreateTable, tables: &[TableDef]) -> Result<TableDef, SqlEr
         .iter()
         .map(|c| column(&name, c))
         .collect::<Result<Vec<_>, _>>()?;
-    if fields.is_empty() {
-        return err(format!("table '{name}' declares no columns"));
-    }
     for (i, f) in fields.iter().enumerate() {
         if fields[..i].iter().any(|g| g.name == f.name) {
             return err(format!("table '{name}' declares column '{}' twice", f.name));

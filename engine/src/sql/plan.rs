@@ -550,6 +550,39 @@ fn plan_table(
     connectors: &[Arc<dyn ErasedConnector>],
 ) -> Result<PlannedTable, SqlError> {
     let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
+    if t.fields.is_empty() {
+        return Err(e(
+            "declares no columns (only a table of format 'avro' on a topic with a schema derives them)".into(),
+        ));
+    }
+    let (connector, mut options, schema) = table_head(t, connectors)?;
+    let connection = connector
+        .from_options(&t.name, &mut options, &schema)
+        .map_err(|x| e(format!("{x:#}")))?;
+    let mut known = vec!["connector", "format", "json.timestamp-format"];
+    known.extend_from_slice(connector.known_options());
+    options.finish(&known).map_err(|x| e(x.to_string()))?;
+    Ok(PlannedTable {
+        connector,
+        connection,
+    })
+}
+
+/// The table's connector, its options less `connector`, `format` and
+/// `json.timestamp-format`, and its schema (format and declared columns). Errors name
+/// the table and the option.
+pub(crate) fn table_head(
+    t: &TableDef,
+    connectors: &[Arc<dyn ErasedConnector>],
+) -> Result<
+    (
+        Arc<dyn ErasedConnector>,
+        crate::spi::ConnectorOptions,
+        ConnectionSchema,
+    ),
+    SqlError,
+> {
+    let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
     let mut options = t.options.clone();
     let name = options
         .pull_str("connector")
@@ -601,14 +634,5 @@ fn plan_table(
         bad_data: BadData::Fail,
         fields: t.fields.clone(),
     };
-    let connection = connector
-        .from_options(&t.name, &mut options, &schema)
-        .map_err(|x| e(format!("{x:#}")))?;
-    let mut known = vec!["connector", "format", "json.timestamp-format"];
-    known.extend_from_slice(connector.known_options());
-    options.finish(&known).map_err(|x| e(x.to_string()))?;
-    Ok(PlannedTable {
-        connector,
-        connection,
-    })
+    Ok((connector, options, schema))
 }

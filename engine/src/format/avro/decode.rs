@@ -141,6 +141,23 @@ pub(crate) fn exact_f32(i: i64) -> Option<f32> {
     (f as i128 == i128::from(i)).then_some(f)
 }
 
+/// The integer an Avro integer value holds: `int` and `long` and the logical types over
+/// them (dates, times, timestamps), each written as that integer in JSON.
+pub(crate) fn integer(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) | Value::Date(i) | Value::TimeMillis(i) => Some(i64::from(*i)),
+        Value::Long(i)
+        | Value::TimeMicros(i)
+        | Value::TimestampMillis(i)
+        | Value::TimestampMicros(i)
+        | Value::TimestampNanos(i)
+        | Value::LocalTimestampMillis(i)
+        | Value::LocalTimestampMicros(i)
+        | Value::LocalTimestampNanos(i) => Some(*i),
+        _ => None,
+    }
+}
+
 /// An Avro value as JSON: records and maps as objects (keys sorted, the canonical form of
 /// JSON columns), bytes as standard base64, enums and UUIDs as strings, timestamps, dates
 /// and times as their integers. Refuses what JSON cannot hold exactly (NaN, infinities,
@@ -152,18 +169,12 @@ pub(crate) fn to_json(v: &Value) -> Result<serde_json::Value, String> {
             .map(J::Number)
             .ok_or_else(|| format!("{f} cannot be written as JSON"))
     };
+    if let Some(i) = integer(v) {
+        return Ok(J::from(i));
+    }
     Ok(match v {
         Value::Null => J::Null,
         Value::Boolean(b) => J::Bool(*b),
-        Value::Int(i) | Value::Date(i) | Value::TimeMillis(i) => J::from(*i),
-        Value::Long(i)
-        | Value::TimeMicros(i)
-        | Value::TimestampMillis(i)
-        | Value::TimestampMicros(i)
-        | Value::TimestampNanos(i)
-        | Value::LocalTimestampMillis(i)
-        | Value::LocalTimestampMicros(i)
-        | Value::LocalTimestampNanos(i) => J::from(*i),
         Value::Float(f) => float(f64::from(*f))?,
         Value::Double(f) => float(*f)?,
         Value::String(s) | Value::Enum(_, s) => J::String(s.clone()),

@@ -14,6 +14,7 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 use serde_json::value::RawValue;
 
+use super::decode::integer;
 use super::schema::{type_text, AvroSchema};
 use crate::format::canonical::{entries, items};
 use crate::format::number::{exact_i32, exact_i64};
@@ -278,6 +279,10 @@ pub(crate) fn write_json(
         }
         serde_json::to_writer(out, &f).map_err(|e| e.to_string())
     };
+    if let Some(i) = integer(v) {
+        out.extend_from_slice(i.to_string().as_bytes());
+        return Ok(());
+    }
     match (s, v) {
         (Schema::Union(u), Value::Union(i, inner)) => {
             let b = u
@@ -296,20 +301,6 @@ pub(crate) fn write_json(
         }
         (_, Value::Null) => out.extend_from_slice(b"null"),
         (_, Value::Boolean(b)) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        (_, Value::Int(i) | Value::Date(i) | Value::TimeMillis(i)) => {
-            out.extend_from_slice(i.to_string().as_bytes())
-        }
-        (
-            _,
-            Value::Long(i)
-            | Value::TimeMicros(i)
-            | Value::TimestampMillis(i)
-            | Value::TimestampMicros(i)
-            | Value::TimestampNanos(i)
-            | Value::LocalTimestampMillis(i)
-            | Value::LocalTimestampMicros(i)
-            | Value::LocalTimestampNanos(i),
-        ) => out.extend_from_slice(i.to_string().as_bytes()),
         (_, Value::Float(f)) => {
             if !f.is_finite() {
                 return Err(format!("{f} cannot be written in Avro's JSON encoding"));

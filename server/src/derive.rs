@@ -1,0 +1,86 @@
+//! `POST /v1/connection_tables/schema`: the columns a table's topic schema gives (issue
+//! 18), for the wizard to show instead of asking for them. Body: `connector`,
+//! `connectionProfileId` and `config` as for a table; reply: the `schema` member of a
+//! table body (`{"format": "avro", "fields": [...]}`), which the wizard then saves as the
+//! table's columns.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use pubsub_connector_core::PubSubConnector;
+use pubsub_engine::{ConfigError, ConnectionSchema, ErasedConnector, Format};
+use serde_json::{json, Value};
+
+use crate::columns::{Column, ColumnFormat, Columns, SqlType};
+use crate::error::ApiError;
+use crate::profiles::{check_connector, load, CALL_TIMEOUT};
+use crate::AppState;
+
+/// 200 with the columns; 400 naming `/config` when the table is not one whose schema
+/// gives columns (no schema on its topic, a Protocol Buffers schema, a field no column
+/// type holds); 502 when Pub/Sub could not be asked (or gave no answer within
+/// [`CALL_TIMEOUT`]).
+pub async fn columns(
+    State(state): State<AppState>,
+    Json(body): Json<Value>,
+) -> Result<Json<Value>, ApiError> {
+    check_connector(&body)?;
+    let id = body
+        .get("connectionProfileId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ApiError::bad(
+                "/connectionProfileId",
+                "'connectionProfileId' is required (a saved profile's id, e.g. 'cp_1')",
+            )
+        })?;
+    let (_, profile) = load(&state, id)?;
+    let config = body.get("config").ok_or_else(|| {
+        ApiError::bad(
+            "/config",
+            "'config' is required (the table, as schema/table.json)",
+        )
+    })?;
+    let table = state.validators.table_config(&profile, config)?;
+    let derive = PubSubConnector
+        .derive_fields(
+            serde_json::to_value(&profile).map_err(ApiError::internal)?,
+            serde_json::to_value(&table).map_err(ApiError::internal)?,
+            &ConnectionSchema::new(Format::Avro, Vec::new()),
+        )
+        .ok_or_else(|| ApiError::internal("format 'avro' derives no columns"))?;
+    let fields = match tokio::time::timeout(CALL_TIMEOUT, derive).await {
+        Ok(Ok(fields)) => fields,
+        Ok(Err(e)) if ConfigError::is_in(&e) => {
+            return Err(ApiError::bad("/config", format!("{e:#}")))
+        }
+        Ok(Err(e)) => return Err(unreachable(format!("{e:#}"))),
+        Err(_) => {
+            return Err(unreachable(format!(
+                "no answer from Pub/Sub within {CALL_TIMEOUT:?}"
+            )))
+        }
+    };
+    let columns = Columns {
+        format: ColumnFormat::Avro,
+        fields: fields
+            .into_iter()
+            .map(|f| Column {
+                name: f.name,
+                ty: SqlType::of(f.field_type),
+                nullable: !f.required,
+                metadata_key: None,
+            })
+            .collect(),
+    };
+    Ok(Json(json!(columns)))
+}
+
+/// 502: Pub/Sub could not be asked.
+fn unreachable(error: String) -> ApiError {
+    ApiError {
+        status: StatusCode::BAD_GATEWAY,
+        error,
+        field: None,
+    }
+}
