@@ -241,17 +241,16 @@ async fn avro_refuses_a_topic_without_schema_a_column_without_field_and_a_delete
         &format!("format 'avro' needs a topic with a schema, and topic projects/{PROJECT}/topics/{plain}"),
     )
     .await;
-    // A sink column the schema has no field for, and a NOT NULL field without column.
+    // A sink column the schema has no field for, and a NOT NULL field without column:
+    // refused when the pipeline is planned, before anything starts.
     for (columns, want) in [
         // Revision 1 has no `note`.
         (
             COLUMNS.to_string(),
-            "column 'note' has no field in schema".to_string(),
+            "table 'd': its columns do not fit its schema: the sink table cannot be written into topic",
         ),
-        (
-            "name TEXT".to_string(),
-            "field 'id' (\"long\") of schema".to_string(),
-        ),
+        (COLUMNS.to_string(), "column 'note' has no field in schema"),
+        ("name TEXT".to_string(), "field 'id' (\"long\") of schema"),
     ] {
         refused(
             &format!(
@@ -262,7 +261,7 @@ async fn avro_refuses_a_topic_without_schema_a_column_without_field_and_a_delete
                 with(&e, &format!("'topic' = '{bound}', 'format' = 'avro'")),
             ),
             2,
-            &want,
+            want,
         )
         .await;
     }
@@ -397,7 +396,7 @@ async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
             with(&e, &format!("'topic' = '{missing}', 'format' = 'avro'")),
         ),
         2,
-        &format!("topic projects/{PROJECT}/topics/{missing} does not exist, and a sink of format 'avro' does not create it"),
+        &format!("topic projects/{PROJECT}/topics/{missing} does not exist, and format 'avro' reads its schema from it"),
     )
     .await;
     let topics = pubsub_connector_core::client::topic_admin(&p)

@@ -8,7 +8,7 @@ use pubsub_connector_core::PubSubConnector;
 use pubsub_engine::runtime::{
     read_hosts, run_pipeline, ClusterConfig, JobSummary, RuntimeConfig, StopHandle,
 };
-use pubsub_engine::sql::{derive_columns, parse_pipeline, plan_pipeline, PipelineSql};
+use pubsub_engine::sql::{parse_pipeline, plan_pipeline, resolve_schemas, PipelineSql};
 use pubsub_engine::{ErasedConnector, Metrics};
 
 use crate::metrics_http::MetricsServer;
@@ -46,7 +46,7 @@ impl std::fmt::Display for BadPipeline {
 impl std::error::Error for BadPipeline {}
 
 /// Whether a table of `sql` declares no payload column, so its columns are read from its
-/// schema ([`derive_columns`], which does I/O) before it is planned.
+/// schema ([`resolve_schemas`], which does I/O) before it is planned.
 pub fn needs_columns(sql: &PipelineSql) -> bool {
     sql.tables
         .iter()
@@ -293,8 +293,10 @@ pub async fn run_command(args: RunArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    // Columns derived from, or checked against, the schemas tables are bound to (I/O only
+    // for such tables, e.g. format avro); then planned with them.
+    resolve_schemas(&mut sql, &connectors()).await?;
     if derives {
-        derive_columns(&mut sql, &connectors()).await?;
         plan_pipeline(&sql, &connectors()).map_err(|e| BadPipeline(e.into()))?;
     }
     let who = if args.processes > 1 {

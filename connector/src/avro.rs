@@ -131,17 +131,27 @@ impl SchemaReader {
     }
 }
 
-/// The schema topic `topic` (full name) is bound to, or `None`. Errors: the topic cannot
-/// be read, or its encoding is neither JSON nor BINARY.
+/// The schema topic `topic` (full name) is bound to, or `None`. Errors: the topic does
+/// not exist (a `ConfigError`), cannot be read, or its encoding is neither JSON nor
+/// BINARY.
 pub async fn topic_schema(
     profile: &PubSubProfile,
     topic: &str,
 ) -> anyhow::Result<Option<TopicSchema>> {
     let admin = client::topic_admin(profile).await?;
-    let t = bounded(admin.get_topic().set_topic(topic.to_string()))
+    let t = match bounded(admin.get_topic().set_topic(topic.to_string()))
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("cannot read topic {topic}: {e}"))?;
+    {
+        Ok(t) => t,
+        // No restart makes it: a sink of format avro does not create its topic.
+        Err(e) if e.status().is_some_and(|s| s.code == Code::NotFound) => {
+            return Err(ConfigError::wrap(anyhow::anyhow!(
+                "topic {topic} does not exist, and format 'avro' reads its schema from it: create it bound to an Avro schema"
+            )))
+        }
+        Err(e) => return Err(anyhow::anyhow!("cannot read topic {topic}: {e}")),
+    };
     let Some(s) = t.schema_settings.filter(|s| !s.schema.is_empty()) else {
         return Ok(None);
     };

@@ -1,15 +1,61 @@
-//! The columns of a `format = 'avro'` table that declares none, from its topic's Avro
-//! schema (issue 18): one column per top-level field, named as the field, of the column
-//! type that holds each of its values exactly, nullable when the field's type is a union
-//! with `null`. The revision is the newest the topic accepts (its `last_revision_id`, else
-//! the schema's newest), the one a sink writes with.
+//! The columns of a `format = 'avro'` table and its topic's Avro schema (issue 18), when
+//! the pipeline is planned. A table that declares none gets one column per top-level
+//! field, named as the field, of the column type that holds each of its values exactly,
+//! nullable when the field's type is a union with `null`. A sink's declared columns are
+//! checked against the revision it will write with. The revision is the newest the topic
+//! accepts (its `last_revision_id`, else the schema's newest).
 
-use pubsub_engine::{ConfigError, SourceField};
-use pubsub_schema::{PubSubProfile, PubSubTable};
+use std::sync::Arc;
 
-use crate::avro::{fetch_revision, require_avro_topic, SchemaReader};
+use pubsub_engine::format::avro::{AvroEncoding, AvroSchema};
+use pubsub_engine::format::Serializer;
+use pubsub_engine::{ConfigError, ConnectionSchema, SourceField};
+use pubsub_schema::{PubSubProfile, PubSubTable, SinkConfig};
+
+use crate::avro::{fetch_revision, require_avro_topic, SchemaReader, TopicSchema};
 use crate::client;
 use crate::diagnose::bounded;
+
+/// The revision a sink of format `avro` writes `topic` (full name) with, and the topic's
+/// encoding. Errors as [`require_avro_topic`]'s, and a [`ConfigError`] when the revision
+/// cannot be read for good.
+pub async fn sink_revision(
+    profile: &PubSubProfile,
+    topic: &str,
+) -> anyhow::Result<(Arc<AvroSchema>, AvroEncoding)> {
+    let binding = require_avro_topic(profile, topic, "the sink's topic").await?;
+    let revision = accepted_revision(profile, &binding)
+        .await?
+        .map_err(|e| ConfigError::wrap(anyhow::anyhow!("topic {topic}: {e}")))?;
+    Ok((Arc::new(revision), binding.encoding))
+}
+
+/// The revision `binding` accepts last; the inner error is for good.
+async fn accepted_revision(
+    profile: &PubSubProfile,
+    binding: &TopicSchema,
+) -> anyhow::Result<Result<AvroSchema, String>> {
+    let reader = SchemaReader::new(profile).await?;
+    let last = Some(binding.last_revision_id.as_str()).filter(|r| !r.is_empty());
+    fetch_revision(&reader, &binding.schema, last).await
+}
+
+/// Whether a sink table's `schema` (format `avro`) can be written into its topic under
+/// [`sink_revision`]: a [`ConfigError`] naming the column and the field otherwise.
+pub async fn check_sink_columns(
+    profile: PubSubProfile,
+    config: SinkConfig,
+    schema: ConnectionSchema,
+) -> anyhow::Result<()> {
+    let topic = client::topic_path(&profile.project, &config.topic);
+    let (revision, encoding) = sink_revision(&profile, &topic).await?;
+    Serializer::avro(&schema, revision, encoding).map_err(|e| {
+        ConfigError::wrap(anyhow::anyhow!(
+            "the sink table cannot be written into topic {topic} under its schema: {e}"
+        ))
+    })?;
+    Ok(())
+}
 
 /// The columns of `table`'s topic schema (for a source, the topics of its
 /// subscriptions, which must all be bound to one schema). Errors are
@@ -52,9 +98,7 @@ pub async fn derived_columns(
             other.schema
         )));
     }
-    let reader = SchemaReader::new(&profile).await?;
-    let last = Some(first.last_revision_id.as_str()).filter(|r| !r.is_empty());
-    let revision = fetch_revision(&reader, &first.schema, last)
+    let revision = accepted_revision(&profile, first)
         .await?
         .map_err(|e| ConfigError::wrap(anyhow::anyhow!(e)))?;
     let fields = revision.fields();

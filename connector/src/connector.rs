@@ -283,6 +283,26 @@ impl pubsub_engine::Connector for PubSubConnector {
         )))
     }
 
+    /// Format `avro`, a sink: its columns can be written under the revision its topic
+    /// accepts ([`crate::avro_columns::check_sink_columns`]; the start checks again).
+    fn check_fields(
+        &self,
+        profile: &PubSubProfile,
+        table: &PubSubTable,
+        schema: &ConnectionSchema,
+    ) -> Option<BoxFuture<'static, anyhow::Result<()>>> {
+        match table {
+            PubSubTable::Sink(config) if schema.format == Format::Avro => {
+                Some(Box::pin(crate::avro_columns::check_sink_columns(
+                    profile.clone(),
+                    config.clone(),
+                    schema.clone(),
+                )))
+            }
+            _ => None,
+        }
+    }
+
     /// Checks the options against the checkpoint interval, creates missing subscriptions,
     /// runs the startup checks and applies the start position (seek once per subscription:
     /// on a restore only subscriptions added since) before any subtask reads (SPEC 5.4,

@@ -97,26 +97,16 @@ impl SinkWriter {
     /// [`pubsub_engine::ConfigError`]s naming the column and the field (no restart
     /// changes the schema), but for a failure to ask the schema service.
     async fn bind_avro(&mut self) -> anyhow::Result<()> {
-        let profile = self.sink.profile().clone();
-        let binding =
-            crate::avro::require_avro_topic(&profile, &self.topic, "the sink's topic").await?;
-        let reader = crate::avro::SchemaReader::new(&profile).await?;
-        let last = Some(binding.last_revision_id.as_str()).filter(|r| !r.is_empty());
-        let revision = crate::avro::fetch_revision(&reader, &binding.schema, last)
-            .await?
-            .map_err(|e| {
-                pubsub_engine::ConfigError::wrap(anyhow::anyhow!("topic {}: {e}", self.topic))
-            })?;
+        let (revision, encoding) =
+            crate::avro_columns::sink_revision(self.sink.profile(), &self.topic).await?;
         let describe = revision.describe();
-        self.encoder
-            .bind_avro(std::sync::Arc::new(revision), binding.encoding)
-            .map_err(|e| {
-                pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
-                    "the sink table cannot be written into topic {} under its schema: {e}",
-                    self.topic
-                ))
-            })?;
-        tracing::info!(topic = %self.topic, "writing Avro ({}) under {describe}", binding.encoding);
+        self.encoder.bind_avro(revision, encoding).map_err(|e| {
+            pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+                "the sink table cannot be written into topic {} under its schema: {e}",
+                self.topic
+            ))
+        })?;
+        tracing::info!(topic = %self.topic, "writing Avro ({encoding}) under {describe}");
         Ok(())
     }
 

@@ -278,6 +278,20 @@ pub trait Connector: Send + Sync + 'static {
         None
     }
 
+    /// Checks a table's declared columns against the schema its external resource is
+    /// bound to (e.g. an Avro sink's columns against the revision its topic accepts), when
+    /// the pipeline is planned, so that a table that cannot work is refused before
+    /// anything starts (the start may check again). `None` (the default): nothing to
+    /// check. Errors as for [`derive_fields`](Self::derive_fields).
+    fn check_fields(
+        &self,
+        _profile: &Self::ProfileT,
+        _table: &Self::TableT,
+        _schema: &ConnectionSchema,
+    ) -> Option<BoxFuture<'static, anyhow::Result<()>>> {
+        None
+    }
+
     /// Whether this connector's sources fill the metadata key
     /// [`RECORD_KEY`](crate::record_id::RECORD_KEY) with a key that is the same on every
     /// delivery of a message (a sink stamping record ids can only read from such a
@@ -350,6 +364,13 @@ pub trait ErasedConnector: Send + Sync {
         table: serde_json::Value,
         schema: &ConnectionSchema,
     ) -> Option<BoxFuture<'static, anyhow::Result<Vec<SourceField>>>>;
+    /// See [`Connector::check_fields`]; configs as for [`derive_fields`](Self::derive_fields).
+    fn check_fields(
+        &self,
+        profile: serde_json::Value,
+        table: serde_json::Value,
+        schema: &ConnectionSchema,
+    ) -> Option<BoxFuture<'static, anyhow::Result<()>>>;
 }
 
 impl<C: Connector> ErasedConnector for C {
@@ -465,19 +486,36 @@ impl<C: Connector> ErasedConnector for C {
         table: serde_json::Value,
         schema: &ConnectionSchema,
     ) -> Option<BoxFuture<'static, anyhow::Result<Vec<SourceField>>>> {
-        let connector = Connector::name(self);
-        let configs = serde_json::from_value::<C::ProfileT>(profile)
-            .map_err(|e| anyhow::anyhow!("the {connector} connection profile is invalid: {e}"))
-            .and_then(|p| {
-                serde_json::from_value::<C::TableT>(table)
-                    .map(|t| (p, t))
-                    .map_err(|e| anyhow::anyhow!("the {connector} table config is invalid: {e}"))
-            });
-        match configs {
+        match configs::<C>(profile, table) {
             Ok((profile, table)) => Connector::derive_fields(self, &profile, &table, schema),
             Err(e) => Some(Box::pin(async move { Err(e) })),
         }
     }
+
+    fn check_fields(
+        &self,
+        profile: serde_json::Value,
+        table: serde_json::Value,
+        schema: &ConnectionSchema,
+    ) -> Option<BoxFuture<'static, anyhow::Result<()>>> {
+        match configs::<C>(profile, table) {
+            Ok((profile, table)) => Connector::check_fields(self, &profile, &table, schema),
+            Err(e) => Some(Box::pin(async move { Err(e) })),
+        }
+    }
+}
+
+/// A connection's profile and table configs in `C`'s types; the error says which does
+/// not deserialize.
+fn configs<C: Connector>(
+    profile: serde_json::Value,
+    table: serde_json::Value,
+) -> anyhow::Result<(C::ProfileT, C::TableT)> {
+    let profile = serde_json::from_value::<C::ProfileT>(profile)
+        .map_err(|e| anyhow::anyhow!("the connection profile is invalid: {e}"))?;
+    let table = serde_json::from_value::<C::TableT>(table)
+        .map_err(|e| anyhow::anyhow!("the table config is invalid: {e}"))?;
+    Ok((profile, table))
 }
 
 /// The column rules SQL enforces while parsing and planning (`CREATE TABLE` declares at

@@ -6,7 +6,6 @@ mod catalog;
 mod check;
 mod clauses;
 mod coercion;
-mod derive;
 mod dialect;
 mod eval;
 mod exact_cast;
@@ -14,16 +13,17 @@ mod json;
 mod parse;
 mod plan;
 mod sample;
+mod schemas;
 mod select;
 
 #[cfg(test)]
 mod expr_tests;
 
 pub use check::{reject_failing, RejectedMessage, RowCheck};
-pub use derive::derive_columns;
 pub use eval::RowFailure;
 pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
 pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};
 pub use plan::{plan_pipeline, plan_tables, PlannedPipeline, PlannedQuery, PlannedTable};
 pub use sample::plan_sample_select;
+pub use schemas::resolve_schemas;
 pub use select::SelectPlan;

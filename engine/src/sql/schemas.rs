@@ -1,7 +1,8 @@
-//! Columns a table leaves out, read from the schema its resource is bound to (issue 18):
-//! `CREATE TABLE t WITH ('format' = 'avro', ...)` on a topic with an Avro schema. The one
-//! planning step that does I/O, so it runs before [`plan_pipeline`](super::plan_pipeline),
-//! which stays synchronous.
+//! The schemas tables are bound to outside the pipeline (issue 18: a topic's Avro
+//! schema), read when the pipeline is planned: `CREATE TABLE t WITH ('format' = 'avro',
+//! ...)` without columns takes them from the schema, and declared columns are checked
+//! against it. The one planning step that does I/O, so it runs before
+//! [`plan_pipeline`](super::plan_pipeline), which stays synchronous.
 
 use std::sync::Arc;
 
@@ -9,34 +10,45 @@ use super::parse::PipelineSql;
 use super::plan::table_head;
 use crate::spi::{ConfigError, ErasedConnector};
 
-/// Gives every table of `sql` that declares no payload column (none at all, or only
-/// `METADATA FROM` ones) the columns its connector derives
+/// For every table of `sql`: one that declares no payload column (none at all, or only
+/// `METADATA FROM` ones) gets the columns its connector derives
 /// ([`ErasedConnector::derive_fields`]), in the schema's order, before its declared
-/// metadata columns. A table whose connector derives none is left as it is (planning then
-/// refuses a table without columns). Tables are asked one after the other.
+/// metadata columns; one that declares them has them checked
+/// ([`ErasedConnector::check_fields`]). A connector with nothing to derive or check
+/// leaves the table as it is (planning then refuses a table without columns). Tables are
+/// read one after the other; a pipeline whose connectors bind no schema does no I/O.
 ///
-/// Errors name the table. A bad option or a schema that cannot give columns is a
+/// Errors name the table. A bad option or a schema the columns do not fit is a
 /// [`ConfigError`] (no retry fixes it); a failure to reach the schema is not.
-pub async fn derive_columns(
+pub async fn resolve_schemas(
     sql: &mut PipelineSql,
     connectors: &[Arc<dyn ErasedConnector>],
 ) -> anyhow::Result<()> {
     for t in sql.tables.iter_mut() {
-        if t.fields.iter().any(|f| f.metadata_key.is_none()) {
-            continue;
-        }
         let (connector, mut options, schema) =
             table_head(t, connectors).map_err(ConfigError::wrap)?;
         let connection = connector
             .from_options(&t.name, &mut options, &schema)
             .map_err(|e| ConfigError::wrap(anyhow::anyhow!("table '{}': {e:#}", t.name)))?;
-        let derive = connector.derive_fields(
+        let (profile, table) = (
             connection.config["profile"].clone(),
             connection.config["table"].clone(),
-            &schema,
         );
-        let Some(derive) = derive else { continue };
         // A ConfigError stays findable under the context (`ConfigError::is_in`).
+        if t.fields.iter().any(|f| f.metadata_key.is_none()) {
+            if let Some(check) = connector.check_fields(profile, table, &schema) {
+                check.await.map_err(|e| {
+                    e.context(format!(
+                        "table '{}': its columns do not fit its schema",
+                        t.name
+                    ))
+                })?;
+            }
+            continue;
+        }
+        let Some(derive) = connector.derive_fields(profile, table, &schema) else {
+            continue;
+        };
         let derived = derive.await.map_err(|e| {
             e.context(format!(
                 "table '{}' declares no columns, and they cannot be read from its schema",
