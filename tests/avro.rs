@@ -200,6 +200,40 @@ async fn two_revisions_in_json_and_binary_round_trip_through_source_sink_and_sou
     assert_all_acked(&mid_sub);
 }
 
+/// A topic named after `name` bound to `schema` in `encoding` (`JSON` or `BINARY`), and a
+/// subscription on it (ack deadline 60 s): (topic, subscription).
+pub(crate) async fn bound_topic(schema: &str, encoding: &str, name: &str) -> (String, String) {
+    let p = profile();
+    let (topic, sub) = (unique(name), unique(&format!("{name}-sub")));
+    admin::create_topic_with_schema(&p, &topic, schema, encoding)
+        .await
+        .unwrap();
+    admin::create_subscription(&p, &sub, &topic, 60)
+        .await
+        .unwrap();
+    (topic, sub)
+}
+
+/// `INSERT INTO d (id BIGINT) SELECT id FROM s`, with `s` declaring `columns` (none when
+/// empty) and the tables' options `src` and `dst`: refused with exit 2 and `want`.
+async fn refused_copy(columns: &str, src: &str, dst: &str, want: &str) {
+    let columns = if columns.is_empty() {
+        String::new()
+    } else {
+        format!("({columns}) ")
+    };
+    refused(
+        &format!(
+            "CREATE TABLE s {columns}WITH ({src});
+             CREATE TABLE d (id BIGINT) WITH ({dst});
+             INSERT INTO d SELECT id FROM s;"
+        ),
+        2,
+        want,
+    )
+    .await;
+}
+
 /// Runs `sql` and expects exit `code` with `want` in stderr.
 async fn refused(sql: &str, code: i32, want: &str) {
     let w = Workdir::new(sql);
@@ -220,24 +254,13 @@ async fn avro_refuses_a_topic_without_schema_a_column_without_field_and_a_delete
     admin::create_subscription(&p, &plain_sub, &plain, 60)
         .await
         .unwrap();
-    let (bound, bound_sub) = (unique("bound"), unique("bound-sub"));
-    admin::create_topic_with_schema(&p, &bound, &schema, "JSON")
-        .await
-        .unwrap();
-    admin::create_subscription(&p, &bound_sub, &bound, 60)
-        .await
-        .unwrap();
+    let (bound, bound_sub) = bound_topic(&schema, "JSON", "bound").await;
 
     // A source on a topic without a schema.
-    refused(
-        &format!(
-            "CREATE TABLE s (id BIGINT) WITH ({});
-             CREATE TABLE d (id BIGINT) WITH ({});
-             INSERT INTO d SELECT id FROM s;",
-            with(&e, &format!("'subscription' = '{plain_sub}', 'format' = 'avro'")),
-            with(&e, &format!("'topic' = '{plain}'")),
-        ),
-        2,
+    refused_copy(
+        "id BIGINT",
+        &with(&e, &format!("'subscription' = '{plain_sub}', 'format' = 'avro'")),
+        &with(&e, &format!("'topic' = '{plain}'")),
         &format!("format 'avro' needs a topic with a schema, and topic projects/{PROJECT}/topics/{plain}"),
     )
     .await;
@@ -276,15 +299,10 @@ async fn avro_refuses_a_topic_without_schema_a_column_without_field_and_a_delete
     admin::delete_schema_revision(&p, &schema, &rev1)
         .await
         .unwrap();
-    refused(
-        &format!(
-            "CREATE TABLE s ({COLUMNS}) WITH ({});
-             CREATE TABLE d (id BIGINT) WITH ({});
-             INSERT INTO d SELECT id FROM s;",
-            with(&e, &format!("'subscription' = '{bound_sub}', 'format' = 'avro'")),
-            with(&e, &format!("'topic' = '{plain}'")),
-        ),
-        2,
+    refused_copy(
+        COLUMNS,
+        &with(&e, &format!("'subscription' = '{bound_sub}', 'format' = 'avro'")),
+        &with(&e, &format!("'topic' = '{plain}'")),
         &format!("was written with a revision of schema projects/{PROJECT}/schemas/{schema} that was deleted since"),
     )
     .await;
@@ -362,40 +380,27 @@ async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
 
     let dst = with(&e, &format!("'topic' = '{out}'"));
     // Format json derives nothing.
-    refused(
-        &format!(
-            "CREATE TABLE s WITH ({});
-             CREATE TABLE d (id BIGINT) WITH ({dst});
-             INSERT INTO d SELECT id FROM s;",
-            with(&e, &format!("'subscription' = '{input_sub}'")),
-        ),
-        2,
+    refused_copy(
+        "",
+        &with(&e, &format!("'subscription' = '{input_sub}'")),
+        &dst,
         "table 's': declares no columns (only a table of format 'avro' on a topic with a schema derives them)",
     )
     .await;
     // A topic without a schema.
-    refused(
-        &format!(
-            "CREATE TABLE s WITH ({});
-             CREATE TABLE d (id BIGINT) WITH ({dst});
-             INSERT INTO d SELECT id FROM s;",
-            with(&e, &format!("'subscription' = '{out_sub}', 'format' = 'avro'")),
-        ),
-        2,
+    refused_copy(
+        "",
+        &with(&e, &format!("'subscription' = '{out_sub}', 'format' = 'avro'")),
+        &dst,
         &format!("table 's' declares no columns, and they cannot be read from its schema: format 'avro' needs a topic with a schema, and topic projects/{PROJECT}/topics/{out}"),
     )
     .await;
     // An Avro sink never creates its topic (it would have no schema).
     let missing = unique("derive-missing");
-    refused(
-        &format!(
-            "CREATE TABLE s (id BIGINT) WITH ({});
-             CREATE TABLE d (id BIGINT) WITH ({});
-             INSERT INTO d SELECT id FROM s;",
-            with(&e, &format!("'subscription' = '{out_sub}'")),
-            with(&e, &format!("'topic' = '{missing}', 'format' = 'avro'")),
-        ),
-        2,
+    refused_copy(
+        "id BIGINT",
+        &with(&e, &format!("'subscription' = '{out_sub}'")),
+        &with(&e, &format!("'topic' = '{missing}', 'format' = 'avro'")),
         &format!("topic projects/{PROJECT}/topics/{missing} does not exist, and format 'avro' reads its schema from it"),
     )
     .await;
@@ -417,13 +422,7 @@ async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
     )
     .await
     .unwrap();
-    let (dated_topic, dated_sub) = (unique("dated"), unique("dated-sub"));
-    admin::create_topic_with_schema(&p, &dated_topic, &dated, "JSON")
-        .await
-        .unwrap();
-    admin::create_subscription(&p, &dated_sub, &dated_topic, 60)
-        .await
-        .unwrap();
+    let (_, dated_sub) = bound_topic(&dated, "JSON", "dated").await;
     refused(
         &format!(
             "CREATE TABLE s WITH ({});

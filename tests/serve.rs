@@ -1,6 +1,7 @@
 //! `pubsub-connector serve` and `schema`: the REST API of the connection wizard against the
 //! real emulator, through a real process and HTTP; and the statement it makes, run.
 
+use crate::avro::bound_topic;
 use crate::support;
 
 use std::collections::HashMap;
@@ -1092,13 +1093,7 @@ async fn the_columns_of_a_topic_schema_are_answered_and_a_table_test_decodes_avr
     )
     .await
     .unwrap();
-    let (bound, bound_sub) = (unique("wizard-bound"), unique("wizard-bound-sub"));
-    admin::create_topic_with_schema(&p, &bound, &schema, "JSON")
-        .await
-        .unwrap();
-    admin::create_subscription(&p, &bound_sub, &bound, 60)
-        .await
-        .unwrap();
+    let (bound, bound_sub) = bound_topic(&schema, "JSON", "wizard-bound").await;
     let s = Server::start().await;
     let id = s.emulator_profile("local").await;
     let mut body = json!({"connector": "pubsub", "connectionProfileId": id,

@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 
 use crate::columns::{Column, ColumnFormat, Columns, SqlType};
 use crate::error::ApiError;
-use crate::profiles::{check_connector, load, CALL_TIMEOUT};
+use crate::profiles::{check_connector, CALL_TIMEOUT};
+use crate::tables::{body_config, body_profile};
 use crate::AppState;
 
 /// 200 with the columns; 400 naming `/config` when the table is not one whose schema
@@ -25,22 +26,8 @@ pub async fn columns(
     Json(body): Json<Value>,
 ) -> Result<Json<Value>, ApiError> {
     check_connector(&body)?;
-    let id = body
-        .get("connectionProfileId")
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            ApiError::bad(
-                "/connectionProfileId",
-                "'connectionProfileId' is required (a saved profile's id, e.g. 'cp_1')",
-            )
-        })?;
-    let (_, profile) = load(&state, id)?;
-    let config = body.get("config").ok_or_else(|| {
-        ApiError::bad(
-            "/config",
-            "'config' is required (the table, as schema/table.json)",
-        )
-    })?;
+    let (_, profile) = body_profile(&state, &body)?;
+    let config = body_config(&body)?;
     let table = state.validators.table_config(&profile, config)?;
     let derive = PubSubConnector
         .derive_fields(

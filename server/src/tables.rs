@@ -27,6 +27,38 @@ pub struct TableBody {
     pub columns: Columns,
 }
 
+/// The saved profile a body's `connectionProfileId` names; a 400 naming that field when
+/// it is missing or names none.
+pub fn body_profile(
+    state: &AppState,
+    body: &Value,
+) -> Result<(crate::store::ProfileRecord, PubSubProfile), ApiError> {
+    let id = body
+        .get("connectionProfileId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ApiError::bad(
+                "/connectionProfileId",
+                "'connectionProfileId' is required (a saved profile's id, e.g. 'cp_1')",
+            )
+        })?;
+    load(state, id).map_err(|e| ApiError {
+        field: Some("/connectionProfileId".into()),
+        status: axum::http::StatusCode::BAD_REQUEST,
+        ..e
+    })
+}
+
+/// A body's `config` (the table config, unchecked); a 400 naming it when missing.
+pub fn body_config(body: &Value) -> Result<&Value, ApiError> {
+    body.get("config").ok_or_else(|| {
+        ApiError::bad(
+            "/config",
+            "'config' is required (the table, as schema/table.json)",
+        )
+    })
+}
+
 /// Checks a table body: name, connector, profile, config and columns against the
 /// schemas and the connector's rules, and that `run` accepts its statement.
 pub fn check(state: &AppState, body: &Value) -> Result<TableBody, ApiError> {
@@ -43,26 +75,8 @@ pub fn check(state: &AppState, body: &Value) -> Result<TableBody, ApiError> {
         ));
     }
     check_connector(body)?;
-    let id = body
-        .get("connectionProfileId")
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            ApiError::bad(
-                "/connectionProfileId",
-                "'connectionProfileId' is required (a saved profile's id, e.g. 'cp_1')",
-            )
-        })?;
-    let (record, profile) = load(state, id).map_err(|e| ApiError {
-        field: Some("/connectionProfileId".into()),
-        status: axum::http::StatusCode::BAD_REQUEST,
-        ..e
-    })?;
-    let config = body.get("config").ok_or_else(|| {
-        ApiError::bad(
-            "/config",
-            "'config' is required (the table, as schema/table.json)",
-        )
-    })?;
+    let (record, profile) = body_profile(state, body)?;
+    let config = body_config(body)?;
     let columns = body
         .get("schema")
         .ok_or_else(|| ApiError::bad("/schema", "'schema' is required (the columns)"))?;
