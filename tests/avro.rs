@@ -99,22 +99,10 @@ async fn two_revisions_in_json_and_binary_round_trip_through_source_sink_and_sou
     let p = profile();
     let schema = unique("rows-avro");
     let rev1 = admin::create_avro_schema(&p, &schema, &v1()).await.unwrap();
-    let (input, input_sub) = (unique("avro-in"), unique("avro-in-sub"));
-    let (mid, mid_sub) = (unique("avro-mid"), unique("avro-mid-sub"));
+    let (input, input_sub) = bound_topic(&schema, "JSON", "avro-in").await;
+    let (mid, mid_sub) = bound_topic(&schema, "BINARY", "avro-mid").await;
     let (out, out_sub) = (unique("avro-out"), unique("avro-out-sub"));
-    admin::create_topic_with_schema(&p, &input, &schema, "JSON")
-        .await
-        .unwrap();
-    admin::create_topic_with_schema(&p, &mid, &schema, "BINARY")
-        .await
-        .unwrap();
     admin::create_topic(&p, &out).await.unwrap();
-    admin::create_subscription(&p, &input_sub, &input, 60)
-        .await
-        .unwrap();
-    admin::create_subscription(&p, &mid_sub, &mid, 60)
-        .await
-        .unwrap();
     admin::create_subscription(&p, &out_sub, &out, 60)
         .await
         .unwrap();
@@ -320,21 +308,13 @@ async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
     let e = endpoint();
     let schema = unique("derive-avro");
     admin::create_avro_schema(&p, &schema, &v2()).await.unwrap();
-    let (input, input_sub) = (unique("derive-in"), unique("derive-in-sub"));
-    let (mid, mid_sub) = (unique("derive-mid"), unique("derive-mid-sub"));
+    let (input, input_sub) = bound_topic(&schema, "JSON", "derive-in").await;
+    let (mid, mid_sub) = bound_topic(&schema, "BINARY", "derive-mid").await;
     let (out, out_sub) = (unique("derive-out"), unique("derive-out-sub"));
-    admin::create_topic_with_schema(&p, &input, &schema, "JSON")
-        .await
-        .unwrap();
-    admin::create_topic_with_schema(&p, &mid, &schema, "BINARY")
-        .await
-        .unwrap();
     admin::create_topic(&p, &out).await.unwrap();
-    for (sub, topic) in [(&input_sub, &input), (&mid_sub, &mid), (&out_sub, &out)] {
-        admin::create_subscription(&p, sub, topic, 60)
-            .await
-            .unwrap();
-    }
+    admin::create_subscription(&p, &out_sub, &out, 60)
+        .await
+        .unwrap();
     let messages: Vec<Vec<u8>> = (0..8).map(|i| message(i, true)).collect();
     admin::publish_all(&p, &input, messages, 100).await.unwrap();
 
