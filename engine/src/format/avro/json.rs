@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
+use base64::Engine as _;
 use serde_json::value::RawValue;
 
 use super::decode::integer;
@@ -23,8 +24,9 @@ use crate::format::value::{json_string, kind, show};
 /// Deepest nesting read.
 const MAX_DEPTH: usize = 128;
 
-/// Reads JSON `text` as a value of `w`'s top-level record. `wrapped`: unions are written
-/// as Avro's JSON encoding has them.
+/// Reads JSON `text` as a value of `w`'s top-level record. `wrapped`: Avro's JSON
+/// encoding (unions wrapped, bytes as characters U+0000..U+00FF); otherwise the JSON of a
+/// column (unions bare, bytes as standard base64).
 pub(crate) fn read_json(w: &AvroSchema, text: &str, wrapped: bool) -> Result<Value, String> {
     read_json_as(w, &w.schema, text, wrapped)
 }
@@ -73,8 +75,20 @@ impl Reader<'_> {
             json_string(raw)
         };
         let bytes = || -> Result<Vec<u8>, String> {
-            string()?
-                .chars()
+            let text = string()?;
+            if !self.wrapped {
+                // A JSON column holds bytes as standard base64, as the source writes them
+                // (`to_json`): the same bytes come back, never the base64 text itself.
+                return base64::engine::general_purpose::STANDARD
+                    .decode(text.as_bytes())
+                    .map_err(|_| {
+                        format!(
+                            "{} is not standard base64, which bytes in a JSON column are",
+                            show(raw)
+                        )
+                    });
+            }
+            text.chars()
                 .map(|c| {
                     u8::try_from(u32::from(c)).map_err(|_| {
                         format!(
