@@ -246,9 +246,25 @@ struct QuickstartArgs {
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Messages per run.
+    /// Messages of the subscription -> topic benchmark (0 skips it).
     #[arg(long, default_value_t = 50_000)]
     pub messages: usize,
+    /// NEXMark bids of the generator -> topic (sink) benchmark (0 skips it).
+    #[arg(long, default_value_t = 500_000)]
+    pub sink_messages: u64,
+    /// The subscription -> topic pipeline's checkpoint interval (`run
+    /// --checkpoint-interval`): a source acks only after a checkpoint commits. (The sink
+    /// benchmark checkpoints every 100 ms, see docs/performance.md.)
+    #[arg(long, default_value = "1s")]
+    pub checkpoint_interval: String,
+    /// How many times each comparison runs (pipeline and baseline in alternating order);
+    /// the summary lines give the medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Write each pipeline run's samples (every 50 ms: seconds, CPU seconds, RSS in KiB
+    /// and the watched counters) as `<benchmark>-<n>.csv` into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub samples_dir: Option<std::path::PathBuf>,
     /// Payload bytes per message.
     #[arg(long, default_value_t = 1024)]
     pub message_bytes: usize,

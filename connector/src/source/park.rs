@@ -16,7 +16,7 @@ use pubsub_engine::format::FieldValue;
 
 /// A delivery taken while paused: tracked by its split's ack tracker, not yet decoded.
 pub(super) struct Held {
-    pub id: String,
+    pub id: super::tracker::MessageId,
     pub payload: Bytes,
     /// The message's metadata column values, in declared order.
     pub meta: Vec<FieldValue>,
@@ -70,7 +70,7 @@ impl PausedBuffer {
     }
 
     /// Empties the buffer (the split is parked); returns the message ids to release.
-    pub fn take_ids(&mut self) -> Vec<String> {
+    pub fn take_ids(&mut self) -> Vec<super::tracker::MessageId> {
         self.bytes = 0;
         self.held.drain(..).map(|h| h.id).collect()
     }
@@ -123,7 +123,7 @@ mod tests {
         assert_eq!(b.pop().map(|h| h.id), Some("a".into()));
         assert!(!b.would_cross(4, caps));
         b.push(held("c", 4));
-        assert_eq!(b.take_ids(), vec!["b".to_string(), "c".to_string()]);
+        assert_eq!(b.take_ids(), vec!["b".into(), "c".into()]);
         assert!(b.is_empty());
         assert!(
             !b.would_cross(10, caps),

@@ -35,7 +35,7 @@ use super::options::PubSubSubscriberOptions;
 use super::park::{Held, PausedBuffer, PausedCaps};
 use super::policy::{self, bad_message_action, should_log_bad, BadMessageAction};
 use super::pull::{self, PullStreams, Pulled, StreamSettings, StreamShared, Tagged};
-use super::tracker::{AckHandle, AckTracker, Received};
+use super::tracker::{AckHandle, AckTracker, MessageId, Received};
 use super::*;
 use crate::client;
 use crate::dead_letter::{DeadLetter, PubSubDeadLetterQueue, DEAD_LETTERS_PUBLISHED};
@@ -112,7 +112,7 @@ struct Counters {
 /// A message decoded into the collector's buffer, not yet staged.
 struct Buffered {
     split: usize,
-    id: String,
+    id: MessageId,
     /// Its payload and context, kept only under the `dead-letter` policy.
     letter: Option<(bytes::Bytes, Box<super::park::MessageContext>)>,
     /// The record id this message put into the deduplication set (taken out again if
@@ -541,7 +541,8 @@ impl SourceReader {
                 m.message_id
             );
         }
-        let id = m.message_id.clone();
+        // The one copy of the id: the tracker and the buffers share it.
+        let id = MessageId::from(m.message_id.as_str());
         let published_ms = m
             .publish_time
             .as_ref()
@@ -765,7 +766,7 @@ impl SourceReader {
     fn on_bad_message(
         &mut self,
         split: usize,
-        id: String,
+        id: MessageId,
         payload: bytes::Bytes,
         context: Option<Box<super::park::MessageContext>>,
         why: &str,
@@ -809,7 +810,7 @@ impl SourceReader {
                     subtask: self.subtask,
                     attributes,
                     ordering_key,
-                    message_id: Some(id.clone()),
+                    message_id: Some(id.to_string()),
                 });
                 let n = self.counters().in_error.get();
                 if should_log_bad(n) {

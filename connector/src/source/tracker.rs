@@ -6,6 +6,11 @@
 //! emitted again and the older handle is released (nack) so it does not hold a lease twice.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// A message id, allocated once per delivery and shared by the tracker's map, its staged
+/// and bound lists and the reader's buffers (decision 0029).
+pub type MessageId = Arc<str>;
 
 /// What the tracker needs of a message handle.
 pub trait AckHandle {
@@ -22,11 +27,12 @@ impl AckHandle for google_cloud_pubsub::subscriber::handler::Handler {
     }
 }
 
+/// Whether a message's rows were emitted; which checkpoint a staged message is bound to is
+/// kept in [`AckTracker::bound`] only, so binding touches no entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     Pending,
     Staged,
-    Bound(u64),
 }
 
 struct Entry<H> {
@@ -48,9 +54,10 @@ pub enum Received {
 
 /// Tracks every message held by one source subtask.
 pub struct AckTracker<H: AckHandle> {
-    entries: HashMap<String, Entry<H>>,
-    bound: BTreeMap<u64, Vec<String>>,
-    staged: Vec<String>,
+    /// By message id: service-assigned, so a fast seeded hash is safe (decision 0029).
+    entries: HashMap<MessageId, Entry<H>, foldhash::fast::RandomState>,
+    bound: BTreeMap<u64, Vec<MessageId>>,
+    staged: Vec<MessageId>,
     bytes: usize,
     /// Publish times (Unix ms) of the held messages, with how many hold each: the oldest
     /// and newest in O(log n) for the age gauges.
@@ -60,7 +67,7 @@ pub struct AckTracker<H: AckHandle> {
 impl<H: AckHandle> Default for AckTracker<H> {
     fn default() -> Self {
         AckTracker {
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             bound: BTreeMap::new(),
             staged: Vec::new(),
             bytes: 0,
@@ -74,7 +81,7 @@ impl<H: AckHandle> AckTracker<H> {
     /// publish time in Unix ms) as pending.
     pub fn receive(
         &mut self,
-        message_id: String,
+        message_id: MessageId,
         handle: H,
         bytes: usize,
         published_ms: Option<i64>,
@@ -115,7 +122,7 @@ impl<H: AckHandle> AckTracker<H> {
     }
 
     /// Marks messages whose rows have been emitted into the dataflow.
-    pub fn stage<'a>(&mut self, ids: impl IntoIterator<Item = &'a String>) {
+    pub fn stage<'a>(&mut self, ids: impl IntoIterator<Item = &'a MessageId>) {
         for id in ids {
             if let Some(e) = self.entries.get_mut(id) {
                 if e.stage == Stage::Pending {
@@ -129,14 +136,13 @@ impl<H: AckHandle> AckTracker<H> {
     /// Binds every staged message to checkpoint `epoch`. Returns how many.
     pub fn bind(&mut self, epoch: u64) -> usize {
         let ids = std::mem::take(&mut self.staged);
-        for id in &ids {
-            if let Some(e) = self.entries.get_mut(id) {
-                e.stage = Stage::Bound(epoch);
-            }
-        }
         let n = ids.len();
-        if n > 0 {
-            self.bound.entry(epoch).or_default().extend(ids);
+        match self.bound.entry(epoch) {
+            _ if n == 0 => {}
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(ids);
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => o.get_mut().extend(ids),
         }
         n
     }
@@ -241,9 +247,9 @@ mod tests {
                 Received::New
             );
         }
-        t.stage(&["a".to_string()]);
+        t.stage(&[MessageId::from("a")]);
         assert_eq!(t.bind(1), 1);
-        t.stage(&["b".to_string()]);
+        t.stage(&[MessageId::from("b")]);
         // Commit of epoch 1 acks only a: b is staged but not bound, c is pending.
         assert_eq!(t.commit(1), 1);
         assert_eq!(*log.borrow(), vec!["ack a"]);
@@ -267,7 +273,7 @@ mod tests {
             Received::Duplicate
         );
         assert_eq!(t.held_messages(), 1);
-        t.stage(&["a".to_string()]);
+        t.stage(&[MessageId::from("a")]);
         t.bind(1);
         t.commit(1);
         assert_eq!(*log.borrow(), vec!["nack old", "ack new"]);
@@ -279,7 +285,7 @@ mod tests {
         let mut t = AckTracker::default();
         t.receive("a".into(), Fake("a", log.clone()), 1, None);
         t.receive("b".into(), Fake("b", log.clone()), 1, None);
-        t.stage(&["b".to_string()]);
+        t.stage(&[MessageId::from("b")]);
         assert!(t.release("a"));
         assert!(!t.release("b"));
         assert_eq!(*log.borrow(), vec!["nack a"]);
@@ -298,7 +304,7 @@ mod tests {
         assert_eq!(t.publish_time_range(), Some((1_000, 3_000)));
         // A redelivery of a held message does not count twice.
         t.receive("b".into(), Fake("b2", log.clone()), 1, Some(1_000));
-        t.stage(&["b".to_string(), "d".to_string()]);
+        t.stage(&[MessageId::from("b"), MessageId::from("d")]);
         t.bind(1);
         t.commit(1);
         assert_eq!(t.publish_time_range(), Some((2_000, 2_000)));

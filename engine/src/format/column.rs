@@ -172,24 +172,41 @@ impl Column {
         Ok(())
     }
 
-    /// Takes the rows as an Arrow array and leaves the column empty.
+    /// Takes the rows as an Arrow array and leaves the column empty, with room for as many
+    /// rows and bytes as it just held: batches are alike, and a builder that starts from
+    /// nothing regrows by doubling, copying and faulting in fresh pages every batch
+    /// (decision 0029). The room is at most one batch, which its caps bound.
     pub(crate) fn finish(&mut self) -> ArrayRef {
+        let rows = self.len();
         let nulls = self.nulls.finish();
+        self.nulls = NullBufferBuilder::new(rows);
+        fn take<T: arrow::datatypes::ArrowNativeType>(
+            b: &mut BufferBuilder<T>,
+        ) -> arrow::buffer::Buffer {
+            let n = b.len();
+            let out = b.finish();
+            b.reserve(n);
+            out
+        }
         match &mut self.values {
-            Values::I64(b) => Arc::new(Int64Array::new(b.finish().into(), nulls)),
-            Values::I32(b) => Arc::new(Int32Array::new(b.finish().into(), nulls)),
-            Values::F64(b) => Arc::new(Float64Array::new(b.finish().into(), nulls)),
-            Values::F32(b) => Arc::new(Float32Array::new(b.finish().into(), nulls)),
-            Values::Bool(b) => Arc::new(BooleanArray::new(b.finish(), nulls)),
-            Values::Nanos(b) => Arc::new(TimestampNanosecondArray::new(b.finish().into(), nulls)),
+            Values::I64(b) => Arc::new(Int64Array::new(take(b).into(), nulls)),
+            Values::I32(b) => Arc::new(Int32Array::new(take(b).into(), nulls)),
+            Values::F64(b) => Arc::new(Float64Array::new(take(b).into(), nulls)),
+            Values::F32(b) => Arc::new(Float32Array::new(take(b).into(), nulls)),
+            Values::Bool(b) => {
+                let out = b.finish();
+                b.reserve(rows);
+                Arc::new(BooleanArray::new(out, nulls))
+            }
+            Values::Nanos(b) => Arc::new(TimestampNanosecondArray::new(take(b).into(), nulls)),
             Values::Bytes {
                 offsets,
                 data,
                 utf8,
             } => {
-                let o = OffsetBuffer::new(offsets.finish().into());
+                let o = OffsetBuffer::new(take(offsets).into());
                 offsets.append(0);
-                let d = data.finish();
+                let d = take(data);
                 if *utf8 {
                     // Only `&str` values were appended, so this cannot fail.
                     Arc::new(StringArray::new(o, d, nulls))
@@ -198,5 +215,36 @@ impl Column {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::Int64Type;
+
+    #[test]
+    fn a_column_keeps_its_room_and_each_batch_holds_only_its_own_rows() {
+        let mut text = Column::new(FieldType::Text);
+        let mut num = Column::new(FieldType::Bigint);
+        for i in 0..3000 {
+            text.push_str(&"x".repeat(i % 50)).unwrap();
+            num.push_i64(i as i64);
+        }
+        let (first, _) = (text.finish(), num.finish());
+        assert_eq!(first.len(), 3000);
+        text.push_str("a").unwrap();
+        text.push_null();
+        text.push_str("bc").unwrap();
+        text.truncate(2);
+        num.push_null();
+        num.push_i64(7);
+        let (t, n) = (text.finish(), num.finish());
+        let t = t.as_string::<i32>();
+        assert_eq!((t.len(), t.value(0), t.is_null(1)), (2, "a", true));
+        let n = n.as_primitive::<Int64Type>();
+        assert_eq!((n.len(), n.is_null(0), n.value(1)), (2, true, 7));
+        assert_eq!(first.as_string::<i32>().value(49), "x".repeat(49));
     }
 }
