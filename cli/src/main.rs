@@ -255,12 +255,12 @@ pub struct BenchArgs {
     /// The subscription -> topic pipeline's checkpoint interval (`run
     /// --checkpoint-interval`): a source acks only after a checkpoint commits. (The sink
     /// benchmark checkpoints every 100 ms, see docs/performance.md.)
-    #[arg(long, default_value = "1s")]
+    #[arg(long, default_value = "1s", value_parser = checked_duration)]
     pub checkpoint_interval: String,
     /// How many times each comparison runs (pipeline and baseline in alternating order);
     /// the summary lines give the medians.
-    #[arg(long, default_value_t = 3)]
-    pub rounds: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rounds: u64,
     /// Write each pipeline run's samples (every 50 ms: seconds, CPU seconds, RSS in KiB
     /// and the watched counters) as `<benchmark>-<n>.csv` into this directory.
     #[arg(long, value_name = "DIR")]
@@ -285,6 +285,11 @@ pub struct BenchArgs {
     /// `dead-letter` the source evaluates the SELECT once more to find failing rows.
     #[arg(long, default_value = "fail")]
     pub failure_policy: String,
+}
+
+/// The text of a duration [`parse_positive_duration`] takes, to pass on to a child `run`.
+fn checked_duration(s: &str) -> Result<String, String> {
+    parse_positive_duration(s).map(|_| s.to_string())
 }
 
 /// A duration of at least 10 ms: shorter checkpoint or idle periods only burn CPU.

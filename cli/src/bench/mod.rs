@@ -53,7 +53,7 @@ async fn measured<T>(
 /// Runs the pipeline and the baseline of round `round` one after the other, the baseline
 /// first in even rounds, so that the emulator's drift falls on both alike.
 async fn alternating<P, B>(
-    round: usize,
+    round: u64,
     pipeline: impl std::future::Future<Output = anyhow::Result<P>>,
     baseline: impl std::future::Future<Output = anyhow::Result<B>>,
 ) -> anyhow::Result<(P, B)> {
@@ -203,7 +203,7 @@ async fn subscription_to_topic(
         .unwrap_or_default();
     let query = format!("INSERT INTO dst SELECT {} FROM src{where_};", args.select);
     println!(
-        "subscription -> topic: {} messages of ~{} bytes, {} rounds; raw loops on {streams} streams; \
+        "subscription -> topic: {} messages of ~{} bytes, rounds: {}; raw loops on {streams} streams; \
          pipeline {} workers x {} pulls: {query} (policy '{}')",
         args.messages, args.message_bytes, args.rounds, args.workers, args.pulls_per_worker, args.failure_policy
     );
@@ -353,7 +353,7 @@ async fn generator_to_topic(
         admin::create_topic(profile, t).await?;
         admin::create_subscription(profile, &format!("{t}-sub"), t, 60).await?;
     }
-    println!("nexmark -> topic: {n} bids, {} rounds", args.rounds);
+    println!("nexmark -> topic: {n} bids, rounds: {}", args.rounds);
     raw::publish_generated(profile, "sink-warmup", n.min(20_000), BATCHING, IN_FLIGHT).await?;
     let example = include_str!("../../../examples/nexmark-blackhole.sql");
     let bids = example
