@@ -66,6 +66,9 @@ pub async fn same_work(
     let first = Arc::new(std::sync::OnceLock::new());
     let publisher = publisher(p, topic, batching).await?;
     let acked = Arc::new(AtomicUsize::new(0));
+    // Woken by the ack that makes `n`: a polling wait would add its own CPU to the
+    // baseline's.
+    let all_acked = Arc::new(tokio::sync::Notify::new());
     let mut tasks = Vec::new();
     let mut tokens = Vec::new();
     for _ in 0..streams.max(1) {
@@ -75,6 +78,7 @@ pub async fn same_work(
             .build();
         tokens.push(stream.shutdown_token());
         let (publisher, acked, first) = (publisher.clone(), acked.clone(), first.clone());
+        let all_acked = all_acked.clone();
         tasks.push(tokio::spawn(async move {
             let mut in_flight = FuturesUnordered::new();
             loop {
@@ -88,24 +92,31 @@ pub async fn same_work(
                     Some((r, h)) = in_flight.next(), if !in_flight.is_empty() => {
                         r.map_err(|e| anyhow::anyhow!("publish failed: {e}"))?;
                         h.ack();
-                        acked.fetch_add(1, Ordering::Relaxed);
+                        if acked.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                            all_acked.notify_one();
+                        }
                     }
                 }
             }
             anyhow::Ok(())
         }));
     }
-    let (mut last, mut since) = (0, std::time::Instant::now());
-    while acked.load(Ordering::Relaxed) < n && since.elapsed() < Duration::from_secs(15) {
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    // Until all are acked, or no ack came for 15 s.
+    let mut last = usize::MAX;
+    while tokio::time::timeout(Duration::from_secs(15), all_acked.notified())
+        .await
+        .is_err()
+    {
         let now = acked.load(Ordering::Relaxed);
-        if now != last {
-            (last, since) = (now, std::time::Instant::now());
+        if now == last {
+            break;
         }
+        last = now;
     }
+    let end = std::time::Instant::now();
     let streaming_s = first
         .get()
-        .map_or(0.0, |f| since.duration_since(*f).as_secs_f64());
+        .map_or(0.0, |f| end.duration_since(*f).as_secs_f64());
     let _ = tokio::time::timeout(
         Duration::from_secs(10),
         futures::future::join_all(tokens.iter().map(|t| t.shutdown())),
