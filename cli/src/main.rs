@@ -252,6 +252,26 @@ pub struct BenchArgs {
     /// NEXMark bids of the generator -> topic (sink) benchmark (0 skips it).
     #[arg(long, default_value_t = 500_000)]
     pub sink_messages: u64,
+    /// Bids of the expressions benchmark (goal 6: a filter and four expressions beside a
+    /// bare projection, NEXMark -> blackhole; 0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub expression_rows: u64,
+    /// Messages of the memory benchmark's backlog (goal 4: a slow sink under a backlog;
+    /// 0, the default, skips it; it publishes the backlog first, ~1 GB for 1,000,000
+    /// messages of 1 KiB, into the emulator's memory).
+    #[arg(long, default_value_t = 0)]
+    pub backlog: usize,
+    /// The memory benchmark's `scan.flow-control.max-outstanding-element-count` (messages
+    /// held per subtask; the paused-split buffers hold 2x this more by default).
+    #[arg(long, default_value_t = 2500, value_parser = clap::value_parser!(u64).range(1..))]
+    pub backlog_max_outstanding: u64,
+    /// Seconds the memory benchmark runs with its sink slowed.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub backlog_seconds: u64,
+    /// The memory benchmark's sink pace, as a fraction of the source's free pace
+    /// (0 < F <= 1).
+    #[arg(long, default_value_t = 0.1, value_parser = pace_fraction)]
+    pub sink_pace: f64,
     /// The subscription -> topic pipeline's checkpoint interval (`run
     /// --checkpoint-interval`): a source acks only after a checkpoint commits. (The sink
     /// benchmark checkpoints every 100 ms, see docs/performance.md.)
@@ -285,6 +305,14 @@ pub struct BenchArgs {
     /// `dead-letter` the source evaluates the SELECT once more to find failing rows.
     #[arg(long, default_value = "fail")]
     pub failure_policy: String,
+}
+
+/// A fraction in (0, 1], for `--sink-pace`.
+fn pace_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!("'{s}' is not a fraction in (0, 1], e.g. 0.1")),
+    }
 }
 
 /// The text of a duration [`parse_positive_duration`] takes, to pass on to a child `run`.

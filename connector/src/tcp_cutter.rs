@@ -3,6 +3,8 @@
 //! no byte moves in either direction). It stands *in front of* the emulator proxy
 //! ([`crate::emulator_proxy`]): cutting there is what a client sees when the network to
 //! the real service fails, while the proxy still releases the emulator's side cleanly.
+//! It can also limit the bytes per second it forwards from clients to the service (a
+//! slow network towards a sink's topic, for `pubsub-connector bench --backlog`).
 //! Used by the end-to-end tests and by `pubsub-connector chaos`.
 
 use std::sync::{Arc, Mutex};
@@ -19,6 +21,33 @@ pub struct TcpCutter {
     upstream: String,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
     stalled: watch::Sender<bool>,
+    upload: Arc<Mutex<Pace>>,
+}
+
+/// The upload limit, shared by every connection: a byte may leave only at its slot.
+#[derive(Debug, Default)]
+struct Pace {
+    /// Bytes per second from clients to the service; None: unlimited.
+    limit: Option<u64>,
+    /// When the last reserved byte may leave.
+    next: Option<Instant>,
+    /// Bytes forwarded from clients to the service so far.
+    uploaded: u64,
+}
+
+impl Pace {
+    /// Reserves the slot for `n` bytes read at `now` and returns when they may be
+    /// written: after every byte reserved before them, at `limit` bytes per second.
+    fn reserve(&mut self, n: usize, now: Instant) -> Instant {
+        self.uploaded += n as u64;
+        let Some(limit) = self.limit else {
+            return now;
+        };
+        let start = self.next.map_or(now, |next| next.max(now));
+        let done = start + Duration::from_secs_f64(n as f64 / limit.max(1) as f64);
+        self.next = Some(done);
+        done
+    }
 }
 
 impl TcpCutter {
@@ -32,6 +61,7 @@ impl TcpCutter {
             upstream: upstream.to_string(),
             tasks: Default::default(),
             stalled: watch::channel(false).0,
+            upload: Default::default(),
         };
         c.serve(listener);
         Ok(c)
@@ -46,13 +76,15 @@ impl TcpCutter {
         let tasks = self.tasks.clone();
         let upstream = self.upstream.clone();
         let stalled = self.stalled.subscribe();
+        let upload = self.upload.clone();
         let accept = tokio::spawn(async move {
             while let Ok((down, _)) = listener.accept().await {
                 let upstream = upstream.clone();
                 let stalled = stalled.clone();
+                let upload = upload.clone();
                 let conn = tokio::spawn(async move {
                     if let Ok(up) = TcpStream::connect(&upstream).await {
-                        forward(down, up, stalled).await;
+                        forward(down, up, stalled, upload).await;
                     }
                 });
                 tasks.lock().expect("cutter lock").push(conn);
@@ -91,6 +123,20 @@ impl TcpCutter {
     pub fn stall(&self, stalled: bool) {
         self.stalled.send_replace(stalled);
     }
+
+    /// Limits the bytes forwarded from clients to the service to `bytes_per_second` in
+    /// all (every connection, open and new, shares it); None lifts the limit. The other
+    /// direction is never limited.
+    pub fn limit_upload(&self, bytes_per_second: Option<u64>) {
+        let mut pace = self.upload.lock().expect("cutter lock");
+        pace.limit = bytes_per_second;
+        pace.next = None;
+    }
+
+    /// Bytes forwarded from clients to the service so far.
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.upload.lock().expect("cutter lock").uploaded
+    }
 }
 
 impl Drop for TcpCutter {
@@ -99,11 +145,16 @@ impl Drop for TcpCutter {
     }
 }
 
-async fn forward(down: TcpStream, up: TcpStream, stalled: watch::Receiver<bool>) {
+async fn forward(
+    down: TcpStream,
+    up: TcpStream,
+    stalled: watch::Receiver<bool>,
+    upload: Arc<Mutex<Pace>>,
+) {
     let (dr, dw) = down.into_split();
     let (ur, uw) = up.into_split();
-    let a = pump(dr, uw, stalled.clone());
-    let b = pump(ur, dw, stalled);
+    let a = pump(dr, uw, stalled.clone(), Some(upload));
+    let b = pump(ur, dw, stalled, None);
     // Either side closing ends the connection, as `copy_bidirectional` would on error.
     tokio::select! {
         _ = a => {}
@@ -115,6 +166,7 @@ async fn pump(
     mut from: impl AsyncReadExt + Unpin,
     mut to: impl AsyncWriteExt + Unpin,
     mut stalled: watch::Receiver<bool>,
+    pace: Option<Arc<Mutex<Pace>>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -128,6 +180,10 @@ async fn pump(
         // What was read when a stall began is held until it ends.
         if stalled.wait_for(|s| !*s).await.is_err() {
             return;
+        }
+        if let Some(pace) = &pace {
+            let at = pace.lock().expect("cutter lock").reserve(n, Instant::now());
+            tokio::time::sleep_until(at.into()).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
@@ -158,6 +214,24 @@ mod tests {
         let mut got = vec![0u8; msg.len()];
         s.read_exact(&mut got).await?;
         Ok(got)
+    }
+
+    #[test]
+    fn the_upload_limit_gives_each_read_its_slot_after_every_earlier_one() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        assert_eq!(pace.reserve(500, t0), t0, "unlimited: at once");
+        pace.limit = Some(1000);
+        let ms = |at: Instant| at.duration_since(t0).as_millis();
+        assert_eq!(ms(pace.reserve(500, t0)), 500);
+        assert_eq!(ms(pace.reserve(250, t0)), 750, "queued behind the first");
+        let later = t0 + Duration::from_secs(2);
+        assert_eq!(
+            ms(pace.reserve(1000, later)),
+            3000,
+            "idle time is not saved up"
+        );
+        assert_eq!(pace.uploaded, 2250);
     }
 
     #[tokio::test]

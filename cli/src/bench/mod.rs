@@ -10,6 +10,8 @@
 //! swings from run to run, so each comparison runs `--rounds` times, the order of
 //! pipeline and baseline alternating, and the medians are printed.
 
+mod expressions;
+mod memory;
 mod process;
 mod raw;
 
@@ -22,7 +24,7 @@ use crate::BenchArgs;
 use process::{count_after, cpu_seconds_of, run_sampled, ChildRun, Watch};
 use raw::Batching;
 
-const PROJECT: &str = "bench";
+pub(crate) const PROJECT: &str = "bench";
 /// Every pipeline's and baseline's publish batching (the sink's defaults but the count).
 const BATCHING: Batching = Batching {
     messages: 1000,
@@ -71,46 +73,40 @@ fn per_1k(cpu_s: f64, n: u64) -> f64 {
     cpu_s / (n.max(1) as f64 / 1000.0)
 }
 
-/// Runs `sql` as `pubsub-connector run` with `extra` arguments in a scratch directory,
-/// watched by counters (start, end, after): see [`Watch`].
+/// A free `127.0.0.1:port` for a pipeline's `--metrics-addr`.
+fn metrics_addr() -> anyhow::Result<String> {
+    Ok(format!(
+        "127.0.0.1:{}",
+        pubsub_connector_core::emulator::free_port()?
+    ))
+}
+
+/// Runs `sql` as `pubsub-connector run --metrics-addr <watch.addr>` with `extra`
+/// arguments in a scratch directory, sampled every 50 ms and watched by `watch` (see
+/// [`Watch`]); `stop` ends it with SIGTERM (see [`run_sampled`]). With `--samples-dir`
+/// the samples go to `<name>-<n>.csv` there.
 async fn run_pipeline(
     args: &BenchArgs,
-    checkpoint_interval: &str,
     name: &str,
     sql: &str,
     extra: &[&str],
-    (start, end, after): (&str, &str, &str),
+    watch: Watch<'_>,
+    stop: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> anyhow::Result<ChildRun> {
     parse_pipeline(sql)?; // fail here, not in the child, on a bad statement
     let dir = std::env::temp_dir().join(format!("pubsub-bench-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("bench.sql"), sql)?;
-    let metrics = format!(
-        "127.0.0.1:{}",
-        pubsub_connector_core::emulator::free_port()?
-    );
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.arg("run")
-        .args(["--metrics-addr", &metrics])
+        .args(["--metrics-addr", watch.addr])
         .arg(dir.join("bench.sql"))
-        .args(["--checkpoint-interval", checkpoint_interval])
         .args(extra)
         .arg("--state-dir")
         .arg(dir.join("state"))
         .env("RUST_LOG", "warn");
-    let watch = Watch {
-        addr: &metrics,
-        start,
-        end,
-        after,
-    };
-    let out = run_sampled(
-        cmd,
-        // Each scrape costs the pipeline CPU: 50 ms keeps it under 1% of a run.
-        Duration::from_millis(50),
-        watch,
-    )
-    .await;
+    // Each scrape costs the pipeline CPU: 50 ms keeps it under 1% of a run.
+    let out = run_sampled(cmd, Duration::from_millis(50), watch, stop).await;
     if let (Ok(run), Some(dir)) = (&out, &args.samples_dir) {
         std::fs::create_dir_all(dir)?;
         let n = SAMPLES_WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -120,20 +116,39 @@ async fn run_pipeline(
     out
 }
 
+/// Watched by counters `start`, `end` and `after` (see [`Watch`]), no gauges.
+fn counters<'a>(addr: &'a str, (start, end, after): (&'a str, &'a str, &'a str)) -> Watch<'a> {
+    Watch {
+        addr,
+        start,
+        end,
+        after,
+        gauges: &[],
+    }
+}
+
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1, was 0");
     crate::parse_positive_duration(&args.checkpoint_interval)
         .map_err(|e| anyhow::anyhow!("--checkpoint-interval: {e}"))?;
-    let emu = tokio::task::spawn_blocking(Emulator::start).await??;
-    // Talk to the emulator directly: the half-closing proxy would run in this process and
-    // add its CPU to the baselines'. Nothing here is killed, so it is not needed.
-    let direct = format!("127.0.0.1:{}", emu.direct_port());
-    let profile = client::emulator_profile(PROJECT, &direct);
-    if args.messages > 0 {
-        subscription_to_topic(&args, &profile, &direct).await?;
+    if args.messages + args.sink_messages as usize + args.backlog > 0 {
+        let emu = tokio::task::spawn_blocking(Emulator::start).await??;
+        // Talk to the emulator directly: the half-closing proxy would run in this process
+        // and add its CPU to the baselines'. Nothing here is killed, so it is not needed.
+        let direct = format!("127.0.0.1:{}", emu.direct_port());
+        let profile = client::emulator_profile(PROJECT, &direct);
+        if args.messages > 0 {
+            subscription_to_topic(&args, &profile, &direct).await?;
+        }
+        if args.sink_messages > 0 {
+            generator_to_topic(&args, &profile, &direct).await?;
+        }
+        if args.backlog > 0 {
+            memory::backlog(&args, &profile, &direct).await?;
+        }
     }
-    if args.sink_messages > 0 {
-        generator_to_topic(&args, &profile, &direct).await?;
+    if args.expression_rows > 0 {
+        expressions::expressions(&args).await?;
     }
     Ok(())
 }
@@ -226,10 +241,17 @@ async fn subscription_to_topic(
             count = BATCHING.messages,
         );
         let workers = args.workers.to_string();
-        let extra = ["--workers", &workers, "--stop-when-idle", "2s"];
+        let extra = [
+            "--workers",
+            &workers,
+            "--stop-when-idle",
+            "2s",
+            "--checkpoint-interval",
+            &args.checkpoint_interval,
+        ];
+        let addr = metrics_addr()?;
         let pipeline = run_pipeline(
             args,
-            &args.checkpoint_interval,
             "subscription",
             &sql,
             &extra,
@@ -237,7 +259,11 @@ async fn subscription_to_topic(
             // control holds all of them). The sink counts rows written, and the source
             // acks, only when a checkpoint completes, so ending there would measure the
             // checkpoint interval; the CPU runs on to the last ack.
-            ("messages_received", "messages_received", "messages_acked"),
+            counters(
+                &addr,
+                ("messages_received", "messages_received", "messages_acked"),
+            ),
+            None,
         );
         let baselines = async {
             let (raw, raw_s, _) = measured(raw::consume(
@@ -355,16 +381,7 @@ async fn generator_to_topic(
     }
     println!("nexmark -> topic: {n} bids, rounds: {}", args.rounds);
     raw::publish_generated(profile, "sink-warmup", n.min(20_000), BATCHING, IN_FLIGHT).await?;
-    let example = include_str!("../../../examples/nexmark-blackhole.sql");
-    let bids = example
-        .split("CREATE TABLE discard")
-        .next()
-        .and_then(|s| s.split("CREATE TABLE bids").nth(1))
-        .expect("the nexmark example declares `bids` before `discard`")
-        .replace(
-            "'event-count' = '1000000'",
-            &format!("'event-count' = '{n}'"),
-        );
+    let bids = expressions::nexmark_bids(n);
     let (mut rate, mut cpu, mut peak) = (Vec::new(), Vec::new(), 0);
     for r in 0..args.rounds {
         let sql = format!(
@@ -379,13 +396,14 @@ async fn generator_to_topic(
         // A sink counts its rows written when a checkpoint collects their confirmations:
         // checkpoints every 100 ms keep that count within 0.1 s of the publishes (at the
         // default 1 s, a 2 s run would be measured to the next whole second).
+        let addr = metrics_addr()?;
         let pipeline = run_pipeline(
             args,
-            "100ms",
             "sink",
             &sql,
-            &["--workers", "1"],
-            ("rows_written", "rows_written", "rows_written"),
+            &["--workers", "1", "--checkpoint-interval", "100ms"],
+            counters(&addr, ("rows_written", "rows_written", "rows_written")),
+            None,
         );
         let topic = format!("sink-raw-{r}");
         let baseline = measured(raw::publish_generated(

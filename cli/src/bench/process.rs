@@ -43,7 +43,7 @@ pub struct ChildRun {
 }
 
 /// One reading of a running child.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Sample {
     /// Seconds since the child started.
     pub at_s: f64,
@@ -55,6 +55,8 @@ pub struct Sample {
     pub started: u64,
     pub ended: u64,
     pub after: u64,
+    /// The sums of the series of each watched gauge, in [`Watch::gauges`] order.
+    pub gauges: Vec<u64>,
 }
 
 /// The counters a run is watched by: its metrics address, the counter whose first rise
@@ -66,17 +68,28 @@ pub struct Watch<'a> {
     pub start: &'a str,
     pub end: &'a str,
     pub after: &'a str,
+    /// Gauges recorded with each sample (e.g. `pending_acks`).
+    pub gauges: &'a [&'a str],
 }
 
 impl ChildRun {
-    /// Writes the samples as CSV (`at_s,cpu_s,rss_kib,<start>,<end>,<after>`) to `path`.
+    /// Writes the samples as CSV (`at_s,cpu_s,rss_kib,<start>,<end>,<after>,<gauges>...`)
+    /// to `path`.
     pub fn write_csv(&self, path: &std::path::Path, w: &Watch<'_>) -> std::io::Result<()> {
-        let mut out = format!("at_s,cpu_s,rss_kib,{},{},{}\n", w.start, w.end, w.after);
+        let mut out = format!("at_s,cpu_s,rss_kib,{},{},{}", w.start, w.end, w.after);
+        for g in w.gauges {
+            out += &format!(",{g}");
+        }
+        out.push('\n');
         for s in &self.samples {
             out += &format!(
-                "{:.3},{:.2},{},{},{},{}\n",
+                "{:.3},{:.2},{},{},{},{}",
                 s.at_s, s.cpu_s, s.rss_kib, s.started, s.ended, s.after
             );
+            for g in &s.gauges {
+                out += &format!(",{g}");
+            }
+            out.push('\n');
         }
         std::fs::write(path, out)
     }
@@ -88,7 +101,7 @@ impl ChildRun {
     /// messages. None when the start counter never rose.
     pub fn streaming(&self, n: u64) -> Option<Streaming> {
         let i = self.samples.iter().position(|s| s.started > 0)?;
-        let first = self.samples[i.saturating_sub(1)];
+        let first = &self.samples[i.saturating_sub(1)];
         let at = |reached: fn(&Sample) -> u64| {
             self.samples
                 .iter()
@@ -121,7 +134,15 @@ pub struct Streaming {
 /// The sum of every series of counter `family` (`pubsub_connector_<family>_total`) in a
 /// Prometheus text page.
 pub fn counter_sum(page: &str, family: &str) -> u64 {
-    let name = format!("pubsub_connector_{family}_total");
+    metric_sum(page, &format!("pubsub_connector_{family}_total"))
+}
+
+/// The sum of every series of gauge `family` (`pubsub_connector_<family>`).
+pub fn gauge_sum(page: &str, family: &str) -> u64 {
+    metric_sum(page, &format!("pubsub_connector_{family}"))
+}
+
+fn metric_sum(page: &str, name: &str) -> u64 {
     page.lines()
         .filter(|l| l.starts_with(&name) && l[name.len()..].starts_with(['{', ' ']))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -129,7 +150,7 @@ pub fn counter_sum(page: &str, family: &str) -> u64 {
 }
 
 /// `GET /metrics` from `addr` over HTTP/1.0; empty when nothing answers yet.
-async fn scrape(addr: &str) -> String {
+pub async fn scrape(addr: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let get = async {
         let mut s = tokio::net::TcpStream::connect(addr).await?;
@@ -145,12 +166,14 @@ async fn scrape(addr: &str) -> String {
     }
 }
 
-/// Runs `cmd` to its end, sampling its CPU, RSS and the `watch` counters every `every`.
-/// Errors when it cannot start or exits unsuccessfully (the error holds its stdout).
+/// Runs `cmd` to its end, sampling its CPU, RSS and the `watch` metrics every `every`.
+/// When `stop` fires, the child gets SIGTERM (a graceful stop) and is sampled on to its
+/// exit. Errors when it cannot start or exits unsuccessfully (the error holds its stdout).
 pub async fn run_sampled(
     mut cmd: std::process::Command,
     every: Duration,
     watch: Watch<'_>,
+    mut stop: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> anyhow::Result<ChildRun> {
     let t = std::time::Instant::now();
     let mut child = cmd.stdout(std::process::Stdio::piped()).spawn()?;
@@ -158,6 +181,13 @@ pub async fn run_sampled(
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break status;
+        }
+        if stop.as_mut().is_some_and(|s| s.try_recv().is_ok()) {
+            stop = None;
+            let term = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()?;
+            anyhow::ensure!(term.success(), "cannot send SIGTERM to the pipeline");
         }
         cpu_s = cpu_s.max(cpu_seconds_of(child.id()));
         peak_kib = peak_kib.max(peak_rss_kib_of(child.id()));
@@ -169,6 +199,7 @@ pub async fn run_sampled(
             started: counter_sum(&page, watch.start),
             ended: counter_sum(&page, watch.end),
             after: counter_sum(&page, watch.after),
+            gauges: watch.gauges.iter().map(|g| gauge_sum(&page, g)).collect(),
         });
         tokio::time::sleep(every).await;
     };
@@ -212,5 +243,9 @@ mod tests {
         assert_eq!(super::counter_sum(page, "messages_acked"), 42);
         assert_eq!(super::counter_sum(page, "messages_nacked"), 7);
         assert_eq!(super::counter_sum(page, "rows_written"), 0);
+        let gauges = "pubsub_connector_pending_acks{operator=\"src\",subtask=\"0\"} 3\n\
+            pubsub_connector_pending_acks{operator=\"src\",subtask=\"1\"} 4\n\
+            pubsub_connector_pending_acks_peak 99\n";
+        assert_eq!(super::gauge_sum(gauges, "pending_acks"), 7);
     }
 }

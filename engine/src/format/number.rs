@@ -84,6 +84,9 @@ fn split(s: &str) -> Option<Parts<'_>> {
 
 /// The exact integer value of the number text `s`, if it is integral and fits `i64`.
 pub(crate) fn exact_i64(s: &str) -> Result<i64, IntError> {
+    if let Some(v) = short_plain_integer(s) {
+        return Ok(v);
+    }
     let p = split(s).ok_or(IntError::Syntax)?;
     if p.frac.is_empty() && !s.contains(['e', 'E']) {
         // Plain integer text: the common case. (An exponent of zero, `1e0`, is not plain
@@ -116,6 +119,29 @@ pub(crate) fn exact_i64(s: &str) -> Result<i64, IntError> {
         v = -v;
     }
     i64::try_from(v).map_err(|_| IntError::OutOfRange)
+}
+
+/// The value of `s` if it is `-?(0|[1-9][0-9]{0,17})`: at most 18 digits always fit
+/// `i64`, so one pass without overflow checks reads it. `None` for any other text
+/// (longer, fractional, exponent, malformed), which takes the general path.
+fn short_plain_integer(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let (negative, digits) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() || digits.len() > 18 || (digits.len() > 1 && digits[0] == b'0') {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in digits {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + i64::from(d);
+    }
+    Some(if negative { -v } else { v })
 }
 
 /// The exact integer value of `s` if it fits `i32`.
@@ -162,5 +188,29 @@ mod tests {
             assert_eq!(exact_i64(bad), Err(IntError::Syntax), "{bad:?}");
         }
         assert_eq!(exact_i64("-0.5e-3"), Err(IntError::NotInteger));
+    }
+
+    proptest::proptest! {
+        /// The short-integer fast path agrees with the standard parser on every plain
+        /// integer text, at and beyond its 18-digit limit and past i64's range.
+        #[test]
+        fn plain_integer_text_reads_as_the_standard_parser_reads_it(
+            s in "-?(0|[1-9][0-9]{0,20})"
+        ) {
+            let want = s.parse::<i64>().map_err(|_| IntError::OutOfRange);
+            proptest::prop_assert_eq!(exact_i64(&s), want);
+        }
+
+        #[test]
+        fn every_i64_round_trips(v in proptest::num::i64::ANY) {
+            proptest::prop_assert_eq!(exact_i64(&v.to_string()), Ok(v));
+        }
+
+        /// Near-integers the fast path must hand to the general path (leading zeros,
+        /// signs, trailing junk) are refused as syntax, never read as a number.
+        #[test]
+        fn malformed_integer_text_is_refused(s in "[+-]?0[0-9]{1,5}|[0-9]{1,5}[ x_]|--[0-9]{1,3}") {
+            proptest::prop_assert_eq!(exact_i64(&s), Err(IntError::Syntax));
+        }
     }
 }

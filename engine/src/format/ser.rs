@@ -1,8 +1,6 @@
 //! Arrow rows -> one payload per row, written so that the source's decoder reads back
 //! exactly the same values.
 
-use std::io::Write as _;
-
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{Float32Type, Float64Type, Int32Type, Int64Type, TimestampNanosecondType};
 use base64::Engine as _;
@@ -217,7 +215,6 @@ impl Serializer {
         out: &mut Vec<u8>,
         scratch: &mut String,
     ) -> Result<(), String> {
-        let io = |e: std::io::Error| e.to_string();
         match ty {
             FieldType::Text => {
                 serde_json::to_writer(&mut *out, a.as_string::<i32>().value(row))
@@ -229,12 +226,8 @@ impl Serializer {
                     .map_err(|e| format!("value is not valid JSON: {e}"))?;
                 canonicalize(raw.get(), out)?;
             }
-            FieldType::Bigint => {
-                write!(out, "{}", a.as_primitive::<Int64Type>().value(row)).map_err(io)?
-            }
-            FieldType::Int => {
-                write!(out, "{}", a.as_primitive::<Int32Type>().value(row)).map_err(io)?
-            }
+            FieldType::Bigint => write_int(a.as_primitive::<Int64Type>().value(row), out),
+            FieldType::Int => write_int(a.as_primitive::<Int32Type>().value(row), out),
             FieldType::Double => write_float(a.as_primitive::<Float64Type>().value(row), out),
             FieldType::Float => {
                 let v = a.as_primitive::<Float32Type>().value(row);
@@ -267,7 +260,7 @@ impl Serializer {
                                 format_name(self.tf)
                             )
                         })?;
-                        write!(out, "{v}").map_err(io)?;
+                        write_int(v, out);
                     }
                 }
             }
@@ -282,6 +275,11 @@ impl Serializer {
         }
         Ok(())
     }
+}
+
+/// An integer as JSON text (`itoa`: no formatter machinery on the per-cell path).
+fn write_int(v: impl itoa::Integer, out: &mut Vec<u8>) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// A DOUBLE as the shortest JSON number that reads back exactly, or a proto3 string for

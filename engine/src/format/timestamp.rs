@@ -165,23 +165,49 @@ pub(crate) fn parse_rfc3339(s: &str) -> Result<i64, String> {
 /// Writes `nanos` as RFC 3339 in UTC ending in `Z`, with 0, 3, 6 or 9 fractional digits:
 /// the fewest of those that show the value exactly.
 pub(crate) fn write_rfc3339(nanos: i64, out: &mut Vec<u8>) {
-    use std::io::Write;
     let secs = nanos.div_euclid(NANOS_PER_SEC);
     let frac = nanos.rem_euclid(NANOS_PER_SEC);
     let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
     let sod = secs.rem_euclid(86_400);
     let (h, mi, s) = (sod / 3600, sod / 60 % 60, sod % 60);
-    let _ = write!(out, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}");
-    let _ = if frac == 0 {
-        Ok(())
-    } else if frac % 1_000_000 == 0 {
-        write!(out, ".{:03}", frac / 1_000_000)
-    } else if frac % 1_000 == 0 {
-        write!(out, ".{:06}", frac / 1_000)
-    } else {
-        write!(out, ".{frac:09}")
-    };
+    // Nanoseconds in i64 span the years 1677..=2262: the year is always 4 digits.
+    push_digits(out, y, 4);
+    out.push(b'-');
+    push_digits(out, mo, 2);
+    out.push(b'-');
+    push_digits(out, d, 2);
+    out.push(b'T');
+    push_digits(out, h, 2);
+    out.push(b':');
+    push_digits(out, mi, 2);
+    out.push(b':');
+    push_digits(out, s, 2);
+    if frac != 0 {
+        out.push(b'.');
+        if frac % 1_000_000 == 0 {
+            push_digits(out, frac / 1_000_000, 3);
+        } else if frac % 1_000 == 0 {
+            push_digits(out, frac / 1_000, 6);
+        } else {
+            push_digits(out, frac, 9);
+        }
+    }
     out.push(b'Z');
+}
+
+/// Appends `v` (0 <= v < 10^width) as exactly `width` decimal digits, zero-padded.
+fn push_digits(out: &mut Vec<u8>, v: i64, width: usize) {
+    debug_assert!(
+        (0..10i64.pow(width as u32)).contains(&v),
+        "{v} in {width} digits"
+    );
+    let start = out.len();
+    out.resize(start + width, b'0');
+    let mut v = v;
+    for slot in out[start..].iter_mut().rev() {
+        *slot = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
 }
 
 /// `value` units of `unit` nanoseconds, if representable.
@@ -268,6 +294,34 @@ mod tests {
         assert_eq!(text(i64::MIN), "1677-09-21T00:12:43.145224192Z");
         for n in [0, -1, 1, i64::MAX, i64::MIN, 1_714_550_400_123_000_000] {
             assert_eq!(parse_rfc3339(&text(n)), Ok(n));
+        }
+    }
+
+    proptest::proptest! {
+        /// Every instant i64 nanoseconds can hold writes as the formatter would write it
+        /// and reads back to itself.
+        #[test]
+        fn every_instant_writes_fixed_width_and_round_trips(n in proptest::num::i64::ANY) {
+            let secs = n.div_euclid(NANOS_PER_SEC);
+            let frac = n.rem_euclid(NANOS_PER_SEC);
+            let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+            let sod = secs.rem_euclid(86_400);
+            let mut want = format!(
+                "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}",
+                sod / 3600,
+                sod / 60 % 60,
+                sod % 60
+            );
+            if frac % 1_000_000 == 0 && frac != 0 {
+                want += &format!(".{:03}", frac / 1_000_000);
+            } else if frac % 1_000 == 0 && frac != 0 {
+                want += &format!(".{:06}", frac / 1_000);
+            } else if frac != 0 {
+                want += &format!(".{frac:09}");
+            }
+            want.push('Z');
+            proptest::prop_assert_eq!(text(n), want);
+            proptest::prop_assert_eq!(parse_rfc3339(&text(n)), Ok(n));
         }
     }
 
