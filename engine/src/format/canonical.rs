@@ -64,7 +64,7 @@ fn write_value(raw: &str, out: &mut Vec<u8>, depth: usize) -> Result<(), String>
 
 /// Appends `s` as a JSON string literal, escaped as serde_json does.
 fn write_string(s: &str, out: &mut Vec<u8>) {
-    serde_json::to_writer(out, s).expect("a string always serializes into memory");
+    super::json_str::write_json_str(s, out);
 }
 
 fn parse_with<'de, V: Visitor<'de>>(raw: &'de str, v: V) -> Result<V::Value, String>

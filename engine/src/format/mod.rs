@@ -8,6 +8,7 @@ pub mod avro;
 pub(crate) mod canonical;
 mod column;
 mod de;
+mod json_str;
 mod number;
 mod object;
 mod ser;

@@ -217,8 +217,7 @@ impl Serializer {
     ) -> Result<(), String> {
         match ty {
             FieldType::Text => {
-                serde_json::to_writer(&mut *out, a.as_string::<i32>().value(row))
-                    .map_err(|e| e.to_string())?;
+                super::json_str::write_json_str(a.as_string::<i32>().value(row), out);
             }
             FieldType::Json => {
                 let text = a.as_string::<i32>().value(row);
