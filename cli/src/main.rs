@@ -252,13 +252,15 @@ pub struct BenchArgs {
     /// NEXMark bids of the generator -> topic (sink) benchmark (0 skips it).
     #[arg(long, default_value_t = 500_000)]
     pub sink_messages: u64,
-    /// Bids of the expressions benchmark (goal 6: a filter and four expressions beside a
-    /// bare projection, NEXMark -> blackhole; 0 skips it).
+    /// Bids of the expressions benchmark (a filter and four expressions beside a bare
+    /// projection, NEXMark -> blackhole; docs/performance.md goal 6; 0 skips it).
     #[arg(long, default_value_t = 1_000_000)]
     pub expression_rows: u64,
-    /// Messages of the memory benchmark's backlog (goal 4: a slow sink under a backlog;
-    /// 0, the default, skips it; it publishes the backlog first, ~1 GB for 1,000,000
-    /// messages of 1 KiB, into the emulator's memory).
+    /// Messages of the memory benchmark's backlog (a sink slowed under a backlog;
+    /// docs/performance.md goal 4; 0, the default, skips it). It publishes the backlog
+    /// first (~1 GB for 1,000,000 messages of 1 KiB, in the emulator's memory), lets the
+    /// sink run free for 10 s, then slows it: the backlog must outlast the run (the
+    /// benchmark fails if no row is written while the sink is slowed), e.g. 1000000.
     #[arg(long, default_value_t = 0)]
     pub backlog: usize,
     /// The memory benchmark's `scan.flow-control.max-outstanding-element-count` (messages
@@ -285,14 +287,17 @@ pub struct BenchArgs {
     /// and the watched counters) as `<benchmark>-<n>.csv` into this directory.
     #[arg(long, value_name = "DIR")]
     pub samples_dir: Option<std::path::PathBuf>,
-    /// Payload bytes per message.
-    #[arg(long, default_value_t = 1024)]
+    /// Payload bytes per message (at least 40: the JSON around the padding).
+    #[arg(long, default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(40..).map(|v| v as usize))]
     pub message_bytes: usize,
-    /// Timely workers of the pipeline run.
-    #[arg(long, default_value_t = 2)]
+    /// Timely workers of the pipeline run (1 to 256, as `run --workers`).
+    #[arg(long, default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=256).map(|v| v as usize))]
     pub workers: usize,
-    /// Streaming pulls per worker (the raw loop opens workers x this many).
-    #[arg(long, default_value_t = 4)]
+    /// Streaming pulls per worker (the raw loop opens workers x this many; at least 1).
+    #[arg(long, default_value_t = 4,
+          value_parser = clap::value_parser!(u64).range(1..).map(|v| v as usize))]
     pub pulls_per_worker: usize,
     /// The pipeline's select list over `src (seq BIGINT, pad TEXT)`, written into `dst
     /// (seq BIGINT, pad TEXT)` by position, e.g. `seq * 2, upper(pad)`.

@@ -128,27 +128,35 @@ async fn control(
     cutter: &TcpCutter,
     t0: Instant,
 ) -> anyhow::Result<Phases> {
-    let received = || async { counter_sum(&scrape(addr).await, "messages_received") };
+    // Rows written, not messages received: a split that parks nacks what it paused and
+    // reads it again, so received counts redeliveries. (Rows are counted at each
+    // checkpoint: over the 10 s window that is within one checkpoint interval.)
+    let written = || async { counter_sum(&scrape(addr).await, "rows_written") };
     let first = Instant::now();
-    while received().await == 0 {
+    while written().await == 0 {
         anyhow::ensure!(
             first.elapsed() < Duration::from_secs(60),
-            "the pipeline received no message within 60 s"
+            "the pipeline wrote no row within 60 s"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (r0, b0, p0) = (received().await, cutter.uploaded_bytes(), Instant::now());
+    let (r0, b0, p0) = (written().await, cutter.uploaded_bytes(), Instant::now());
     tokio::time::sleep(Duration::from_secs_f64(PACE_SECONDS)).await;
-    let (r1, b1) = (received().await, cutter.uploaded_bytes());
+    let (r1, b1) = (written().await, cutter.uploaded_bytes());
+    anyhow::ensure!(
+        r1 > r0,
+        "no row was written in the {PACE_SECONDS} s with the sink free: the backlog of \
+         {} drained before the slowed phase; use a larger --backlog",
+        args.backlog
+    );
     let pace = (r1 - r0) as f64 / p0.elapsed().as_secs_f64();
-    // The sink's bytes on the wire per message read (payload, attributes, gRPC framing):
-    // the free sink keeps up with the source, so the two counts cover the same messages.
-    let wire = (b1 - b0) as f64 / (r1 - r0).max(1) as f64;
+    // The sink's bytes on the wire per row written (payload, attributes, gRPC framing).
+    let wire = (b1 - b0) as f64 / (r1 - r0) as f64;
     let limit = (args.sink_pace * pace * wire).max(1.0) as u64;
     cutter.limit_upload(Some(limit));
     let limited_from_s = t0.elapsed().as_secs_f64();
     println!(
-        "backlog: source pace {pace:.0} msg/s with the sink free ({wire:.0} wire bytes per message); \
+        "backlog: pipeline pace {pace:.0} rows/s with the sink free ({wire:.0} wire bytes per row); \
          sink path limited to {limit} bytes/s ({}x) for {} s",
         args.sink_pace, args.backlog_seconds
     );
@@ -178,6 +186,16 @@ fn report(args: &BenchArgs, s: &[Sample], p: &Phases, peak_kib: u64) -> anyhow::
     // The sink's pace under the limit: rows written (counted at each checkpoint) over
     // the limited phase, against the free source pace.
     let (a, b) = (limited[0], limited[limited.len() - 1]);
+    // Nothing written under the limit: the backlog ran out (or what was left is leased
+    // to parked splits' closed streams, which the emulator holds for the stream ack
+    // deadline), so the figures below would describe an idle process.
+    anyhow::ensure!(
+        b.after > a.after,
+        "no row was written while the sink was slowed: the backlog of {} ran out (or \
+         what is left is leased to parked splits' closed streams until the stream ack \
+         deadline); use a larger --backlog, e.g. 1000000",
+        args.backlog
+    );
     let sink_pace = (b.after - a.after) as f64 / (b.at_s - a.at_s);
     let half = limited.len() / 2;
     let mean_mib =
@@ -197,7 +215,7 @@ fn report(args: &BenchArgs, s: &[Sample], p: &Phases, peak_kib: u64) -> anyhow::
     let per_held =
         (top.rss_kib.saturating_sub(idle.rss_kib) * 1024) as f64 / held_max.max(1) as f64;
     println!(
-        "backlog: sink pace under the limit {sink_pace:.0} msg/s = {:.2} of the source's free pace",
+        "backlog: sink pace under the limit {sink_pace:.0} rows/s = {:.2} of the free pace",
         sink_pace / p.pace
     );
     println!(

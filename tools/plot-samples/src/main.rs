@@ -21,7 +21,7 @@ fn read(path: &str) -> anyhow::Result<Samples> {
     let mut lines = text.lines();
     let header: Vec<String> = lines
         .next()
-        .context("the CSV is empty")?
+        .with_context(|| format!("{path} is empty"))?
         .split(',')
         .map(str::to_string)
         .collect();
@@ -37,11 +37,27 @@ fn read(path: &str) -> anyhow::Result<Samples> {
                 .map(|v| v.parse::<f64>())
                 .collect::<Result<_, _>>()
                 .with_context(|| format!("{path}:{}: not numbers: {l}", i + 2))?;
-            anyhow::ensure!(row.len() == header.len(), "{path}:{}: {} columns", i + 2, row.len());
+            anyhow::ensure!(
+                row.len() == header.len(),
+                "{path}:{}: {} columns, the header has {}",
+                i + 2,
+                row.len(),
+                header.len()
+            );
+            // NaN or infinity would send the axis arithmetic into an endless loop.
+            anyhow::ensure!(
+                row.iter().all(|v| v.is_finite() && *v >= 0.0),
+                "{path}:{}: a value is negative, NaN or infinite: {l}",
+                i + 2
+            );
             Ok(row)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     anyhow::ensure!(rows.len() >= 2, "{path} has fewer than 2 samples");
+    anyhow::ensure!(
+        rows.windows(2).all(|w| w[1][0] > w[0][0]),
+        "{path}: at_s must increase from each sample to the next"
+    );
     Ok(Samples { header, rows })
 }
 
@@ -59,16 +75,40 @@ fn rate(s: &Samples, c: usize) -> Vec<(f64, f64)> {
     out
 }
 
-fn main() -> anyhow::Result<()> {
+/// Exit 1 with the error's chain on one line (no backtrace: these are input errors).
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plot-samples: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [input, output, rest @ ..] = args.as_slice() else {
-        anyhow::bail!("usage: plot-samples SAMPLES.csv OUT.png [TITLE]");
+    let (input, output, title) = match args.as_slice() {
+        [input, output] => (input, output, input.as_str()),
+        [input, output, title] => (input, output, title.as_str()),
+        _ => anyhow::bail!("usage: plot-samples SAMPLES.csv OUT.png [TITLE]"),
     };
-    let title = rest.first().map_or(input.as_str(), String::as_str);
+    if let Some(dir) = std::path::Path::new(output).parent() {
+        anyhow::ensure!(
+            dir.as_os_str().is_empty() || dir.is_dir(),
+            "cannot write {output}: {} is not a directory",
+            dir.display()
+        );
+    }
     let font_path = std::env::var("PLOT_FONT").unwrap_or_else(|_| DEFAULT_FONT.to_string());
-    let font = std::fs::read(&font_path).with_context(|| format!("cannot read the font {font_path} (set PLOT_FONT)"))?;
-    plotters::style::register_font("sans-serif", FontStyle::Normal, Box::leak(font.into_boxed_slice()))
-        .map_err(|_| anyhow::anyhow!("{font_path} is not a TrueType font"))?;
+    let font = std::fs::read(&font_path)
+        .with_context(|| format!("cannot read the font {font_path} (set PLOT_FONT)"))?;
+    plotters::style::register_font(
+        "sans-serif",
+        FontStyle::Normal,
+        Box::leak(font.into_boxed_slice()),
+    )
+    .map_err(|_| anyhow::anyhow!("{font_path} is not a TrueType font"))?;
     let s = read(input)?;
     let end = s.rows.last().expect("2 samples")[0];
     let gauges: Vec<usize> = (6..s.header.len()).collect();
@@ -85,11 +125,17 @@ fn main() -> anyhow::Result<()> {
         .x_label_area_size(30)
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..end, 0.0..top.max(1.0))?;
-    c.configure_mesh().x_desc("seconds").y_desc("RSS (MiB)").draw()?;
+    c.configure_mesh()
+        .x_desc("seconds")
+        .y_desc("RSS (MiB)")
+        .draw()?;
     c.draw_series(LineSeries::new(rss, &BLUE))?
         .label("resident memory")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE));
-    c.configure_series_labels().border_style(BLACK).background_style(WHITE).draw()?;
+    c.configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
 
     let mut series: Vec<(String, Vec<(f64, f64)>)> = vec![(s.header[3].clone(), rate(&s, 3))];
     if s.header[5] != s.header[3] {
@@ -100,11 +146,18 @@ fn main() -> anyhow::Result<()> {
         let series: Vec<(String, Vec<(f64, f64)>)> = gauges
             .iter()
             .filter(|&&g| s.header[g] != "buffered_bytes")
-            .map(|&g| (s.header[g].clone(), s.rows.iter().map(|r| (r[0], r[g])).collect()))
+            .map(|&g| {
+                (
+                    s.header[g].clone(),
+                    s.rows.iter().map(|r| (r[0], r[g])).collect(),
+                )
+            })
             .collect();
         lines(&areas[2], end, "gauge", &series)?;
     }
-    root.present()?;
+    root.present()
+        .with_context(|| format!("cannot write {output}"))?;
+    println!("wrote {output}");
     Ok(())
 }
 
@@ -132,6 +185,9 @@ fn lines(
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
     }
-    c.configure_series_labels().border_style(BLACK).background_style(WHITE).draw()?;
+    c.configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
     Ok(())
 }
