@@ -129,8 +129,8 @@ async fn control(
     t0: Instant,
 ) -> anyhow::Result<Phases> {
     // Rows written, not messages received: a split that parks nacks what it paused and
-    // reads it again, so received counts redeliveries. (Rows are counted at each
-    // checkpoint: over the 10 s window that is within one checkpoint interval.)
+    // reads it again, so received counts redeliveries. (A row is counted when Pub/Sub
+    // confirms its publish.)
     let written = || async { counter_sum(&scrape(addr).await, "rows_written") };
     let first = Instant::now();
     while written().await == 0 {
@@ -183,7 +183,7 @@ fn report(args: &BenchArgs, s: &[Sample], p: &Phases, peak_kib: u64) -> anyhow::
         .filter(|x| x.at_s >= p.limited_from_s && x.at_s <= p.limited_to_s)
         .collect();
     anyhow::ensure!(limited.len() >= 4, "too few samples under the limit");
-    // The sink's pace under the limit: rows written (counted at each checkpoint) over
+    // The sink's pace under the limit: rows written (confirmed publishes) over
     // the limited phase, against the free source pace.
     let (a, b) = (limited[0], limited[limited.len() - 1]);
     // Nothing written under the limit: the backlog ran out (or what was left is leased
