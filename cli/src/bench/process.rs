@@ -184,10 +184,14 @@ pub async fn run_sampled(
         }
         if stop.as_mut().is_some_and(|s| s.try_recv().is_ok()) {
             stop = None;
-            let term = std::process::Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status()?;
-            anyhow::ensure!(term.success(), "cannot send SIGTERM to the pipeline");
+            // SAFETY: kill(2) on our own child's pid; it has not been reaped (try_wait
+            // above saw it running), so the pid cannot have been reused.
+            let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) } == 0;
+            anyhow::ensure!(
+                sent,
+                "cannot send SIGTERM to the pipeline: {}",
+                std::io::Error::last_os_error()
+            );
         }
         cpu_s = cpu_s.max(cpu_seconds_of(child.id()));
         peak_kib = peak_kib.max(peak_rss_kib_of(child.id()));

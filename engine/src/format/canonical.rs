@@ -9,6 +9,8 @@ use std::borrow::Cow;
 use serde::de::{DeserializeSeed, Deserializer as _, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::json_str::write_json_str;
+
 /// Deepest nesting accepted (serde_json refuses deeper input when it builds values).
 const MAX_DEPTH: usize = 128;
 
@@ -35,7 +37,7 @@ fn write_value(raw: &str, out: &mut Vec<u8>, depth: usize) -> Result<(), String>
                 if i > 0 {
                     out.push(b',');
                 }
-                write_string(k, out);
+                write_json_str(k, out);
                 out.push(b':');
                 write_value(v.get(), out, depth + 1)?;
             }
@@ -54,17 +56,12 @@ fn write_value(raw: &str, out: &mut Vec<u8>, depth: usize) -> Result<(), String>
         }
         Some(b'"') => {
             let s: Cow<'_, str> = super::value::json_string(raw)?;
-            write_string(&s, out);
+            write_json_str(&s, out);
         }
         // Numbers and literals: already minimal, kept verbatim.
         _ => out.extend_from_slice(raw.as_bytes()),
     }
     Ok(())
-}
-
-/// Appends `s` as a JSON string literal, escaped as serde_json does.
-fn write_string(s: &str, out: &mut Vec<u8>) {
-    super::json_str::write_json_str(s, out);
 }
 
 fn parse_with<'de, V: Visitor<'de>>(raw: &'de str, v: V) -> Result<V::Value, String>
