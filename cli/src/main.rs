@@ -437,3 +437,53 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod bench_args_tests {
+    use super::{Cli, Command};
+    use clap::Parser;
+
+    fn bench(args: &[&str]) -> Result<super::BenchArgs, String> {
+        let argv = ["pubsub-connector", "bench"].iter().chain(args);
+        match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                command: Command::Bench(b),
+            }) => Ok(b),
+            Ok(_) => unreachable!("parsed as bench"),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Values that made `bench` hang (0 streams for the raw loop) or print NaN are
+    /// refused by the parser, naming the flag and the value.
+    #[test]
+    fn bench_refuses_sizes_that_cannot_run() {
+        for (flag, value) in [
+            ("--workers", "0"),
+            ("--workers", "257"),
+            ("--pulls-per-worker", "0"),
+            ("--message-bytes", "39"),
+            ("--sink-pace", "0"),
+            ("--sink-pace", "1.5"),
+            ("--sink-pace", "NaN"),
+            ("--backlog-max-outstanding", "0"),
+            ("--backlog-seconds", "0"),
+            ("--rounds", "0"),
+        ] {
+            let Err(e) = bench(&[&format!("{flag}={value}")]) else {
+                panic!("{flag}={value} was accepted");
+            };
+            assert!(e.contains(flag) && e.contains(value), "{flag}={value}: {e}");
+        }
+        let b = bench(&[
+            "--workers",
+            "1",
+            "--message-bytes",
+            "40",
+            "--sink-pace",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!((b.workers, b.message_bytes, b.sink_pace), (1, 40, 1.0));
+    }
+}

@@ -191,3 +191,45 @@ fn lines(
         .draw()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// Samples plotters cannot draw (a NaN sent its axis arithmetic into an endless loop)
+    /// are refused with the file and line, before any drawing.
+    #[test]
+    fn refuses_samples_that_cannot_be_drawn() {
+        let dir = std::env::temp_dir().join(format!("plot-samples-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let header = "at_s,cpu_s,rss_kib,a,a,b\n";
+        for (rows, want) in [
+            (
+                "0.1,0,NaN,1,1,1\n0.2,0,1,1,1,1\n",
+                ":2: a value is negative, NaN or infinite",
+            ),
+            (
+                "0.1,0,1,1,1,1\n0.2,0,inf,1,1,1\n",
+                ":3: a value is negative, NaN or infinite",
+            ),
+            ("0.1,0,-1,1,1,1\n0.2,0,1,1,1,1\n", ":2: a value is negative"),
+            ("0.2,0,1,1,1,1\n0.1,0,1,1,1,1\n", "at_s must increase"),
+            ("0.1,0,1,1,1,1\n", "fewer than 2 samples"),
+            (
+                "0.1,0,1,1,1\n0.2,0,1,1,1,1\n",
+                ":2: 5 columns, the header has 6",
+            ),
+        ] {
+            let path = dir.join("s.csv");
+            std::fs::write(&path, format!("{header}{rows}")).unwrap();
+            let path = path.to_str().unwrap();
+            let Err(e) = super::read(path) else {
+                panic!("accepted {rows:?}");
+            };
+            let e = format!("{e:#}");
+            assert!(e.contains(path) && e.contains(want), "{rows:?}: {e}");
+        }
+        let path = dir.join("ok.csv");
+        std::fs::write(&path, format!("{header}0.1,0,1,1,1,1\n0.2,0,2,3,3,1\n")).unwrap();
+        assert_eq!(super::read(path.to_str().unwrap()).unwrap().rows.len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
