@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use pubsub_connector_core::admin;
-use pubsub_engine::record_id::{message_key, record_id, row_key};
+use pubsub_engine::record_id::{message_key, record_id, row_key, RecordProducer};
 use rand::{Rng, SeedableRng};
 use support::*;
 
@@ -17,6 +17,11 @@ const LIMIT: Duration = Duration::from_secs(300);
 /// One hop: `sub` -> `topic`, stamping attribute `stamp`, deduplicating on `dedup`.
 /// Leases of 10 s bring a killed run's messages back soon.
 fn hop_sql(sub: &str, topic: &str, dedup: Option<&str>, stamp: &str) -> String {
+    select_sql(sub, topic, dedup, stamp, "seq")
+}
+
+/// [`hop_sql`] writing `select` (an expression) as `seq`.
+fn select_sql(sub: &str, topic: &str, dedup: Option<&str>, stamp: &str, select: &str) -> String {
     let dedup = dedup
         .map(|a| format!(", 'scan.dedup.attribute' = '{a}'"))
         .unwrap_or_default();
@@ -29,8 +34,21 @@ fn hop_sql(sub: &str, topic: &str, dedup: Option<&str>, stamp: &str) -> String {
          CREATE TABLE dst (seq BIGINT) WITH (
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{topic}',
             'emulator-endpoint' = '{endpoint}', 'sink.record-id-attribute' = '{stamp}');
-         INSERT INTO dst SELECT seq FROM src;"
+         INSERT INTO dst SELECT {select} AS seq FROM src;"
     )
+}
+
+/// Who writes the rows of the first query of `sql` run from a [`Workdir`] (whose file,
+/// `pipeline.sql`, gives the job id `pipeline`).
+fn producer(sql: &str) -> RecordProducer {
+    let parsed = pubsub_engine::sql::parse_pipeline(sql).unwrap();
+    let insert = &parsed.inserts[0];
+    RecordProducer {
+        job: "pipeline".into(),
+        sink: insert.sink.clone(),
+        query: "q0".into(),
+        statement: insert.to_string(),
+    }
 }
 
 /// Every message on `sub` as (seq, attributes), acking them, until none came for `idle`.
@@ -62,7 +80,8 @@ async fn a_stamped_record_id_is_derived_from_the_message_and_row_and_kept_by_a_r
         .await
         .unwrap(),
     );
-    let w = Workdir::new(&hop_sql(&t.input_sub, &t.output, None, "rid"));
+    let sql = hop_sql(&t.input_sub, &t.output, None, "rid");
+    let w = Workdir::new(&sql);
     // No checkpoint completes before the kill: the restart writes every row again.
     let mut child = w.spawn(&["--workers", "2", "--checkpoint-interval", "60s"]);
     let first = admin::drain_messages(&profile(), &t.output_sub, 2, Some(22), LIMIT)
@@ -84,7 +103,7 @@ async fn a_stamped_record_id_is_derived_from_the_message_and_row_and_kept_by_a_r
             101 => (&ids[20], 1),
             s => (&ids[s as usize], 0),
         };
-        record_id("q0", &row_key(&message_key(&sub, message), row))
+        record_id(&producer(&sql), &row_key(&message_key(&sub, message), row))
     };
     let mut copies: BTreeMap<i64, usize> = BTreeMap::new();
     for (seq, attributes) in &again {
@@ -127,7 +146,8 @@ async fn the_source_drops_copies_by_their_id_and_remembers_them_across_a_restart
     for i in 20..23 {
         publish(i, None).await;
     }
-    let w = Workdir::new(&hop_sql(&t.input_sub, &t.output, Some("rid"), "out-id"));
+    let sql = hop_sql(&t.input_sub, &t.output, Some("rid"), "out-id");
+    let w = Workdir::new(&sql);
     let args = [
         "--workers",
         "2",
@@ -170,7 +190,7 @@ async fn the_source_drops_copies_by_their_id_and_remembers_them_across_a_restart
         );
         assert_eq!(
             attributes.get("out-id"),
-            Some(&record_id("q0", &row_key(&format!("r{r}"), 0)))
+            Some(&record_id(&producer(&sql), &row_key(&format!("r{r}"), 0)))
         );
     }
     assert_eq!(by_record.len(), 10);
@@ -290,4 +310,43 @@ async fn two_hops_with_the_first_killed_write_every_record_once() {
     let seqs: HashSet<i64> = y.iter().map(|(s, _)| *s).collect();
     assert_eq!(seqs.len(), 20_000, "every input reached Y");
     assert_eq!(y.len(), 20_000, "and exactly once");
+}
+
+/// Issue 31, item 2: two pipelines, each deduplicating on one upstream id (through a
+/// subscription of its own) and writing different rows to one topic stamped with record
+/// ids, and a deduplicating reader of that topic. Both files are `pipeline.sql` (one
+/// default job id) with one sink name: the ids named only the query's index, so each
+/// pair collided and the reader dropped one of each (50 of 100) before the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pipelines_into_one_topic_keep_every_row_for_a_deduplicating_reader() {
+    const N: i64 = 50;
+    let t = topics("fan-in", 10).await;
+    let second = unique("fan-in-in-sub2");
+    let (y, y_sub) = (unique("fan-in-y"), unique("fan-in-y-sub"));
+    admin::create_subscription(&profile(), &second, &t.input, 10)
+        .await
+        .unwrap();
+    admin::create_topic(&profile(), &y).await.unwrap();
+    admin::create_subscription(&profile(), &y_sub, &y, 60)
+        .await
+        .unwrap();
+    for i in 0..N {
+        let rid = HashMap::from([("rid".to_string(), format!("r{i}"))]);
+        publish_with_attributes(&t.input, format!("{{\"seq\": {i}}}").into_bytes(), rid).await;
+    }
+    let one = select_sql(&t.input_sub, &t.output, Some("rid"), "out-id", "seq");
+    let two = select_sql(&second, &t.output, Some("rid"), "out-id", "seq + 1000");
+    let reader = hop_sql(&t.output_sub, &y, Some("out-id"), "y-id");
+    let args = ["--checkpoint-interval", "1s", "--stop-when-idle", "5s"];
+    for sql in [&one, &two, &reader] {
+        Workdir::new(sql).run_ok(&args).await;
+    }
+    let mut got: Vec<i64> = rows(&y_sub, Duration::from_secs(5))
+        .await
+        .into_iter()
+        .map(|(seq, _)| seq)
+        .collect();
+    got.sort_unstable();
+    let want: Vec<i64> = (0..N).chain(1000..1000 + N).collect();
+    assert_eq!(got, want, "every row of both pipelines, once");
 }

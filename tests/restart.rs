@@ -115,3 +115,61 @@ async fn latest_then_a_crash_before_the_first_checkpoint_loses_nothing_published
         "every message published after the first start reached the sink; stdout: {stdout}"
     );
 }
+
+/// Issue 31, item 5, the reported sequence: two pipelines with a deduplicating source
+/// table of one name, run one after the other from one folder without --state-dir. The
+/// second restored the first one's checkpoint with a WARN and took each of its messages
+/// for a copy (rows written 0, all acknowledged). Now each pipeline has its own default
+/// location (state/p1, state/p2), and a location written by another job is refused with
+/// exit 2 naming both jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pipelines_in_one_folder_never_share_a_checkpoint() {
+    const N: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = endpoint();
+    let dedup = ", 'scan.dedup.attribute' = 'rid'";
+    let mut outputs = Vec::new();
+    for name in ["p1", "p2"] {
+        let t = topics(&format!("own-state-{name}"), 10).await;
+        for i in 0..N {
+            let rid = std::collections::HashMap::from([("rid".to_string(), format!("r{i}"))]);
+            publish_with_attributes(&t.input, format!("{{\"seq\": {i}}}").into_bytes(), rid).await;
+        }
+        let file = dir.path().join(format!("{name}.sql"));
+        std::fs::write(&file, pipeline_sql(&t, &endpoint, dedup)).unwrap();
+        outputs.push(t.output_sub);
+    }
+    let run = |args: &[&str]| finish(spawn_bin_in(dir.path(), args), LIMIT);
+    let idle = ["--checkpoint-interval", "1s", "--stop-when-idle", "5s"];
+    for (name, out) in ["p1", "p2"].iter().zip(&outputs) {
+        let file = format!("{name}.sql");
+        let args: Vec<&str> = ["run", file.as_str()].into_iter().chain(idle).collect();
+        let (code, stdout, stderr) = run(&args).await;
+        assert_eq!(code, 0, "{name}: {stderr}");
+        assert_eq!(
+            summary_count(&stdout, "rows written:"),
+            N,
+            "{name}: {stdout}"
+        );
+        assert_eq!(
+            sink_ids(out, Some(N), Duration::from_secs(5)).await.len(),
+            N
+        );
+        assert!(dir
+            .path()
+            .join("state")
+            .join(name)
+            .join("checkpoint.json")
+            .exists());
+    }
+    // p2 pointed at p1's location: refused before anything is read, naming both jobs.
+    let args: Vec<&str> = ["run", "p2.sql", "--state-dir", "state/p1"]
+        .into_iter()
+        .chain(idle)
+        .collect();
+    let (code, _, stderr) = run(&args).await;
+    assert_eq!(code, 2, "{stderr}");
+    for part in ["job 'p1'", "job 'p2'", "--job-id p1"] {
+        assert!(stderr.contains(part), "{part}: {stderr}");
+    }
+}

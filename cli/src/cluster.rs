@@ -60,9 +60,12 @@ pub struct ClusterArgs {
     #[arg(long, default_value = "10m", value_parser = crate::parse_positive_duration)]
     pub checkpoint_timeout: Duration,
     /// Where the last completed checkpoint is kept; every process of every start restores
-    /// from it (a local directory or an object-store URL).
-    #[arg(long, default_value = "./state")]
-    pub state_dir: String,
+    /// from it (a local directory or an object-store URL). Default: state/JOB_ID.
+    #[arg(long)]
+    pub state_dir: Option<String>,
+    /// The job id (as `run`'s); passed to every process.
+    #[arg(long, value_parser = crate::job::parse_job_id)]
+    pub job_id: Option<String>,
     /// Stop gracefully once no message was received for this long while every source
     /// could pull.
     #[arg(long, value_parser = crate::parse_positive_duration)]
@@ -277,8 +280,6 @@ pub fn child_args(args: &ClusterArgs, process: usize, hosts: &Path) -> Vec<Strin
         flag_duration(args.checkpoint_interval),
         "--checkpoint-timeout".into(),
         flag_duration(args.checkpoint_timeout),
-        "--state-dir".into(),
-        args.state_dir.clone(),
         "--connect-timeout".into(),
         flag_duration(args.connect_timeout),
         "--shutdown-timeout".into(),
@@ -286,6 +287,14 @@ pub fn child_args(args: &ClusterArgs, process: usize, hosts: &Path) -> Vec<Strin
         "--max-inflight-rows".into(),
         args.max_inflight_rows.to_string(),
     ];
+    if let Some(d) = &args.state_dir {
+        a.push("--state-dir".into());
+        a.push(d.clone());
+    }
+    if let Some(j) = &args.job_id {
+        a.push("--job-id".into());
+        a.push(j.clone());
+    }
     if let Some(d) = args.stop_when_idle {
         a.push("--stop-when-idle".into());
         a.push(flag_duration(d));
@@ -631,7 +640,12 @@ async fn supervise(mut generation: Generation, signals: &mut Signals, args: &Clu
 /// `cluster`: starts the processes, restarts them all from the last completed checkpoint
 /// after a failure within the restart budget, forwards stop signals. See the module docs
 /// for exit codes.
-pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: ClusterArgs) -> anyhow::Result<()> {
+    // Resolved once, so every process and every message names the same job and state.
+    let job = crate::job::job_id(args.job_id.as_deref(), &args.pipeline)
+        .map_err(crate::pipeline::BadPipeline)?;
+    args.state_dir = Some(crate::job::state_dir(args.state_dir.as_deref(), &job));
+    args.job_id = Some(job);
     if let Some(addr) = &args.metrics_addr {
         process_metrics_addr(addr, args.processes - 1).map_err(crate::pipeline::BadPipeline)?;
     }
@@ -687,7 +701,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 tracing::warn!(
                     "restarting all {} processes from the last completed checkpoint in {} (restart {} of at most {} within {})",
                     args.processes,
-                    pubsub_engine::redact_url(&args.state_dir),
+                    pubsub_engine::redact_url(args.state_dir.as_deref().unwrap_or_default()),
                     budget.total(),
                     args.max_restarts,
                     human(args.restart_window)
@@ -801,7 +815,7 @@ mod tests {
         let a = child_args(&t.c, 1, Path::new("/tmp/hosts")).join(" ");
         assert_eq!(
             a,
-            "run p.sql --processes 3 --process 1 --hosts /tmp/hosts --workers 2 --checkpoint-interval 10s --checkpoint-timeout 600s --state-dir /s --connect-timeout 30s --shutdown-timeout 60s --max-inflight-rows 32768 --stop-when-idle 5s"
+            "run p.sql --processes 3 --process 1 --hosts /tmp/hosts --workers 2 --checkpoint-interval 10s --checkpoint-timeout 600s --connect-timeout 30s --shutdown-timeout 60s --max-inflight-rows 32768 --state-dir /s --stop-when-idle 5s"
         );
         let t = T::parse_from([
             "x",

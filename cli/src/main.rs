@@ -4,6 +4,7 @@
 mod bench;
 mod chaos;
 mod cluster;
+mod job;
 mod metrics_catalog;
 mod metrics_http;
 mod pipeline;
@@ -186,9 +187,14 @@ pub struct RunArgs {
     pub checkpoint_interval: Duration,
     /// Where the last completed checkpoint is kept, and a restart resumes from: a local
     /// directory, or an object-store URL (file://, s3://, gs://, az://) that every
-    /// process of a cluster can reach.
-    #[arg(long, default_value = "./state")]
-    pub state_dir: String,
+    /// process of a cluster can reach. Default: state/JOB_ID (one per pipeline).
+    #[arg(long)]
+    pub state_dir: Option<String>,
+    /// The job's name in its checkpoints (another job's are refused) and in the record ids
+    /// its sinks stamp: ASCII letters, digits, '.', '_', '-'. Default: the pipeline file's
+    /// name without its extension.
+    #[arg(long, value_parser = job::parse_job_id)]
+    pub job_id: Option<String>,
     /// Stop gracefully once no message was received for this long while every source
     /// could pull (time held by flow control, back-pressure or a reconnect does not count).
     #[arg(long, value_parser = parse_positive_duration)]

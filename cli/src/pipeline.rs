@@ -151,16 +151,18 @@ pub async fn execute(
         );
     }
     let cluster = cluster_config(args).map_err(|e| (e, None))?;
+    let job_id = crate::job::job_id(args.job_id.as_deref(), &args.pipeline)
+        .map_err(|e| (anyhow::Error::from(BadPipeline(e)), None))?;
     let config = RuntimeConfig {
         workers: args.workers.max(1),
         checkpoint_interval: args.checkpoint_interval,
         checkpoint_timeout: args.checkpoint_timeout,
-        state_dir: args.state_dir.clone(),
+        state_dir: crate::job::state_dir(args.state_dir.as_deref(), &job_id),
         cluster,
         stop_when_idle: args.stop_when_idle,
         shutdown_timeout: args.shutdown_timeout,
         max_inflight_rows: args.max_inflight_rows,
-        job_id: args.pipeline.display().to_string(),
+        job_id,
         metrics,
         ..RuntimeConfig::default()
     };

@@ -445,7 +445,9 @@ mod tests {
         )
         .unwrap();
         let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(Mem)];
-        let planned = plan_pipeline(&sql, &connectors).unwrap();
+        let mut planned = plan_pipeline(&sql, &connectors).unwrap();
+        let unbound = planned.clone();
+        planned.bind_job("p1").unwrap();
         // The source carries the key once, for every query that reads it.
         let src = &planned.sources()[0].0;
         let names: Vec<&str> = src
@@ -469,6 +471,9 @@ mod tests {
             ],
         )
         .unwrap();
+        // An unbound plan stamps nothing: the job id is part of every record id.
+        let e = unbound.queries[0].project(&batch).unwrap_err();
+        assert!(e.to_string().contains("bind_job"), "{e}");
         let ids = |q: &PlannedQuery| -> Vec<String> {
             let out = q.project(&batch).unwrap();
             assert_eq!(
@@ -481,13 +486,21 @@ mod tests {
         // `*` selected only `n`; the WHERE kept rows 2 and 3, each with its own key.
         let q0 = &planned.queries[0];
         assert_eq!(q0.select.fields.len(), 1);
-        let id = crate::record_id::record_id;
-        assert_eq!(ids(q0), [id("q0", keys[1]), id("q0", keys[2])]);
+        let id = |q: &PlannedQuery, k: &str| {
+            crate::record_id::record_id(
+                &crate::record_id::RecordProducer {
+                    job: "p1".into(),
+                    sink: "out".into(),
+                    query: q.id.clone(),
+                    statement: q.text.clone(),
+                },
+                k,
+            )
+        };
+        assert_eq!(ids(q0), [id(q0, keys[1]), id(q0, keys[2])]);
         // Another SELECT into the same sink: the same rows get other ids.
-        assert_eq!(
-            ids(&planned.queries[1]),
-            keys.iter().map(|k| id("q1", k)).collect::<Vec<_>>()
-        );
+        let q1 = &planned.queries[1];
+        assert_eq!(ids(q1), keys.iter().map(|k| id(q1, k)).collect::<Vec<_>>());
         // A sink that does not stamp gets its own columns only.
         assert_eq!(planned.queries[2].project(&batch).unwrap().num_columns(), 1);
         // The graph plans the same (a source piped before its stamping sink too).
@@ -525,6 +538,8 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(graph.queries[0].source.connection, src.connection);
+        let mut graph = graph;
+        graph.bind_job("p1").unwrap();
         assert_eq!(graph.queries[1].project(&batch).unwrap().num_columns(), 2);
         // The names are reserved.
         let e = |text: &str| {

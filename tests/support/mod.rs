@@ -165,7 +165,13 @@ fn spawn_run(pipeline: &Path, state: &Path, args: &[&str]) -> Child {
 /// Starts the `pubsub-connector` binary with `args` (`RUST_LOG=info`); stdout and stderr
 /// are piped, and it is killed when the handle drops.
 pub fn spawn_bin(args: &[&str]) -> Child {
+    spawn_bin_in(Path::new("."), args)
+}
+
+/// [`spawn_bin`] in working directory `dir` (where defaults such as `state/JOB_ID` land).
+pub fn spawn_bin_in(dir: &Path, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_pubsub-connector"))
+        .current_dir(dir)
         .args(args)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())

@@ -1,4 +1,4 @@
-//! Deduplication by a record id attribute (`scan.dedup.*`, README "Exactly once across
+//! Deduplication by a record id attribute (`scan.dedup.*`, docs "Exactly once across
 //! pipelines").
 //!
 //! The ids seen are one [`SeenSet`] per source table and process, shared by its subtasks
@@ -11,12 +11,16 @@
 //! the ids it owns at its barrier; so a checkpoint holds exactly the ids of messages
 //! whose rows it covers. An id whose message is released (nacked) again is taken out.
 //!
-//! Window: an id is remembered while the newest publish time the set has seen is at
-//! most `window` later than its own. Eviction runs in arrival order and only drops an
-//! id whose window has ended, so an id is never forgotten early (one may stay longer).
-//! At `max_ids` ids within their windows the job fails, naming the options.
-
-use std::collections::{HashMap, VecDeque};
+//! The guarantee (issue 31, item 3), with W the window and N the newest publish time the
+//! set has seen: a copy is dropped when it was published within W of the copy that put
+//! its id in, and, when delivered, is at most W behind N (its *lag*). Ids are therefore
+//! held while their publish time is within 2W of N (a first copy is at most W older than
+//! its copy, which is at most W behind N), in publish-time order whatever the arrival
+//! order, so a backlog delivered out of order within W loses no copy. A message more
+//! than W behind N is still checked against the ids held but counted as behind the
+//! window: a copy of it may pass. Only held ids count toward `max_ids`.
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -55,8 +59,10 @@ struct Seen {
 /// What [`SeenSet::check`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Check {
-    /// First copy within the window: the id is now held (by this hash).
-    New(u128),
+    /// No copy held: the id is now held (by this hash). `behind`: the message is more
+    /// than the window behind the newest publish time seen, so its first copy may have
+    /// been forgotten (outside the guarantee; counted).
+    New { hash: u128, behind: bool },
     /// A copy of a record already seen: acknowledge it, emit nothing.
     Duplicate,
 }
@@ -67,9 +73,9 @@ pub struct SeenSet {
     window_ms: i64,
     max_ids: usize,
     ids: HashMap<u128, Seen, BuildHasherDefault<IdHasher>>,
-    /// (publish ms, id) in arrival order, for eviction; an entry whose id was taken out
-    /// or seen again is skipped.
-    order: VecDeque<(i64, u128)>,
+    /// (publish ms, id), oldest first, for eviction; an entry whose id was taken out is
+    /// skipped when it comes up.
+    expiry: BinaryHeap<Reverse<(i64, u128)>>,
     newest_ms: i64,
 }
 
@@ -88,7 +94,7 @@ impl SeenSet {
             window_ms: i64::try_from(window_ms).unwrap_or(i64::MAX),
             max_ids: usize::try_from(max_ids).unwrap_or(usize::MAX),
             ids: HashMap::default(),
-            order: VecDeque::new(),
+            expiry: BinaryHeap::new(),
             newest_ms: i64::MIN,
         }
     }
@@ -106,14 +112,15 @@ impl SeenSet {
     /// table's control bytes; the allocator's own overhead is not counted).
     pub fn table_bytes(&self) -> usize {
         self.ids.capacity() * (std::mem::size_of::<(u128, Seen)>() + 1)
-            + self.order.capacity() * std::mem::size_of::<(i64, u128)>()
+            + self.expiry.capacity() * std::mem::size_of::<(i64, u128)>()
     }
 
     /// Checks the id of a message published at `publish_ms` and, when it is new, holds
     /// it for subtask `owner`.
     ///
-    /// Errors when the set holds `max_ids` ids within their windows (the message is not
-    /// held; the caller fails the job).
+    /// Errors when the set holds `max_ids` ids, every one still needed by the guarantee
+    /// (the message is not held; the caller fails the job, which a restart may clear
+    /// once newer messages move the window on).
     pub fn check(&mut self, id: &str, publish_ms: i64, owner: usize) -> anyhow::Result<Check> {
         let h = id_hash(id);
         if self.ids.contains_key(&h) {
@@ -123,7 +130,7 @@ impl SeenSet {
         self.evict();
         if self.ids.len() >= self.max_ids {
             anyhow::bail!(
-                "deduplication holds {} record ids seen within its window of {} s ('{}' = {}): raise '{}' or shorten '{}' (nothing was acknowledged)",
+                "deduplication holds {} record ids, every one published within twice its window of {} s of the newest message seen ('{}' = {}): raise '{}' or shorten '{}' (nothing was acknowledged)",
                 self.ids.len(),
                 self.window_ms / 1000,
                 pubsub_table_options::DEDUP_MAX_IDS,
@@ -132,13 +139,14 @@ impl SeenSet {
                 pubsub_table_options::DEDUP_WINDOW,
             );
         }
+        let behind = publish_ms < self.newest_ms.saturating_sub(self.window_ms);
         self.hold(h, publish_ms, owner as u32);
-        Ok(Check::New(h))
+        Ok(Check::New { hash: h, behind })
     }
 
     fn hold(&mut self, h: u128, publish_ms: i64, owner: u32) {
         self.ids.insert(h, Seen { publish_ms, owner });
-        self.order.push_back((publish_ms, h));
+        self.expiry.push(Reverse((publish_ms, h)));
     }
 
     /// Takes out an id a message put in, when that message is released for redelivery
@@ -147,14 +155,17 @@ impl SeenSet {
         self.ids.remove(&h);
     }
 
-    /// Drops ids whose window ended, in arrival order.
+    /// Drops every id published more than twice the window before the newest publish
+    /// time seen (no copy the guarantee covers can match it any more), oldest first.
     fn evict(&mut self) {
-        let cutoff = self.newest_ms.saturating_sub(self.window_ms);
-        while let Some(&(t, h)) = self.order.front() {
+        let cutoff = self
+            .newest_ms
+            .saturating_sub(self.window_ms.saturating_mul(2));
+        while let Some(&Reverse((t, h))) = self.expiry.peek() {
             if t >= cutoff {
                 break;
             }
-            self.order.pop_front();
+            self.expiry.pop();
             if self.ids.get(&h).is_some_and(|s| s.publish_ms == t) {
                 self.ids.remove(&h);
             }
@@ -205,8 +216,6 @@ impl SeenSet {
             self.newest_ms = self.newest_ms.max(t);
             self.hold(h, t, owner as u32);
         }
-        // Restored entries were appended by subtask; keep eviction in publish order.
-        self.order.make_contiguous().sort_unstable();
         self.evict();
         Ok(())
     }
@@ -251,42 +260,104 @@ mod tests {
 
     const S: i64 = 1_000;
 
+    fn is_new(c: Check) -> bool {
+        matches!(c, Check::New { .. })
+    }
+
     #[test]
-    fn a_copy_within_the_window_is_a_duplicate_and_after_it_is_new() {
+    fn a_copy_within_the_window_is_a_duplicate_and_far_behind_it_is_new() {
         let mut s = SeenSet::new(60_000, 100);
-        assert!(matches!(s.check("a", 0, 0).unwrap(), Check::New(_)));
+        assert!(is_new(s.check("a", 0, 0).unwrap()));
         assert_eq!(s.check("a", 30 * S, 1).unwrap(), Check::Duplicate);
-        assert!(matches!(s.check("b", 60 * S, 0).unwrap(), Check::New(_)));
-        // `a` (published at 0) is remembered while the newest is at most 60 s later.
+        assert!(is_new(s.check("b", 120 * S, 0).unwrap()));
+        // `a` (published at 0) is held while the newest is at most 2 windows later: a
+        // copy of it published at 60 s may still come, at most 60 s behind.
         assert_eq!(s.check("a", 60 * S, 0).unwrap(), Check::Duplicate);
-        assert!(matches!(
-            s.check("c", 60 * S + 1, 0).unwrap(),
-            Check::New(_)
-        ));
-        assert!(matches!(s.check("a", 61 * S, 0).unwrap(), Check::New(_)));
+        assert!(is_new(s.check("c", 120 * S + 1, 0).unwrap()));
+        assert_eq!(
+            s.check("a", 121 * S, 0).unwrap(),
+            Check::New {
+                hash: id_hash("a"),
+                behind: false
+            }
+        );
         // An out-of-order late publish time does not move the window back.
         assert_eq!(s.check("c", 10 * S, 0).unwrap(), Check::Duplicate);
     }
 
+    /// Issue 31, item 3: a backlog delivered out of publish order. Each record `rI` is
+    /// published at I s and copied W later; the messages arrive shuffled, each at most W
+    /// behind the newest seen. Every copy is dropped: before, an id left once the newest
+    /// publish time seen anywhere was W past it, so a copy arriving after a younger
+    /// message passed (67 of 200 copies with this seed).
     #[test]
-    fn eviction_never_forgets_an_id_early() {
-        // Arrival order differs from publish order: `late` (published at 50 s) arrives
-        // before `early` (5 s). When the window passes `early`, `late` must stay.
+    fn a_backlog_out_of_order_within_the_window_drops_every_copy() {
+        const W: i64 = 10 * S;
+        let mut messages: Vec<(String, i64)> = (0..200)
+            .flat_map(|i| {
+                let t = i64::from(i) * S / 4;
+                [(format!("r{i}"), t), (format!("r{i}"), t + W)]
+            })
+            .collect();
+        messages.sort_by_key(|(_, t)| *t);
+        // Shuffled (Fisher-Yates, a fixed xorshift) within blocks of 10 s of publish
+        // time, so no message lags the newest by more than W.
+        let mut x: u64 = 31;
+        for block in messages.chunks_mut(40) {
+            for i in (1..block.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                block.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+        }
+        let mut s = SeenSet::new(W as u64, 1_000);
+        let (mut new, mut dropped, mut newest) = (0, 0, i64::MIN);
+        for (id, t) in &messages {
+            newest = newest.max(*t);
+            assert!(newest - t <= W, "the test keeps every lag within W");
+            match s.check(id, *t, 0).unwrap() {
+                Check::New { behind, .. } => {
+                    assert!(!behind);
+                    new += 1;
+                }
+                Check::Duplicate => dropped += 1,
+            }
+        }
+        assert_eq!((new, dropped), (200, 200));
+    }
+
+    #[test]
+    fn a_message_further_behind_than_the_window_is_flagged() {
         let mut s = SeenSet::new(10_000, 100);
-        s.check("late", 50 * S, 0).unwrap();
-        s.check("early", 5 * S, 0).unwrap();
-        s.check("x", 58 * S, 0).unwrap();
-        assert_eq!(s.check("late", 59 * S, 0).unwrap(), Check::Duplicate);
-        // `early` ended its window long ago but waits behind `late`: kept longer, which
-        // is allowed; `late` leaves only after 60 s.
-        assert!(matches!(s.check("y", 61 * S, 0).unwrap(), Check::New(_)));
-        assert!(matches!(s.check("late", 61 * S, 0).unwrap(), Check::New(_)));
+        s.check("x", 100 * S, 0).unwrap();
+        let late = s.check("y", 89 * S, 0).unwrap();
+        assert!(matches!(late, Check::New { behind: true, .. }), "{late:?}");
+        let close = s.check("z", 90 * S, 0).unwrap();
+        assert!(
+            matches!(close, Check::New { behind: false, .. }),
+            "{close:?}"
+        );
+    }
+
+    /// Issue 31, item 3: ids whose retention ended count toward `max_ids` no more, in
+    /// whatever order they arrived (before, eviction stopped at the first young id in
+    /// arrival order, and the job failed on expired ids behind it).
+    #[test]
+    fn expired_ids_behind_a_younger_arrival_do_not_count() {
+        let mut s = SeenSet::new(10_000, 3);
+        s.check("young", 50 * S, 0).unwrap();
+        s.check("old1", 1 * S, 0).unwrap();
+        s.check("old2", 2 * S, 0).unwrap();
+        // At 71 s `old1` and `old2` are more than 2 W behind: room for a new id.
+        assert!(is_new(s.check("next", 71 * S, 0).unwrap()));
+        assert_eq!(s.len(), 2, "young and next");
     }
 
     #[test]
     fn the_bound_fails_loudly_and_forget_frees_an_id() {
         let mut s = SeenSet::new(60_000, 2);
-        let Check::New(a) = s.check("a", 0, 0).unwrap() else {
+        let Check::New { hash: a, .. } = s.check("a", 0, 0).unwrap() else {
             panic!("new")
         };
         s.check("b", 0, 0).unwrap();
@@ -296,9 +367,9 @@ mod tests {
         assert_eq!(s.len(), 2, "the refused id is not held");
         // A released message takes its id out: its redelivery is new again.
         s.forget(a);
-        assert!(matches!(s.check("a", 0, 0).unwrap(), Check::New(_)));
-        // An id whose window ended makes room.
-        assert!(matches!(s.check("d", 61 * S, 0).unwrap(), Check::New(_)));
+        assert!(is_new(s.check("a", 0, 0).unwrap()));
+        // An id whose retention ended makes room.
+        assert!(is_new(s.check("d", 121 * S, 0).unwrap()));
     }
 
     #[test]
@@ -327,8 +398,8 @@ mod tests {
             .sum();
         assert_eq!(owned, 5, "each id is in exactly one snapshot");
         // The window goes on from the restored publish times.
-        assert!(matches!(r.check("f", 65 * S, 0).unwrap(), Check::New(_)));
-        assert!(matches!(r.check("a", 65 * S, 0).unwrap(), Check::New(_)));
+        assert!(is_new(r.check("f", 125 * S, 0).unwrap()));
+        assert!(is_new(r.check("a", 125 * S, 0).unwrap()));
         assert!(r
             .restore(&serde_json::json!({"ids": "AAAA"}), 0)
             .unwrap_err()

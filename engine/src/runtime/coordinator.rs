@@ -29,6 +29,7 @@ use crate::spi::{
     MESSAGES_NACKED, MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 use crate::sql::PlannedPipeline;
+use crate::ConfigError;
 
 /// Asks a running job to stop: gracefully (final checkpoint, commit, exit 0) or, e.g. on
 /// a second signal, at once (nothing more committed, every held message released).
@@ -130,9 +131,11 @@ impl std::error::Error for JobError {}
 /// before the start: the state cannot be opened or read; a source table's job-level
 /// preparation (`Connector::prepare_source`, run on process 0 only, before the cluster
 /// is connected) fails (`table 'NAME': ...`); a peer process cannot be reached within
-/// the connect timeout (naming its `host:port`).
+/// the connect timeout (naming its `host:port`); the job id is not a valid one, or the
+/// state location holds another job's checkpoint or job record (a [`ConfigError`]: a job
+/// never restores another's state, issue 31 item 5).
 pub async fn run_pipeline(
-    plan: PlannedPipeline,
+    mut plan: PlannedPipeline,
     config: RuntimeConfig,
     stop: StopHandle,
 ) -> Result<JobSummary, JobError> {
@@ -147,6 +150,8 @@ pub async fn run_pipeline(
         None => (0, 1),
     };
     let leads = process == 0;
+    plan.bind_job(&config.job_id)
+        .map_err(|e| fail(ConfigError::wrap(e), &summary))?;
     // Only the leader writes checkpoints; the other processes read the same state.
     let store = CheckpointStore::open(&config.state_dir, leads)
         .await
@@ -156,12 +161,9 @@ pub async fn run_pipeline(
     if let Some(m) = &restored {
         tracing::info!(epoch = m.epoch, "restoring from checkpoint {}", m.epoch);
         if m.job_id != config.job_id {
-            tracing::warn!(
-                "the checkpoint in {} was written by job '{}', this is '{}': operator state is matched by operator id",
-                store.describe(),
-                m.job_id,
-                config.job_id
-            );
+            let e =
+                super::state::another_jobs_state("checkpoint", &store, &m.job_id, &config.job_id);
+            return Err(fail(ConfigError::wrap(e), &summary));
         }
         summary.restored_epoch = Some(m.epoch);
         summary.last_completed_epoch = Some(m.epoch);
@@ -673,6 +675,8 @@ fn fingerprint(plan: &PlannedPipeline) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for q in &plan.queries {
         q.id.hash(&mut h);
+        // Every process must stamp the same record ids.
+        q.job.hash(&mut h);
         q.text.hash(&mut h);
         for t in [&q.source, &q.sink] {
             t.connection.name.hash(&mut h);

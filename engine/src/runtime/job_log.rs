@@ -26,17 +26,27 @@ impl JobLog {
     /// may last until now plus `horizon` (the sources' redelivery horizon): that instant
     /// is recorded, and kept by later starts until it has passed. Errors: the record
     /// cannot be read or written (the job must not start: a decision it takes could not
-    /// be repeated).
+    /// be repeated); the record is another job's (a `ConfigError`).
+    ///
+    /// The dead run's horizon is the longer of this run's and the one the dead run
+    /// recorded at its start: a run with a longer lease extension than this one's
+    /// configuration holds its messages that much longer (issue 31, item 10).
     pub async fn start(
         store: CheckpointStore,
         job_id: &str,
         horizon: std::time::Duration,
     ) -> anyhow::Result<Self> {
         let previous = store.load_job_record().await?;
+        if let Some(r) = previous.as_ref().filter(|r| r.job_id != job_id) {
+            let e = super::state::another_jobs_state("job record", &store, &r.job_id, job_id);
+            return Err(crate::ConfigError::wrap(e));
+        }
         let now = super::control::now_ms();
+        let horizon_ms = horizon.as_millis() as u64;
         let mut leases_until = previous.as_ref().and_then(|r| r.leases_until_ms);
-        if previous.as_ref().is_some_and(|r| !r.clean_stop) {
-            let until = now + horizon.as_millis() as u64;
+        if let Some(r) = previous.as_ref().filter(|r| !r.clean_stop) {
+            let dead = r.horizon_ms.unwrap_or(0).max(horizon_ms);
+            let until = now + dead;
             leases_until = Some(leases_until.map_or(until, |u| u.max(until)));
         }
         let leases_until = leases_until.filter(|u| *u > now);
@@ -45,6 +55,7 @@ impl JobLog {
             started_at_ms: now,
             clean_stop: false,
             leases_until_ms: leases_until,
+            horizon_ms: Some(horizon_ms),
             runs: previous.as_ref().map_or(1, |r| r.runs.max(1) + 1),
             start_decisions: previous.map(|r| r.start_decisions).unwrap_or_default(),
         };
@@ -119,12 +130,55 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     async fn start(dir: &tempfile::TempDir, horizon_s: u64) -> JobLog {
-        let store = CheckpointStore::open(&dir.path().display().to_string(), true)
-            .await
-            .unwrap();
-        JobLog::start(store, "j", Duration::from_secs(horizon_s))
-            .await
+        start_job(dir, "j", horizon_s).await.unwrap()
+    }
+
+    async fn start_job(
+        dir: &tempfile::TempDir,
+        job: &str,
+        horizon_s: u64,
+    ) -> anyhow::Result<JobLog> {
+        let store = CheckpointStore::open(&dir.path().display().to_string(), true).await?;
+        JobLog::start(store, job, Duration::from_secs(horizon_s)).await
+    }
+
+    fn left(log: &JobLog) -> Duration {
+        log.leases_until
+            .expect("leases")
+            .duration_since(SystemTime::now())
             .unwrap()
+    }
+
+    /// Issue 31, item 10: a run that died with a 600 s horizon (a longer lease extension)
+    /// is waited out for 600 s by a start configured for 60 s (it waited 60 s before).
+    #[tokio::test]
+    async fn a_dead_run_is_waited_out_by_its_own_longer_horizon() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(start(&dir, 600).await); // dies
+        let next = start(&dir, 60).await;
+        assert!(left(&next) > Duration::from_secs(590), "{:?}", left(&next));
+        // ... and a longer current horizon wins over a shorter recorded one.
+        let dir2 = tempfile::tempdir().unwrap();
+        drop(start(&dir2, 10).await);
+        let next = start(&dir2, 300).await;
+        assert!(left(&next) > Duration::from_secs(290), "{:?}", left(&next));
+    }
+
+    /// Issue 31, item 5: a job record of another job (a run that died before its first
+    /// checkpoint) is refused, naming both jobs and the ways on, as a ConfigError.
+    #[tokio::test]
+    async fn another_jobs_record_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        start_job(&dir, "p1", 60).await.unwrap().mark_clean().await;
+        let e = start_job(&dir, "p2", 60).await.err().expect("refused");
+        assert!(crate::ConfigError::is_in(&e));
+        let text = format!("{e:#}");
+        for part in ["job 'p1'", "job 'p2'", "--state-dir", "--job-id p1"] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        // The refusal wrote nothing: the first job continues.
+        let again = start_job(&dir, "p1", 60).await.unwrap();
+        assert!(!again.first_run().await);
     }
 
     /// Issue 16, finding 15: a clean stop between an unclean one and a later start must

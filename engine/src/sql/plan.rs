@@ -53,6 +53,9 @@ pub struct PlannedQuery {
     /// [`sink_key`](crate::Connector::sink_key)), so that one value is written by one
     /// subtask; `None`: rows stay on their worker.
     pub route_by: Option<usize>,
+    /// The job running the query, set by [`PlannedPipeline::bind_job`] before it runs: it
+    /// enters every record id the query stamps ([`crate::record_id::RecordProducer`]).
+    pub job: Option<String>,
 }
 
 impl PlannedQuery {
@@ -122,9 +125,21 @@ impl PlannedQuery {
         if keys.null_count() > 0 {
             anyhow::bail!("{}: a row has no record key", self.text);
         }
+        let Some(job) = &self.job else {
+            anyhow::bail!(
+                "{}: record ids need the job id (PlannedPipeline::bind_job)",
+                self.text
+            );
+        };
+        let producer = crate::record_id::RecordProducer {
+            job: job.clone(),
+            sink: self.sink.connection.name.clone(),
+            query: self.id.clone(),
+            statement: self.text.clone(),
+        };
         let ids: arrow::array::StringArray = keys
             .iter()
-            .map(|k| k.map(|k| crate::record_id::record_id(&self.id, k)))
+            .map(|k| k.map(|k| crate::record_id::record_id(&producer, k)))
             .collect();
         Ok(Arc::new(ids))
     }
@@ -138,6 +153,17 @@ pub struct PlannedPipeline {
 }
 
 impl PlannedPipeline {
+    /// Names the job that runs every query: it enters their record ids, so two jobs never
+    /// stamp one id (see [`crate::record_id`]). The runtime binds `RuntimeConfig::job_id`
+    /// at start; errors: an id [`check_job_id`](crate::record_id::check_job_id) refuses.
+    pub fn bind_job(&mut self, job: &str) -> anyhow::Result<()> {
+        crate::record_id::check_job_id(job).map_err(anyhow::Error::msg)?;
+        for q in &mut self.queries {
+            q.job = Some(job.to_string());
+        }
+        Ok(())
+    }
+
     /// The distinct source tables, in order of first use, each with the indexes of the
     /// queries that read it.
     pub fn sources(&self) -> Vec<(PlannedTable, Vec<usize>)> {
@@ -352,6 +378,7 @@ pub(crate) fn plan_query(
         projection,
         sink_schema,
         route_by,
+        job: None,
     })
 }
 

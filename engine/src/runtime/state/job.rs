@@ -40,6 +40,11 @@ pub struct JobRecord {
     /// carried by every later start until it has passed.
     #[serde(default)]
     pub leases_until_ms: Option<u64>,
+    /// The latest run's redelivery horizon in ms (its sources' longest stream ack
+    /// deadline), recorded at its start: a start after it died waits out the longer of
+    /// this and its own. Absent in records written before issue 31.
+    #[serde(default)]
+    pub horizon_ms: Option<u64>,
     /// Operator id (`source-{table}`) -> the decision its connector recorded before acting
     /// on it at a start that no completed checkpoint covers yet (opaque to the engine).
     #[serde(default)]
@@ -101,6 +106,7 @@ mod tests {
             started_at_ms: 5,
             clean_stop: false,
             leases_until_ms: Some(9),
+            horizon_ms: Some(60_000),
             runs: 3,
             start_decisions: BTreeMap::from([(
                 "source-t".to_string(),

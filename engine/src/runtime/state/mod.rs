@@ -78,6 +78,21 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// The refusal of a state location written by job `theirs` to job `ours` (`what`:
+/// "checkpoint" or "job record"): a job never restores another's state, which would carry
+/// its positions, deduplicated ids and lease horizon into this one (issue 31, item 5).
+pub(crate) fn another_jobs_state(
+    what: &str,
+    store: &CheckpointStore,
+    theirs: &str,
+    ours: &str,
+) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the {what} in {} was written by job '{theirs}', and this is job '{ours}': a job never restores another job's state. Give this job a --state-dir of its own (by default each pipeline has one: state/JOB_ID), pass --job-id {theirs} to continue that job, or remove the location to start it anew",
+        store.describe()
+    )
+}
+
 impl CheckpointStore {
     /// Opens the checkpoint location given as `--state-dir`.
     ///
