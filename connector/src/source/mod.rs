@@ -78,8 +78,13 @@ pub const SPLITS_PARKED: &str = "splits_parked";
 /// Counter: messages dropped as copies of a record already seen (`scan.dedup.*`),
 /// acknowledged with the next checkpoint.
 pub const MESSAGES_DEDUPLICATED: &str = "messages_deduplicated";
-/// Counter: messages without the deduplication attribute (passed through).
+/// Counter: messages without the deduplication attribute, or with an empty value
+/// (passed through).
 pub const MESSAGES_WITHOUT_DEDUP_ATTRIBUTE: &str = "messages_without_dedup_attribute";
+/// Counter: messages delivered more than `scan.dedup.window` behind the newest publish
+/// time the table has seen: checked against the ids held, but outside the guarantee (a
+/// copy of one may pass).
+pub const MESSAGES_BEHIND_DEDUP_WINDOW: &str = "messages_behind_dedup_window";
 /// Gauge: messages held (received, not yet acknowledged) by the subtask.
 pub const PENDING_ACKS: &str = "pending_acks";
 /// Gauge: payload bytes held by the subtask.

@@ -127,6 +127,7 @@ struct Dedup {
     set: std::sync::Arc<std::sync::Mutex<super::dedup::SeenSet>>,
     deduplicated: Counter,
     without: Counter,
+    behind: Counter,
 }
 
 /// One subtask of a Pub/Sub source table.
@@ -548,8 +549,9 @@ impl SourceReader {
             .as_ref()
             .map(|t| t.seconds().saturating_mul(1_000) + i64::from(t.nanos()) / 1_000_000);
         let meta = self.metadata(split, &m, h.handler());
+        // An empty value is no id (issue 31, item 3): it passes as a message without one.
         let dedup = self.dedup.as_ref().map(|d| {
-            let value = m.attributes.get(&d.attribute);
+            let value = m.attributes.get(&d.attribute).filter(|v| !v.is_empty());
             value.map(|v| Box::new((v.clone(), published_ms.unwrap_or(0))))
         });
         let writer = self.avro.as_ref().map(|r| r.writer(&m.attributes));
@@ -604,15 +606,19 @@ impl SourceReader {
                 .set
                 .lock()
                 .expect("dedup lock")
-                .check(value, *published_ms, self.subtask)
-                .map_err(pubsub_engine::PermanentError::wrap)?;
+                .check(value, *published_ms, self.subtask)?;
             match check {
                 super::dedup::Check::Duplicate => {
                     d.deduplicated.add(1);
                     self.splits[split].tracker.stage([&held.id]);
                     return Ok(());
                 }
-                super::dedup::Check::New(h) => seen = Some(h),
+                super::dedup::Check::New { hash, behind } => {
+                    if behind {
+                        d.behind.add(1);
+                    }
+                    seen = Some(hash);
+                }
             }
         }
         let decoded = match &held.writer {
@@ -1074,6 +1080,7 @@ impl SourceOperator for SourceReader {
                 set,
                 deduplicated: counter(MESSAGES_DEDUPLICATED),
                 without: counter(MESSAGES_WITHOUT_DEDUP_ATTRIBUTE),
+                behind: counter(MESSAGES_BEHIND_DEDUP_WINDOW),
             });
         }
         if let Some(q) = self.dead_letter.as_mut() {
