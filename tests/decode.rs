@@ -314,3 +314,151 @@ async fn every_value_decodes_exactly_or_is_refused() {
     // Dropped means acknowledged: nothing comes back.
     assert_all_acked(&s);
 }
+
+/// Runs `sql` on one worker until idle: (exit code, stdout, stderr).
+async fn run_one_worker(sql: &str) -> (i32, String, String) {
+    let wd = Workdir::new(sql);
+    let child = wd.spawn(&[
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "3s",
+    ]);
+    finish(child, LIMIT).await
+}
+
+/// Issue 31: one wrong column type under policy `drop` used to drop (and acknowledge)
+/// every message and exit 0. More failed messages in a row than
+/// `scan.max-consecutive-failures` (default 100) fail the job instead (exit 2), naming the
+/// option, the count, the policy and the last failure; only the failures handled before
+/// the bound was passed are dropped, nothing after them is acknowledged. Both kinds of
+/// failure count: a row that fails in SQL (a CAST, the default bound) and a value that
+/// does not decode (a TEXT column over numbers, the bound set to 50).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_failed_messages_past_the_bound_fails_the_job_without_acknowledging_the_rest() {
+    pubsub_connector_core::wire_log::enable();
+    let ep = endpoint();
+    for (case, bound) in [("sql", None), ("decode", Some(50))] {
+        let (t, s, o, _os) = pair(&format!("run-{case}")).await;
+        let payloads = (0..300)
+            .map(|i| match case {
+                "decode" => format!(r#"{{"id": {i}, "name": {i}}}"#),
+                _ => format!(r#"{{"id": {i}, "name": "x{i}"}}"#),
+            })
+            .map(String::into_bytes)
+            .collect();
+        admin::publish_all(&profile(), &t, payloads, 300)
+            .await
+            .unwrap();
+        let option = bound
+            .map(|n| format!(", 'scan.max-consecutive-failures' = '{n}'"))
+            .unwrap_or_default();
+        let select = match case {
+            "decode" => "id, name",
+            _ => "id, CAST(name AS BIGINT)",
+        };
+        let sql = format!(
+            "CREATE TABLE v (id BIGINT NOT NULL, name TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'emulator-endpoint' = '{ep}',
+                'subscription' = '{s}', 'scan.deserialization-failure-policy' = 'drop' {option});
+             CREATE TABLE w (id BIGINT NOT NULL, n TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'emulator-endpoint' = '{ep}', 'topic' = '{o}');
+             INSERT INTO w SELECT {select} FROM v;"
+        );
+        let sql = if case == "sql" {
+            sql.replace("n TEXT", "n BIGINT")
+        } else {
+            sql
+        };
+        let (code, stdout, stderr) = run_one_worker(&sql).await;
+        let max = bound.unwrap_or(100);
+        assert_eq!(code, 2, "{case}: stderr: {stderr}");
+        let said = format!(
+            "{} messages in a row failed in source subtask 0 (more than 'scan.max-consecutive-failures' = {max}) under 'scan.deserialization-failure-policy' = 'drop'",
+            max + 1
+        );
+        assert!(stderr.contains(&said), "{case}: {said}: {stderr}");
+        let last = match case {
+            "decode" => "could not be decoded as Json",
+            _ => "failed in SQL",
+        };
+        assert!(
+            stderr.contains("the last: message ") && stderr.contains(last),
+            "{case}: the last failure is named: {stderr}"
+        );
+        // Exactly the failures before the bound were handled; nothing went out.
+        assert_eq!(
+            summary_count(&stdout, "messages dropped:"),
+            max,
+            "{case}: {stdout}"
+        );
+        assert_eq!(
+            summary_count(&stdout, "rows written:"),
+            0,
+            "{case}: {stdout}"
+        );
+        let acked = summary_count(&stdout, "messages acknowledged:");
+        let wire = Wire::of(&s);
+        let acked_at_server = wire.acked_ids().len();
+        assert!(
+            acked <= max && acked_at_server <= max,
+            "{case}: at most the {max} dropped are acknowledged, not {acked} ({acked_at_server} at the server): {stdout}"
+        );
+        // Everything else is still on the subscription.
+        let left = admin::drain(
+            &profile(),
+            &s,
+            1,
+            Some(300 - acked_at_server),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        assert_eq!(left.len(), 300 - acked_at_server, "{case}");
+    }
+}
+
+/// Failures interleaved with messages whose rows go out stay within the bound, however
+/// many fail in all: 200 of 210 messages (a TEXT column over numbers), never more than 20
+/// in a row, pass `scan.max-consecutive-failures` = 50 (and the default 100): the job
+/// ends with exit 0, the 10 good rows written and every message acknowledged. This is the
+/// bound's limit: it catches a fault that fails every message, not one that fails most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_interleaved_with_good_messages_within_the_bound_pass() {
+    pubsub_connector_core::wire_log::enable();
+    let ep = endpoint();
+    let (t, s, o, os) = pair("run-mixed").await;
+    let good = |i: usize| i % 21 == 20;
+    let payloads = (0..210)
+        .map(|i| {
+            if good(i) {
+                format!(r#"{{"id": {i}, "name": "n{i}"}}"#)
+            } else {
+                format!(r#"{{"id": {i}, "name": {i}}}"#)
+            }
+        })
+        .map(String::into_bytes)
+        .collect();
+    admin::publish_all(&profile(), &t, payloads, 210)
+        .await
+        .unwrap();
+    let sql = format!(
+        "CREATE TABLE v (id BIGINT NOT NULL, name TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'emulator-endpoint' = '{ep}',
+            'subscription' = '{s}', 'scan.deserialization-failure-policy' = 'drop', 'scan.max-consecutive-failures' = '50');
+         CREATE TABLE w (id BIGINT NOT NULL, name TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'emulator-endpoint' = '{ep}', 'topic' = '{o}');
+         INSERT INTO w SELECT id, name FROM v;"
+    );
+    let (code, stdout, stderr) = run_one_worker(&sql).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert_eq!(summary_count(&stdout, "messages dropped:"), 200, "{stdout}");
+    assert_eq!(summary_count(&stdout, "rows written:"), 10, "{stdout}");
+    let mut got: Vec<i64> = rows(&os, 10)
+        .await
+        .iter()
+        .map(|v| v["id"].as_i64().unwrap())
+        .collect();
+    got.sort();
+    let want: Vec<i64> = (0..210).filter(|i| good(*i)).map(|i| i as i64).collect();
+    assert_eq!(got, want);
+    assert_all_acked(&s);
+}

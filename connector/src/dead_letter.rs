@@ -102,12 +102,12 @@ impl DeadLetter {
     /// The envelope published for this letter at `now`: the payload as data; the
     /// attributes [`ATTR_CONNECTOR`], [`ATTR_DESTINATION`], [`ATTR_ERROR`] (cut to
     /// [`MAX_ERROR_BYTES`] on a character boundary), [`ATTR_TIMESTAMP`] (RFC 3339 UTC,
-    /// milliseconds), [`ATTR_SUBTASK`], and when known [`ATTR_MESSAGE_ID`] and
-    /// [`ATTR_ORDERING_KEY`]; then the original attributes under their own keys, as many
-    /// as fit Pub/Sub's [`MAX_ATTRIBUTES`] in key order: the `dlq-*` ones win (an original
-    /// key that is one of them is replaced), and the rest are dropped and named in
-    /// [`ATTR_DROPPED`]. An empty payload is fine: the attributes make the message
-    /// non-empty.
+    /// exactly three fractional digits, see [`rfc3339_millis`]), [`ATTR_SUBTASK`], and
+    /// when known [`ATTR_MESSAGE_ID`] and [`ATTR_ORDERING_KEY`]; then the original
+    /// attributes under their own keys, as many as fit Pub/Sub's [`MAX_ATTRIBUTES`] in key
+    /// order: the `dlq-*` ones win (an original key that is one of them is replaced), and
+    /// the rest are dropped and named in [`ATTR_DROPPED`]. An empty payload is fine: the
+    /// attributes make the message non-empty.
     pub fn into_message(self, now: SystemTime) -> Message {
         let mut attrs: Vec<(String, String)> = vec![
             (ATTR_CONNECTOR.into(), self.connector.to_string()),
@@ -161,17 +161,43 @@ pub fn truncate_utf8(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// `t` as RFC 3339 UTC with milliseconds (`2026-11-30T18:00:00.123Z`; whole seconds as
-/// `...:00Z`).
+/// `t` as RFC 3339 UTC with exactly three fractional digits, its millisecond (finer
+/// digits cut): `2026-11-30T18:00:00.123Z`, `...:00.600Z`, `...:00.000Z`. Fixed width, so
+/// the texts sort as the instants do. Clamped to RFC 3339's four-digit years,
+/// `0001-01-01T00:00:00.000Z` to `9999-12-31T23:59:59.999Z`.
 pub fn rfc3339_millis(t: SystemTime) -> String {
-    let d = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    let ts = google_cloud_wkt::Timestamp::clamp(
-        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        (d.subsec_millis() * 1_000_000) as i32,
-    );
-    String::from(ts)
+    // 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z in ms from the epoch.
+    const FIRST_MS: i128 = -62_135_596_800_000;
+    const LAST_MS: i128 = 253_402_300_799_999;
+    // Floored: an instant before the epoch belongs to the millisecond that starts before it.
+    let ms = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i128,
+        Err(e) => -(e.duration().as_nanos().div_ceil(1_000_000) as i128),
+    };
+    let ms = ms.clamp(FIRST_MS, LAST_MS) as i64;
+    let (secs, milli) = (ms.div_euclid(1000), ms.rem_euclid(1000));
+    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+    let sod = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
+}
+
+/// The proleptic Gregorian (year, month, day) of `days` since 1970-01-01 (H. Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// A validated dead-letter queue; open it with [`PubSubDeadLetterQueue::open`] before
@@ -791,6 +817,105 @@ mod tests {
         assert_eq!(m.attributes[ATTR_DROPPED], "2: a094,a095");
     }
 
+    /// The instant `ms` milliseconds (and `sub_ns` nanoseconds) from the Unix epoch,
+    /// before it when negative.
+    fn at(ms: i64, sub_ns: u32) -> SystemTime {
+        let ns = i128::from(ms) * 1_000_000 + i128::from(sub_ns);
+        let d = |n: i128| Duration::new((n / 1_000_000_000) as u64, (n % 1_000_000_000) as u32);
+        if ns >= 0 {
+            SystemTime::UNIX_EPOCH + d(ns)
+        } else {
+            SystemTime::UNIX_EPOCH - d(-ns)
+        }
+    }
+
+    /// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z in seconds from the epoch: the
+    /// years RFC 3339 writes in four digits.
+    const FIRST_S: i64 = -62_135_596_800;
+    const LAST_S: i64 = 253_402_300_799;
+
+    #[test]
+    fn dlq_timestamps_have_three_fraction_digits_always() {
+        for (ms, want) in [
+            (1_796_061_600_000, "2026-11-30T18:00:00.000Z"),
+            (1_796_061_600_030, "2026-11-30T18:00:00.030Z"),
+            (1_796_061_600_600, "2026-11-30T18:00:00.600Z"),
+            (1_796_061_600_123, "2026-11-30T18:00:00.123Z"),
+            (0, "1970-01-01T00:00:00.000Z"),
+            (-1, "1969-12-31T23:59:59.999Z"),
+            (FIRST_S * 1000, "0001-01-01T00:00:00.000Z"),
+            (LAST_S * 1000 + 999, "9999-12-31T23:59:59.999Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"),
+        ] {
+            assert_eq!(rfc3339_millis(at(ms, 0)), want, "{ms}");
+        }
+        // Sub-millisecond digits are cut, never rounded up into the next millisecond.
+        assert_eq!(
+            rfc3339_millis(at(1_796_061_600_599, 999_999)),
+            "2026-11-30T18:00:00.599Z"
+        );
+        assert_eq!(rfc3339_millis(at(-1, 1)), "1969-12-31T23:59:59.999Z");
+        // Outside RFC 3339's four-digit years: the nearest end.
+        assert_eq!(
+            rfc3339_millis(at(LAST_S * 1000 + 1000, 0)),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            rfc3339_millis(at(FIRST_S * 1000 - 1, 0)),
+            "0001-01-01T00:00:00.000Z"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Every instant of the years 0001..9999 writes as `YYYY-MM-DDTHH:MM:SS.mmmZ`,
+        /// parses back (by the Google client's own RFC 3339 parser) to its millisecond,
+        /// and two of them compare as text as they do in time.
+        #[test]
+        fn dlq_timestamps_parse_back_and_sort_as_the_instants(
+            a in (FIRST_S..=LAST_S, proptest::prop_oneof![
+                proptest::strategy::Just(0i64),
+                proptest::strategy::Just(30),
+                proptest::strategy::Just(600),
+                0i64..1000
+            ], 0u32..1_000_000),
+            b in (FIRST_S..=LAST_S, 0i64..1000, 0u32..1_000_000),
+            near in -2_000i64..2_000,
+        ) {
+            let ms = |(s, f, _): (i64, i64, u32)| s * 1000 + f;
+            let text = |x: (i64, i64, u32)| rfc3339_millis(at(ms(x), x.2));
+            // `b` near `a` too: neighbours differ in their last digits only.
+            let c = {
+                let m = (ms(a) + near).clamp(FIRST_S * 1000, LAST_S * 1000 + 999);
+                (m.div_euclid(1000), m.rem_euclid(1000), b.2)
+            };
+            for x in [a, b, c] {
+                let t = text(x);
+                proptest::prop_assert_eq!(t.len(), 24, "{}", t);
+                let shape = t.bytes().enumerate().all(|(i, ch)| match i {
+                    4 | 7 => ch == b'-',
+                    10 => ch == b'T',
+                    13 | 16 => ch == b':',
+                    19 => ch == b'.',
+                    23 => ch == b'Z',
+                    _ => ch.is_ascii_digit(),
+                });
+                proptest::prop_assert!(shape, "{}", t);
+                let back = google_cloud_wkt::Timestamp::try_from(t.as_str())
+                    .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{t}: {e}")))?;
+                proptest::prop_assert_eq!(
+                    (back.seconds(), back.nanos()),
+                    (x.0, (x.1 * 1_000_000) as i32),
+                    "{}", t
+                );
+            }
+            for (x, y) in [(a, b), (a, c), (b, c)] {
+                proptest::prop_assert_eq!(text(x).cmp(&text(y)), ms(x).cmp(&ms(y)));
+            }
+        }
+    }
+
     #[test]
     fn envelope_without_context_has_exactly_the_five_attributes() {
         let letter = letter(&[]);
@@ -816,7 +941,7 @@ mod tests {
         assert_eq!(m.attributes[ATTR_SUBTASK], "3");
         assert_eq!(
             rfc3339_millis(SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_061_600)),
-            "2026-11-30T18:00:00Z"
+            "2026-11-30T18:00:00.000Z"
         );
     }
 

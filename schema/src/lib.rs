@@ -104,6 +104,13 @@ pub struct SourceConfig {
     #[serde(default)]
     #[schemars(title = "Deserialization failure policy")]
     pub deserialization_failure_policy: DeserializationFailurePolicy,
+    /// Messages of one source subtask that failed in a row (did not decode, or their rows
+    /// failed in SQL) before the job fails under a policy other than `fail`: a systematic
+    /// fault (a column type that does not match the data) rather than bad messages. Every
+    /// message whose rows went out ends the run. -1: no limit. Default 100.
+    #[serde(default = "default_max_consecutive_failures")]
+    #[schemars(title = "Max consecutive failures", range(min = -1))]
+    pub max_consecutive_failures: i64,
     /// Flow control, leases, buffers and timeouts of the subscribers (SPEC 5.3). Default:
     /// the default of each option.
     #[serde(default)]
@@ -149,6 +156,13 @@ pub struct DedupConfig {
     pub max_ids: u64,
 }
 
+/// The default of `SourceConfig::max_consecutive_failures`.
+pub const DEFAULT_MAX_CONSECUTIVE_FAILURES: i64 = 100;
+
+fn default_max_consecutive_failures() -> i64 {
+    DEFAULT_MAX_CONSECUTIVE_FAILURES
+}
+
 fn default_dedup_window_ms() -> u64 {
     600_000
 }
@@ -179,6 +193,7 @@ impl SourceConfig {
             start_position: StartPosition::default(),
             ordering_mode: OrderingMode::default(),
             deserialization_failure_policy: DeserializationFailurePolicy::default(),
+            max_consecutive_failures: default_max_consecutive_failures(),
             subscriber: SubscriberOptionsConfig::default(),
             dead_letter: None,
             dedup: None,

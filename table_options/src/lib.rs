@@ -29,6 +29,8 @@ pub const STARTUP_TIMESTAMP_MILLIS: &str = "scan.startup.timestamp-millis";
 pub const ORDERING_MODE: &str = "scan.ordering-mode";
 /// `fail` (default) | `drop` | `nack` (SPEC 5.3).
 pub const DESERIALIZATION_FAILURE_POLICY: &str = "scan.deserialization-failure-policy";
+/// Messages that may fail in a row under a policy other than `fail` (-1: no limit).
+pub const MAX_CONSECUTIVE_FAILURES: &str = "scan.max-consecutive-failures";
 pub const MAX_OUTSTANDING_MESSAGES: &str = "scan.flow-control.max-outstanding-element-count";
 pub const MAX_OUTSTANDING_BYTES: &str = "scan.flow-control.max-outstanding-request-bytes";
 pub const SUBSCRIBER_BUFFER_MAX_MESSAGES: &str = "scan.subscriber-buffer.max-messages";
@@ -67,6 +69,7 @@ pub const SOURCE_OPTIONS: &[&str] = &[
     STARTUP_TIMESTAMP_MILLIS,
     ORDERING_MODE,
     DESERIALIZATION_FAILURE_POLICY,
+    MAX_CONSECUTIVE_FAILURES,
     MAX_OUTSTANDING_MESSAGES,
     MAX_OUTSTANDING_BYTES,
     SUBSCRIBER_BUFFER_MAX_MESSAGES,
@@ -109,6 +112,7 @@ const BASE_OPTIONS: &[&str] = &[
     STARTUP_TIMESTAMP_MILLIS,
     ORDERING_MODE,
     DESERIALIZATION_FAILURE_POLICY,
+    MAX_CONSECUTIVE_FAILURES,
     MAX_OUTSTANDING_MESSAGES,
     MAX_OUTSTANDING_BYTES,
     SUBSCRIBER_BUFFER_MAX_MESSAGES,
@@ -154,6 +158,7 @@ pub fn sql_key(option: &str) -> &str {
         "start_position" => STARTUP_TIMESTAMP_MILLIS,
         "ordering_mode" => ORDERING_MODE,
         "deserialization_failure_policy" => DESERIALIZATION_FAILURE_POLICY,
+        "max_consecutive_failures" => MAX_CONSECUTIVE_FAILURES,
         "max_outstanding_messages" => MAX_OUTSTANDING_MESSAGES,
         "max_outstanding_bytes" => MAX_OUTSTANDING_BYTES,
         "subscriber_buffer_max_messages" => SUBSCRIBER_BUFFER_MAX_MESSAGES,
@@ -352,6 +357,9 @@ fn source_options(
     }
     if let Some(p) = o.pull_opt_with(DESERIALIZATION_FAILURE_POLICY, parse_failure_policy)? {
         c.deserialization_failure_policy = p;
+    }
+    if let Some(v) = sink::pull_i64(o, MAX_CONSECUTIVE_FAILURES)? {
+        c.max_consecutive_failures = v;
     }
     let s = &mut c.subscriber;
     s.max_outstanding_messages = o.pull_opt_u64(MAX_OUTSTANDING_MESSAGES)?;
@@ -720,6 +728,7 @@ mod tests {
             ("subscription", "a; b"),
             (STARTUP_MODE, "latest"),
             (ORDERING_MODE, "per-key"),
+            (MAX_CONSECUTIVE_FAILURES, "-1"),
             (MAX_OUTSTANDING_BYTES, "10mb"),
             (SUBSCRIBER_BUFFER_MAX_MESSAGES, "11"),
             (SUBSCRIBER_BUFFER_MAX_BYTES, "12"),
@@ -750,6 +759,7 @@ mod tests {
         assert_eq!(ids, ["a", "b"]);
         assert_eq!(s.start_position, StartPosition::Latest);
         assert_eq!(s.ordering_mode, OrderingMode::PerKey);
+        assert_eq!(s.max_consecutive_failures, -1);
         let o = &s.subscriber;
         assert_eq!(o.max_outstanding_bytes, 10_000_000);
         assert_eq!(
@@ -851,6 +861,28 @@ mod tests {
         assert!(e(&[("subscription", "a"), (SHUTDOWN_TIMEOUT, "1.5ms")])
             .contains("whole number of milliseconds"));
         assert_eq!(sql_key("parallel_pull_count"), PARALLEL_PULL_COUNT);
+        assert_eq!(
+            sql_key("max_consecutive_failures"),
+            MAX_CONSECUTIVE_FAILURES
+        );
+        // Parsed as an integer here; its rule (at least 1, or -1) is the builder's.
+        assert_eq!(
+            source(&[("subscription", "a"), (MAX_CONSECUTIVE_FAILURES, "0")])
+                .unwrap()
+                .max_consecutive_failures,
+            0
+        );
+        assert!(
+            e(&[("subscription", "a"), (MAX_CONSECUTIVE_FAILURES, "many")]).contains(
+                "'scan.max-consecutive-failures' is invalid: must be an integer, was 'many'"
+            )
+        );
+        assert_eq!(
+            source(&[("subscription", "a")])
+                .unwrap()
+                .max_consecutive_failures,
+            100
+        );
         for k in SOURCE_OPTIONS {
             assert!(KNOWN_OPTIONS.contains(k), "{k}");
         }

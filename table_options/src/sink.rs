@@ -316,7 +316,7 @@ fn pull_f64(o: &mut ConnectorOptions, key: &str) -> Result<Option<f64>, OptionEr
     })
 }
 
-fn pull_i64(o: &mut ConnectorOptions, key: &str) -> Result<Option<i64>, OptionError> {
+pub(crate) fn pull_i64(o: &mut ConnectorOptions, key: &str) -> Result<Option<i64>, OptionError> {
     o.pull_opt_with(key, |v| {
         v.trim()
             .parse::<i64>()

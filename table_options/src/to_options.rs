@@ -93,6 +93,11 @@ fn source_to_options(s: &SourceConfig) -> Result<OptionPairs, NotExpressible> {
             s.deserialization_failure_policy.as_str(),
         );
     }
+    o.changed(
+        MAX_CONSECUTIVE_FAILURES,
+        s.max_consecutive_failures,
+        pubsub_schema::DEFAULT_MAX_CONSECUTIVE_FAILURES,
+    );
     subscriber_options(&mut o, &s.subscriber);
     auto_create_options(&mut o, s)?;
     if let Some(d) = &s.dead_letter {

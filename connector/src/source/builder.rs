@@ -35,6 +35,7 @@ impl PubSubSource {
             .start_position(PubSubStartPosition::from_config(config.start_position)?)
             .ordering_mode(config.ordering_mode)
             .deserialization_failure_policy(config.deserialization_failure_policy)
+            .max_consecutive_failures(config.max_consecutive_failures)
             .subscriber_options(PubSubSubscriberOptions::from_config(&config.subscriber)?);
         b.authentication = profile.authentication.clone();
         if let Some(d) = &config.dead_letter {
@@ -91,6 +92,8 @@ pub struct PubSubSourceBuilder {
     start_position: PubSubStartPosition,
     ordering_mode: OrderingMode,
     policy: DeserializationFailurePolicy,
+    /// `None`: the default (100).
+    max_consecutive_failures: Option<i64>,
     subscriber: PubSubSubscriberOptions,
     dead_letter: Option<pubsub_schema::DeadLetterQueueConfig>,
     dedup: Option<pubsub_schema::DedupConfig>,
@@ -165,6 +168,15 @@ impl PubSubSourceBuilder {
         self
     }
 
+    /// Messages of one subtask that may fail in a row (not decoded, or rows failed in
+    /// SQL) under a policy other than `Fail` before the job fails, naming the count, the
+    /// policy and the last failure: a systematic fault, not bad messages. Every message
+    /// whose rows went out ends the run. Default 100; -1: no limit; 0 is refused.
+    pub fn max_consecutive_failures(mut self, n: i64) -> Self {
+        self.max_consecutive_failures = Some(n);
+        self
+    }
+
     pub fn subscriber_options(mut self, o: PubSubSubscriberOptions) -> Self {
         self.subscriber = o;
         self
@@ -204,10 +216,21 @@ impl PubSubSourceBuilder {
     /// Validates: a project; at least one subscription, ids well-formed and distinct; the
     /// emulator endpoint; per-key ordering with one stream per split and, on subscriptions
     /// it would create, message ordering; policy `dead-letter` with a dead-letter queue,
-    /// and a queue only with that policy. Errors name the setter and the value.
+    /// and a queue only with that policy; at least one consecutive failure, or -1.
+    /// Errors name the setter and the value.
     pub fn build(self) -> Result<PubSubSource, BuildError> {
         let project = self.project.unwrap_or_default();
         check_id("project", &project)?;
+        let max_consecutive_failures = self
+            .max_consecutive_failures
+            .unwrap_or(pubsub_schema::DEFAULT_MAX_CONSECUTIVE_FAILURES);
+        if max_consecutive_failures < 1 && max_consecutive_failures != -1 {
+            return Err(BuildError::new(
+                "max_consecutive_failures",
+                max_consecutive_failures,
+                "must be at least 1, or -1 for no limit",
+            ));
+        }
         match (&self.dead_letter, self.policy) {
             (None, DeserializationFailurePolicy::DeadLetter) => {
                 return Err(BuildError::between(
@@ -309,6 +332,7 @@ impl PubSubSourceBuilder {
                 start_position: self.start_position.config(),
                 ordering_mode: self.ordering_mode,
                 deserialization_failure_policy: self.policy,
+                max_consecutive_failures,
                 subscriber: self.subscriber.config().clone(),
                 dead_letter: self.dead_letter,
                 dedup,
@@ -385,6 +409,28 @@ mod tests {
         assert!(e(base()).contains("at least one subscription"));
         assert!(e(base().subscription("a").subscription("a")).contains("listed twice"));
         assert!(e(base().subscription("a/b")).contains("'subscription'"));
+        assert_eq!(
+            crate::sql_error(
+                base()
+                    .subscription("a")
+                    .max_consecutive_failures(0)
+                    .build()
+                    .unwrap_err()
+            )
+            .to_string(),
+            "option 'scan.max-consecutive-failures' is invalid: must be at least 1, or -1 for no limit, was '0'"
+        );
+        assert!(e(base().subscription("a").max_consecutive_failures(-2)).contains("'-2'"));
+        for n in [-1, 1, 100, i64::MAX] {
+            let s = base()
+                .subscription("a")
+                .max_consecutive_failures(n)
+                .build()
+                .unwrap();
+            assert_eq!(s.config().max_consecutive_failures, n);
+        }
+        let s = base().subscription("a").build().unwrap();
+        assert_eq!(s.config().max_consecutive_failures, 100);
         assert!(e(PubSubSource::builder().subscription("a")).contains("'project'"));
         assert!(
             e(base().subscription("a").emulator_endpoint("nope")).contains("'emulator_endpoint'")

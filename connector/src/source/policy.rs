@@ -66,6 +66,100 @@ pub fn should_log_bad(n: u64) -> bool {
     n <= 10 || n.is_power_of_two()
 }
 
+/// `scan.max-consecutive-failures`: the messages of one subtask that failed in a row (did
+/// not decode, or their rows failed in SQL), in the order they were decoded. A message
+/// whose rows went out ends the run; a duplicate dropped by deduplication neither fails
+/// nor ends it. A decoded message's fate is known only when its batch is emitted, so a
+/// decode failure after messages of the open batch counts, until then, only the failures
+/// since the last of them (a lower bound), and the emit settles the batch in order.
+#[derive(Debug, Clone)]
+pub struct FailureRun {
+    /// `None`: no limit.
+    max: Option<u64>,
+    /// Failures in a row before the open batch's first message (all of them when the
+    /// batch is empty).
+    run: u64,
+    /// Per message of the open batch, in order: the failures decoded right before it.
+    before: std::collections::VecDeque<u64>,
+    /// Failures decoded since the open batch's last message.
+    trailing: u64,
+}
+
+impl FailureRun {
+    /// `max`: the option's value (-1: no limit).
+    pub fn new(max: i64) -> Self {
+        FailureRun {
+            max: u64::try_from(max).ok(),
+            run: 0,
+            before: Default::default(),
+            trailing: 0,
+        }
+    }
+
+    /// The bound (`None`: no limit).
+    pub fn max(&self) -> Option<u64> {
+        self.max
+    }
+
+    fn over(&self, run: u64) -> Option<u64> {
+        self.max.filter(|m| run > *m).map(|_| run)
+    }
+
+    /// A message decoded into the open batch: its fate comes with [`Self::emitted`].
+    pub fn decoded(&mut self) {
+        self.before.push_back(std::mem::take(&mut self.trailing));
+    }
+
+    /// A message failed to decode. `Some(run)` when the failures in a row are now over
+    /// the bound.
+    pub fn decode_failed(&mut self) -> Option<u64> {
+        if self.before.is_empty() {
+            self.run += 1;
+            self.over(self.run)
+        } else {
+            self.trailing += 1;
+            self.over(self.trailing)
+        }
+    }
+
+    /// The open batch's next message (in decode order) was emitted: its rows went out,
+    /// or (`false`) they failed in SQL. `Some(run)` when the failures in a row are over
+    /// the bound, counting the decode failures before it (and, for its batch's last
+    /// message, after it).
+    pub fn emitted(&mut self, went_out: bool) -> Option<u64> {
+        let before = self
+            .before
+            .pop_front()
+            .expect("emitted once per decoded message");
+        self.run += before;
+        if let Some(n) = self.over(self.run) {
+            return Some(n);
+        }
+        if went_out {
+            self.run = 0;
+        } else {
+            self.run += 1;
+            if let Some(n) = self.over(self.run) {
+                return Some(n);
+            }
+        }
+        if self.before.is_empty() {
+            self.run += std::mem::take(&mut self.trailing);
+            return self.over(self.run);
+        }
+        None
+    }
+
+    /// Failures in a row so far, as far as they are known.
+    pub fn current(&self) -> u64 {
+        if self.before.is_empty() {
+            self.run
+        } else {
+            self.trailing
+        }
+    }
+}
+
 /// Whether a status ending a streaming pull is retryable (reopen the stream) or fails
 /// the job. NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT and UNAUTHENTICATED mean the
 /// configuration is wrong and retrying cannot help. FAILED_PRECONDITION is permanent too:
@@ -96,6 +190,58 @@ mod tests {
             logged,
             [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 32, 64, 128, 256]
         );
+    }
+
+    /// `F`: a decode failure, `o`/`x`: a message decoded into the batch whose rows went
+    /// out / failed in SQL, `|`: the batch is emitted. Returns the first run over the bound,
+    /// and at which event.
+    fn run_of(max: i64, events: &str) -> Option<(usize, u64)> {
+        let mut r = FailureRun::new(max);
+        let mut batch = Vec::new();
+        for (i, e) in events.chars().enumerate() {
+            let over = match e {
+                'F' => r.decode_failed(),
+                'o' | 'x' => {
+                    r.decoded();
+                    batch.push(e == 'o');
+                    None
+                }
+                '|' => batch.drain(..).find_map(|went_out| r.emitted(went_out)),
+                _ => unreachable!("{e}"),
+            };
+            if let Some(n) = over {
+                return Some((i, n));
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn failures_count_in_a_row_in_decode_order() {
+        // Decode failures alone: the third one over a bound of 2.
+        assert_eq!(run_of(2, "FFF"), Some((2, 3)));
+        assert_eq!(run_of(3, "FFF"), None);
+        assert_eq!(run_of(-1, &"F".repeat(10_000)), None);
+        // A message whose rows went out ends the run, once its batch is emitted.
+        assert_eq!(run_of(2, "FFo|FF"), None);
+        assert_eq!(run_of(2, "FFo|FFF"), Some((6, 3)));
+        // Before the emit, a failure after a decoded message counts only the failures since
+        // it (it may yet go out)...
+        assert_eq!(run_of(2, "FFoFF"), None);
+        assert_eq!(run_of(2, "FFoFFF"), Some((5, 3)));
+        // ...and the emit settles the batch in order: rows failed in SQL join the run.
+        assert_eq!(run_of(2, "FFxFF|"), Some((5, 3)));
+        assert_eq!(run_of(4, "FFxF|"), None);
+        assert_eq!(run_of(4, "FFxF|F"), Some((5, 5)));
+        assert_eq!(run_of(2, "xxx|"), Some((3, 3)));
+        assert_eq!(run_of(2, "xxox|x|"), None);
+        assert_eq!(run_of(2, "xxox|xx|"), Some((7, 3)));
+        // Interleaved: never more than the bound in a row, however many fail in all.
+        assert_eq!(run_of(2, &"FFo|".repeat(1000)), None);
+        assert_eq!(run_of(3, &"FxFo|".repeat(1000)), None);
+        assert_eq!(run_of(2, "FxFo|"), Some((4, 3)));
+        // A run spans batches.
+        assert_eq!(run_of(3, "x|x|x|x|"), Some((7, 4)));
     }
 
     #[test]

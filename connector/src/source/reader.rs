@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use super::lease::{Delivery, Leases};
 use super::options::PubSubSubscriberOptions;
 use super::park::{Held, PausedBuffer, PausedCaps};
-use super::policy::{self, bad_message_action, should_log_bad, BadMessageAction};
+use super::policy::{self, bad_message_action, should_log_bad, BadMessageAction, FailureRun};
 use super::pull::{self, PullStreams, Pulled, StreamSettings, StreamShared, Tagged};
 use super::tracker::{AckHandle, AckTracker, MessageId, Received};
 use super::*;
@@ -176,6 +176,10 @@ pub struct SourceReader {
     dedup: Option<Dedup>,
     /// Format `avro`: the schema revisions messages name.
     avro: Option<crate::avro::Revisions>,
+    /// `scan.max-consecutive-failures`: the messages that failed in a row.
+    failures: FailureRun,
+    /// The latest failed message and why (for the error when the run passes its bound).
+    last_failure: String,
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
@@ -238,6 +242,8 @@ impl SourceReader {
             dedup: None,
             avro: (op.format == pubsub_engine::Format::Avro)
                 .then(|| crate::avro::Revisions::new(profile.clone())),
+            failures: FailureRun::new(config.max_consecutive_failures),
+            last_failure: String::new(),
             profile,
             config,
             options,
@@ -389,6 +395,47 @@ impl SourceReader {
             self.splits[split].subscription,
             self.op.format,
             e.reason
+        ))
+    }
+
+    /// Records a failed message (`why`: what failed) in the run of failures; the job's
+    /// error when the run passes `scan.max-consecutive-failures`. `decoded`: it failed
+    /// at decoding, else its rows failed in SQL (the last of the run so far is then
+    /// known only now, see [`FailureRun`]).
+    fn count_failure(
+        &mut self,
+        split: usize,
+        id: &str,
+        why: &str,
+        decoded: bool,
+    ) -> anyhow::Result<()> {
+        self.last_failure = format!(
+            "message {id} from {} {why}",
+            self.splits[split].subscription
+        );
+        let over = if decoded {
+            self.failures.decode_failed()
+        } else {
+            self.failures.emitted(false)
+        };
+        match over {
+            Some(n) => Err(self.too_many_failures(n)),
+            None => Ok(()),
+        }
+    }
+
+    /// A [`pubsub_engine::PermanentError`]: `n` messages in a row failed, more than
+    /// `scan.max-consecutive-failures`. A restart would read the same messages (none of
+    /// the run's last one and nothing after it was acknowledged) and fail on them again.
+    fn too_many_failures(&self, n: u64) -> anyhow::Error {
+        pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
+            "{n} messages in a row failed in source subtask {} (more than '{}' = {}) under '{}' = '{}': that looks like a systematic fault, such as a column type that does not match the data, rather than bad messages; the job stops instead of handling them all (messages not yet acknowledged are released for redelivery); the last: {}",
+            self.subtask,
+            pubsub_table_options::MAX_CONSECUTIVE_FAILURES,
+            self.failures.max().map_or(-1, |m| m as i64),
+            pubsub_table_options::DESERIALIZATION_FAILURE_POLICY,
+            self.config.deserialization_failure_policy.as_str(),
+            self.last_failure
         ))
     }
 
@@ -640,6 +687,7 @@ impl SourceReader {
                 // A dead letter for a row failure needs the payload (kept, like the
                 // context, only under the `dead-letter` policy).
                 let letter = held.context.map(|c| (held.payload, c));
+                self.failures.decoded();
                 self.buffered.push(Buffered {
                     split,
                     id: held.id,
@@ -655,6 +703,8 @@ impl SourceReader {
                     return Err(self.decode_error(split, &held.id, &e));
                 }
                 let why = format!("could not be decoded as {:?}: {}", self.op.format, e.reason);
+                // Past the bound, this message is left unhandled (released at close).
+                self.count_failure(split, &held.id, &why, true)?;
                 self.on_bad_message(split, held.id, held.payload, held.context, &why)?;
             }
         }
@@ -902,36 +952,49 @@ impl SourceReader {
         self.counters().fetches.add(1);
         if flushed.rejected.is_empty() {
             // The common case: every message's rows went out. Keeps the buffer's capacity.
-            for b in self.buffered.drain(..) {
+            for i in 0..self.buffered.len() {
+                if let Some(n) = self.failures.emitted(true) {
+                    return Err(self.too_many_failures(n));
+                }
+                let b = &self.buffered[i];
                 self.splits[b.split].tracker.stage([&b.id]);
             }
+            self.buffered.clear();
             return Ok(());
         }
-        let mut buffered: Vec<Option<Buffered>> = std::mem::take(&mut self.buffered)
-            .into_iter()
-            .map(Some)
-            .collect();
+        let buffered = std::mem::take(&mut self.buffered);
         // Messages whose rows a query's SELECT failed on: none of their rows went out.
+        let mut failures: Vec<Option<String>> = vec![None; buffered.len()];
         for r in flushed.rejected {
-            let Some(b) = buffered.get_mut(r.message_index).and_then(Option::take) else {
+            let Some(slot) = failures.get_mut(r.message_index).filter(|s| s.is_none()) else {
                 anyhow::bail!(
                     "internal error: a rejected message index {} is not buffered",
                     r.message_index
                 );
             };
+            *slot = Some(r.failure);
+        }
+        // In decode order, so the run of failures counts them as they came.
+        for (b, failure) in buffered.into_iter().zip(failures) {
+            let Some(failure) = failure else {
+                if let Some(n) = self.failures.emitted(true) {
+                    return Err(self.too_many_failures(n));
+                }
+                self.splits[b.split].tracker.stage([&b.id]);
+                continue;
+            };
             self.counters().in_error.add(1);
             if let Some(h) = b.dedup {
                 self.forget_seen(h);
             }
+            let why = format!("failed in SQL: {failure}");
+            // Past the bound, this message is left unhandled (released at close).
+            self.count_failure(b.split, &b.id, &why, false)?;
             let (payload, context) = match b.letter {
                 Some((p, c)) => (p, Some(c)),
                 None => (bytes::Bytes::new(), None),
             };
-            let why = format!("failed in SQL: {}", r.failure);
             self.on_bad_message(b.split, b.id, payload, context, &why)?;
-        }
-        for b in buffered.into_iter().flatten() {
-            self.splits[b.split].tracker.stage([&b.id]);
         }
         Ok(())
     }

@@ -376,10 +376,9 @@ fn wkt_timestamp(t: SystemTime) -> google_cloud_wkt::Timestamp {
     google_cloud_wkt::Timestamp::clamp(d.as_secs() as i64, d.subsec_nanos() as i32)
 }
 
-/// `t` as RFC 3339 in UTC, millisecond precision.
+/// `t` as RFC 3339 in UTC, millisecond precision, fixed width (as `dlq-timestamp`).
 pub fn rfc3339(t: SystemTime) -> String {
-    let ts = wkt_timestamp(t);
-    String::from(ts)
+    crate::dead_letter::rfc3339_millis(t)
 }
 
 #[cfg(test)]

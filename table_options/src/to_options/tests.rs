@@ -45,6 +45,7 @@ fn source_full() -> SourceConfig {
     };
     s.ordering_mode = OrderingMode::PerKey;
     s.deserialization_failure_policy = DeserializationFailurePolicy::DeadLetter;
+    s.max_consecutive_failures = -1;
     s.subscriber = SubscriberOptionsConfig {
         max_outstanding_messages: Some(11),
         max_outstanding_bytes: 12,
@@ -103,6 +104,7 @@ fn source_other_variants() -> Vec<SourceConfig> {
     let mut latest = SourceConfig::new("y");
     latest.start_position = StartPosition::Latest;
     latest.deserialization_failure_policy = DeserializationFailurePolicy::Nack;
+    latest.max_consecutive_failures = 7;
     vec![never, latest, SourceConfig::new("z")]
 }
 
