@@ -16,7 +16,7 @@
 //! INSERT INTO out SELECT seq, message_id, publish_time FROM messages;
 //! ```
 //!
-//! Run it against a local emulator (see the README, "A pipeline graph in Rust"):
+//! Run it against a local emulator (see docs/pipeline-graph.md):
 //!
 //! ```text
 //! pubsub-connector emulator --create examples/quickstart.sql

@@ -95,7 +95,7 @@ const SELECT: &str = "id, small, ok, ratio, price, name, kind, raw, at, extra, n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_revisions_in_json_and_binary_round_trip_through_source_sink_and_source() {
-    pubsub_connector_core::wire_log::enable();
+    pubsub_connector_core::tools::wire_log::enable();
     let p = profile();
     let schema = unique("rows-avro");
     let rev1 = admin::create_avro_schema(&p, &schema, &v1()).await.unwrap();
@@ -303,7 +303,7 @@ async fn avro_refuses_a_topic_without_schema_a_column_without_field_and_a_delete
 /// field no column type holds exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
-    pubsub_connector_core::wire_log::enable();
+    pubsub_connector_core::tools::wire_log::enable();
     let p = profile();
     let e = endpoint();
     let schema = unique("derive-avro");
@@ -417,4 +417,360 @@ async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
         "has fields no column type holds exactly: 'day' (",
     )
     .await;
+}
+
+/// `id`, `name` and an optional `note`: what the sinks of the mid-run tests write.
+const NOTED: &str = r#"{"type":"record","name":"Noted","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"},
+  {"name":"note","type":["null","string"],"default":null}]}"#;
+
+/// `NOTED` with an added optional field.
+const NOTED_EXTRA: &str = r#"{"type":"record","name":"Noted","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"},
+  {"name":"note","type":["null","string"],"default":null},
+  {"name":"extra","type":["null","long"],"default":null}]}"#;
+
+/// `NOTED` without `note`: the emulator's validation reads a payload of `NOTED` with it
+/// (bytes after the record and unknown JSON keys are ignored) and names it so.
+const UNNOTED: &str = r#"{"type":"record","name":"Noted","namespace":"test","fields":[
+  {"name":"id","type":"long"},
+  {"name":"name","type":"string"}]}"#;
+
+/// The note of row `i`: none for every third.
+fn note_of(i: i64) -> Option<String> {
+    (i % 3 != 0).then(|| format!("note {i}"))
+}
+
+/// The JSON input rows `range` of the mid-run sinks.
+async fn publish_noted(topic: &str, range: std::ops::Range<i64>) {
+    let payloads = range
+        .map(|i| {
+            serde_json::to_vec(&json!({"id": i, "name": format!("n{i}"), "note": note_of(i)}))
+                .unwrap()
+        })
+        .collect();
+    admin::publish_all(&profile(), topic, payloads, 100)
+        .await
+        .unwrap();
+}
+
+/// Row `i` written under `NOTED` (`with_note`) or `UNNOTED`, in Avro's BINARY or JSON
+/// encoding, as a sink bound to that revision writes it.
+fn noted_payload(i: i64, with_note: bool, encoding: &str) -> Vec<u8> {
+    let name = format!("n{i}");
+    if encoding == "JSON" {
+        let mut v = json!({"id": i, "name": name});
+        if with_note {
+            v["note"] = note_of(i).map_or(Value::Null, |n| json!({ "string": n }));
+        }
+        return serde_json::to_vec(&v).unwrap();
+    }
+    fn long(n: i64, out: &mut Vec<u8>) {
+        let mut z = ((n << 1) ^ (n >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+    fn string(s: &str, out: &mut Vec<u8>) {
+        long(s.len() as i64, out);
+        out.extend_from_slice(s.as_bytes());
+    }
+    let mut out = Vec::new();
+    long(i, &mut out);
+    string(&name, &mut out);
+    if with_note {
+        match note_of(i) {
+            None => long(0, &mut out),
+            Some(n) => {
+                long(1, &mut out);
+                string(&n, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Two schema-bound topics (BINARY and JSON) on schema `schema`, their subscriptions, a
+/// plain input topic for the sink job and a plain output topic for the source job.
+struct MidRun {
+    input: String,
+    input_sub: String,
+    /// (encoding, topic, subscription)
+    bound: Vec<(&'static str, String, String)>,
+    out_sub: String,
+    sink_sql: String,
+    source_sql: String,
+}
+
+async fn mid_run(schema: &str, name: &str) -> MidRun {
+    let p = profile();
+    let e = endpoint();
+    let (input, input_sub) = (
+        unique(&format!("{name}-in")),
+        unique(&format!("{name}-in-sub")),
+    );
+    admin::create_topic(&p, &input).await.unwrap();
+    admin::create_subscription(&p, &input_sub, &input, 60)
+        .await
+        .unwrap();
+    let (out, out_sub) = (
+        unique(&format!("{name}-out")),
+        unique(&format!("{name}-out-sub")),
+    );
+    admin::create_topic(&p, &out).await.unwrap();
+    admin::create_subscription(&p, &out_sub, &out, 60)
+        .await
+        .unwrap();
+    let mut bound = Vec::new();
+    for encoding in ["BINARY", "JSON"] {
+        let (t, s) = bound_topic(
+            schema,
+            encoding,
+            &format!("{name}-{}", encoding.to_lowercase()),
+        )
+        .await;
+        bound.push((encoding, t, s));
+    }
+    let cols = "id BIGINT NOT NULL, name TEXT NOT NULL, note TEXT";
+    let mut sink_sql = format!(
+        "CREATE TABLE src ({cols}) WITH ({});",
+        with(
+            &e,
+            &format!("'subscription' = '{input_sub}', 'format' = 'json'")
+        )
+    );
+    let mut source_sql = format!(
+        "CREATE TABLE out (id BIGINT, name TEXT, note TEXT, extra BIGINT, attrs JSON) WITH ({});",
+        with(&e, &format!("'topic' = '{out}'"))
+    );
+    for (i, (_, topic, sub)) in bound.iter().enumerate() {
+        sink_sql.push_str(&format!(
+            "CREATE TABLE t{i} ({cols}) WITH ({});
+             INSERT INTO t{i} SELECT id, name, note FROM src;",
+            with(&e, &format!("'topic' = '{topic}', 'format' = 'avro'"))
+        ));
+        source_sql.push_str(&format!(
+            "CREATE TABLE s{i} ({cols}, extra BIGINT, attrs JSON METADATA FROM 'attributes') WITH ({});
+             INSERT INTO out SELECT id, name, note, extra, attrs FROM s{i};",
+            with(&e, &format!("'subscription' = '{sub}', 'format' = 'avro'"))
+        ));
+    }
+    MidRun {
+        input,
+        input_sub,
+        bound,
+        out_sub,
+        sink_sql,
+        source_sql,
+    }
+}
+
+/// Reads `n` more rows of the source job's output: encoding -> id -> (row without
+/// `attrs`, the revision Pub/Sub named). A row seen twice fails.
+async fn read_out(
+    out_sub: &str,
+    n: usize,
+    rows: &mut HashMap<String, HashMap<i64, (Value, String)>>,
+) {
+    let got = admin::drain(&profile(), out_sub, 1, Some(n), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), n, "rows of the source job");
+    for payload in got.values() {
+        let mut v: Value = serde_json::from_slice(payload).unwrap();
+        let attrs = v.as_object_mut().unwrap().remove("attrs").unwrap();
+        let encoding = attrs["googclient_schemaencoding"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let revision = attrs["googclient_schemarevisionid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let id = v["id"].as_i64().unwrap();
+        let seen = rows.entry(encoding).or_default().insert(id, (v, revision));
+        assert!(seen.is_none(), "row {id} twice");
+    }
+}
+
+/// Waits until every subtask of both sinks of `m` (two workers) has read that Pub/Sub
+/// validates with revision `rev` of `schema` first (the line comes after the sink can
+/// see it).
+async fn await_binding(
+    sink_log: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    m: &MidRun,
+    schema: &str,
+    rev: &str,
+) {
+    for (encoding, topic, _) in &m.bound {
+        let line = format!(
+            "topic projects/{PROJECT}/topics/{topic}: Pub/Sub now validates its messages with schema projects/{PROJECT}/schemas/{schema} revision {rev} ({encoding}) first"
+        );
+        wait_until(
+            &format!("both sink subtasks of {topic} to read revision {rev}"),
+            LIMIT,
+            || {
+                sink_log
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|l| l.contains(&line))
+                    .count()
+                    >= 2
+            },
+        )
+        .await;
+    }
+}
+
+/// The row the source job writes for row `i` (NULL columns left out).
+fn noted_row(i: i64) -> Value {
+    let mut v = json!({"id": i, "name": format!("n{i}")});
+    if let Some(n) = note_of(i) {
+        v["note"] = json!(n);
+    }
+    v
+}
+
+/// Issue 31, item 7: a revision (an added optional field) committed while a sink job
+/// writes the schema-bound topics and a source job reads them. Each sink subtask re-binds
+/// to the new revision (the one Pub/Sub validates first); every message is named with the
+/// revision that wrote it, and decoded by it: each row once, exact, `note` never NULL
+/// where it was written, `extra` NULL (no sink writes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_committed_mid_run_rebinds_the_sink_and_each_message_decodes_by_its_own() {
+    pubsub_connector_core::tools::wire_log::enable();
+    let p = profile();
+    let schema = unique("midrun-avro");
+    let rev1 = admin::create_avro_schema(&p, &schema, NOTED).await.unwrap();
+    let m = mid_run(&schema, "midrun").await;
+    let args = ["--workers", "2", "--checkpoint-interval", "1s"];
+    let sink_job = Workdir::new(&m.sink_sql);
+    let mut sink = sink_job.spawn(&args);
+    let sink_log = collect_lines(sink.stderr.take().unwrap());
+    let source_job = Workdir::new(&m.source_sql);
+    let source = source_job.spawn(&args);
+
+    let mut rows = HashMap::new();
+    publish_noted(&m.input, 0..30).await;
+    read_out(&m.out_sub, 60, &mut rows).await;
+
+    let rev2 = admin::commit_avro_revision(&p, &schema, NOTED_EXTRA)
+        .await
+        .unwrap();
+    // Both subtasks of both sinks (two workers) have read the new binding; the rows
+    // published from here on are written under it.
+    await_binding(&sink_log, &m, &schema, &rev2).await;
+    publish_noted(&m.input, 30..60).await;
+    read_out(&m.out_sub, 60, &mut rows).await;
+
+    for job in [&sink, &source] {
+        signal(job, "TERM");
+    }
+    let (code, _, _) = finish(sink, LIMIT).await;
+    assert_eq!(code, 0, "sink job: {}", sink_log.lock().unwrap().join("\n"));
+    let (code, _, stderr) = finish(source, LIMIT).await;
+    assert_eq!(code, 0, "source job: {stderr}");
+    for (encoding, _, _) in &m.bound {
+        let got = &rows[*encoding];
+        for i in 0..60 {
+            let (row, revision) = &got[&i];
+            assert_eq!(row, &noted_row(i), "{encoding} row {i}");
+            let want = if i < 30 { &rev1 } else { &rev2 };
+            assert_eq!(
+                revision, want,
+                "{encoding} row {i}: the revision Pub/Sub named"
+            );
+        }
+        assert_eq!(got.len(), 60, "{encoding}");
+    }
+    assert_all_acked(&m.input_sub);
+    for (_, _, sub) in &m.bound {
+        assert_all_acked(sub);
+    }
+}
+
+/// Issue 31, item 7: a revision that drops a trailing field the sink writes. The emulator
+/// names bytes written under the old revision with the new one (it reads the record and
+/// ignores the rest: BINARY bytes after it, JSON keys it lacks), which is what a sink bound
+/// to the old revision publishes until it reads the topic again. The source decodes those
+/// by the revision that wrote them (never `note` NULL where one was written, never a
+/// decode failure), and the sink, whose `note` column the new revision cannot hold, fails
+/// as its start would (exit 2) instead of writing bytes named with a revision that drops
+/// its values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_named_with_a_newer_revision_decode_by_the_writer_and_the_sink_refuses_it() {
+    pubsub_connector_core::tools::wire_log::enable();
+    let p = profile();
+    let schema = unique("dropped-avro");
+    let rev1 = admin::create_avro_schema(&p, &schema, NOTED).await.unwrap();
+    let m = mid_run(&schema, "dropped").await;
+    let args = ["--workers", "2", "--checkpoint-interval", "1s"];
+    let sink_job = Workdir::new(&m.sink_sql);
+    let mut sink = sink_job.spawn(&args);
+    let sink_log = collect_lines(sink.stderr.take().unwrap());
+    let source_job = Workdir::new(&m.source_sql);
+    let source = source_job.spawn(&args);
+
+    let mut rows = HashMap::new();
+    publish_noted(&m.input, 0..10).await;
+    read_out(&m.out_sub, 20, &mut rows).await;
+
+    let rev2 = admin::commit_avro_revision(&p, &schema, UNNOTED)
+        .await
+        .unwrap();
+    await_binding(&sink_log, &m, &schema, &rev2).await;
+    // Rows for it now: the sink fails rather than write them under revision 1.
+    publish_noted(&m.input, 100..103).await;
+    let code = tokio::time::timeout(LIMIT, sink.wait())
+        .await
+        .expect("the sink job did not end")
+        .unwrap()
+        .code();
+    let want = format!("under its schema (its binding changed while the job ran): column 'note' has no field in schema projects/{PROJECT}/schemas/{schema} revision {rev2}");
+    wait_until("the sink job's error", LIMIT, || {
+        sink_log.lock().unwrap().iter().any(|l| l.contains(&want))
+    })
+    .await;
+    assert_eq!(code, Some(2), "the sink job's exit code");
+    // What a sink bound to revision 1 writes until it reads the topic again (rows 10..20),
+    // then rows written under revision 2 (20..25).
+    for (encoding, topic, _) in &m.bound {
+        let payloads = (10..20)
+            .map(|i| noted_payload(i, true, encoding))
+            .chain((20..25).map(|i| noted_payload(i, false, encoding)))
+            .collect();
+        admin::publish_all(&p, topic, payloads, 100).await.unwrap();
+    }
+    read_out(&m.out_sub, 30, &mut rows).await;
+    signal(&source, "TERM");
+    let (code, _, stderr) = finish(source, LIMIT).await;
+    assert_eq!(code, 0, "the source job: {stderr}");
+    for (encoding, _, _) in &m.bound {
+        let got = &rows[*encoding];
+        for i in 0..25 {
+            let (row, revision) = &got[&i];
+            let mut want = noted_row(i);
+            if i >= 20 {
+                // Written without the field.
+                want.as_object_mut().unwrap().remove("note");
+            }
+            assert_eq!(row, &want, "{encoding} row {i}");
+            // The premise: the emulator named rows 10..20 with revision 2, which did not
+            // write them.
+            let named = if i < 10 { &rev1 } else { &rev2 };
+            assert_eq!(
+                revision, named,
+                "{encoding} row {i}: the revision Pub/Sub named"
+            );
+        }
+        assert_eq!(got.len(), 25, "{encoding}");
+    }
+    for (_, _, sub) in &m.bound {
+        assert_all_acked(sub);
+    }
 }

@@ -1,6 +1,7 @@
-//! Exactly once across pipelines (issue 18, README "Exactly once across pipelines"): the
-//! sink stamps each row with a record id that every replay repeats, and the next
-//! pipeline's source drops copies by it, against the real emulator and real SIGKILLs.
+//! Exactly once across pipelines (issue 18, docs/guarantees.md "Exactly once across
+//! pipelines"): the sink stamps each row with a record id that every replay repeats, and
+//! the next pipeline's source drops copies by it, against the real emulator and real
+//! SIGKILLs.
 
 use crate::support;
 
@@ -64,7 +65,7 @@ async fn rows(sub: &str, idle: Duration) -> Vec<(i64, HashMap<String, String>)> 
         .collect()
 }
 
-/// The ids are those the README derives, and a replay after a SIGKILL repeats them.
+/// The ids are those docs/guarantees.md derives, and a replay after a SIGKILL repeats them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stamped_record_id_is_derived_from_the_message_and_row_and_kept_by_a_replay() {
     let t = topics("stamp", 10).await;

@@ -86,7 +86,7 @@ async fn rows_by_mid(sub: &str, expected: Option<usize>) -> HashMap<String, serd
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filter_writes_exactly_the_rows_it_keeps_and_acknowledges_every_message_once() {
-    pubsub_connector_core::wire_log::enable();
+    pubsub_connector_core::tools::wire_log::enable();
     let t = topics("filter", 10).await;
     let published = publish_bids(&t.input, bids(10_000)).await;
     let expected: HashMap<&String, &Bid> = published
@@ -215,7 +215,7 @@ async fn computed_columns_reach_the_topic_with_exact_values() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn union_all_writes_two_google_sources_into_one_sink() {
-    pubsub_connector_core::wire_log::enable();
+    pubsub_connector_core::tools::wire_log::enable();
     let gcs = topics("union-gcs", 60).await;
     let builds = topics("union-builds", 60).await;
     let gcs_id = publish_with_attributes(
@@ -292,7 +292,7 @@ async fn union_all_writes_two_google_sources_into_one_sink() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_that_fails_fails_the_job_naming_its_message_and_is_not_acknowledged() {
-    pubsub_connector_core::wire_log::enable();
+    pubsub_connector_core::tools::wire_log::enable();
     let t = topics("rowfail", 60).await;
     let ids = admin::publish_all(
         &profile(),
@@ -337,7 +337,7 @@ async fn a_row_that_fails_fails_the_job_naming_its_message_and_is_not_acknowledg
 /// is acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_failure_follows_the_failure_policy_dead_letter_or_drop() {
-    pubsub_connector_core::wire_log::enable();
+    pubsub_connector_core::tools::wire_log::enable();
     for policy in ["dead-letter", "drop"] {
         let p = profile();
         let t = topics(&format!("rowpol-{policy}"), 60).await;
@@ -530,4 +530,173 @@ async fn the_filter_example_runs_on_the_quickstart_data() {
         "{stdout}"
     );
     assert!(0 < kept && kept < 3000, "kept {kept} of 3000: {stdout}");
+}
+
+/// Issue 31: a guard protects its row whatever its batch holds. 500 messages `{id, x}`
+/// with 30% zeros (seeded) under `WHERE x <> 0 AND 100 / x > 1`: DataFusion's AND
+/// evaluated `100 / x` on every row of a batch whose left side was mostly true, zeros
+/// included, and the narrowing then blamed a valid message (exit 2 under both policies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_division_writes_every_row_it_keeps_under_drop_and_fail() {
+    pubsub_connector_core::tools::wire_log::enable();
+    // xorshift64 from a fixed seed: the same 500 values on every run.
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let xs: Vec<i64> = (0..500)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            match state % 10 {
+                0..=2 => 0,
+                _ => (state >> 8) as i64 % 100 - 20,
+            }
+        })
+        .collect();
+    assert!(
+        xs.iter().filter(|x| **x == 0).count() >= 120,
+        "about 30% zeros"
+    );
+    for policy in ["drop", "fail"] {
+        let t = topics(&format!("guard-{policy}"), 60).await;
+        let payloads = xs
+            .iter()
+            .enumerate()
+            .map(|(i, x)| format!("{{\"id\": {i}, \"x\": {x}}}").into_bytes())
+            .collect();
+        let ids = admin::publish_all(&profile(), &t.input, payloads, 500)
+            .await
+            .unwrap();
+        let sql = format!(
+            "CREATE TABLE src (id BIGINT NOT NULL, x BIGINT NOT NULL,
+                               mid TEXT NOT NULL METADATA FROM 'message-id')
+             WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+                   'emulator-endpoint' = '{ep}',
+                   'scan.deserialization-failure-policy' = '{policy}');
+             CREATE TABLE dst (id BIGINT NOT NULL, q BIGINT NOT NULL, mid TEXT NOT NULL)
+             WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+                   'emulator-endpoint' = '{ep}');
+             INSERT INTO dst SELECT id, 100 / x, mid FROM src WHERE x <> 0 AND 100 / x > 1;",
+            sub = t.input_sub,
+            out = t.output,
+            ep = endpoint()
+        );
+        let (code, stdout, stderr) = run_until_idle(&sql).await;
+        assert_eq!(code, 0, "{policy}: every row is valid: {stderr}");
+        assert!(
+            !stderr.contains("failed in SQL"),
+            "{policy}: nothing dropped: {stderr}"
+        );
+        let want: HashMap<&String, (usize, i64)> = ids
+            .iter()
+            .zip(&xs)
+            .enumerate()
+            .filter(|(_, (_, x))| **x != 0 && 100 / **x > 1)
+            .map(|(i, (id, x))| (id, (i, 100 / *x)))
+            .collect();
+        let got = rows_by_mid(&t.output_sub, Some(want.len())).await;
+        assert_eq!(got.len(), want.len(), "{policy}: {stdout}");
+        for (mid, (i, q)) in &want {
+            let row = got
+                .get(*mid)
+                .unwrap_or_else(|| panic!("{policy}: message {mid} (x = {}) not written", xs[*i]));
+            assert_eq!(
+                row,
+                &serde_json::json!({"id": i, "q": q, "mid": mid}),
+                "{policy}"
+            );
+        }
+        assert_eq!(
+            summary_count(&stdout, "rows written:"),
+            want.len(),
+            "{policy}: {stdout}"
+        );
+        let wire = Wire::of(&t.input_sub);
+        assert_eq!(
+            wire.acked_ids().len(),
+            ids.len(),
+            "{policy}: every message acknowledged"
+        );
+        assert!(wire.nacked.is_empty(), "{policy}: {stdout}");
+    }
+}
+
+/// Issue 31, as reported: a blank price CAST AS DECIMAL(10, 2) is not a number (it was
+/// written as 0.00), and `to_date('9999-12-31')` into a TIMESTAMP column is out of range
+/// (it was written as a date in the 1800s). Under `drop` both messages are dropped and the
+/// others written exactly (2262-04-11 still fits); under `fail` the job fails naming the
+/// message and the SQL type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_price_or_a_date_beyond_2262_fails_its_row_never_zero_or_wrapped() {
+    pubsub_connector_core::tools::wire_log::enable();
+    let p = profile();
+    let t = topics("prices", 60).await;
+    let rows = [
+        ("12.50", "2024-05-01"),
+        ("", "2024-05-02"),
+        (" 12 ", "2024-05-03"),
+        ("7", "9999-12-31"),
+        ("3", "2262-04-11"),
+    ];
+    let ids = admin::publish_all(
+        &p,
+        &t.input,
+        rows.iter()
+            .map(|(price, day)| {
+                serde_json::json!({"price": price, "day": day})
+                    .to_string()
+                    .into_bytes()
+            })
+            .collect(),
+        10,
+    )
+    .await
+    .unwrap();
+    let sql = |t: &Topics, policy: &str| {
+        format!(
+            "CREATE TABLE src (price TEXT, day TEXT, mid TEXT NOT NULL METADATA FROM 'message-id')
+             WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+                   'emulator-endpoint' = '{ep}', 'scan.deserialization-failure-policy' = '{policy}');
+             CREATE TABLE dst (mid TEXT NOT NULL, price TEXT, day TIMESTAMP)
+             WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+                   'emulator-endpoint' = '{ep}');
+             INSERT INTO dst SELECT mid, CAST(CAST(price AS DECIMAL(10, 2)) AS TEXT), to_date(day)
+             FROM src;",
+            sub = t.input_sub,
+            out = t.output,
+            ep = endpoint()
+        )
+    };
+    let (code, _stdout, stderr) = run_until_idle(&sql(&t, "drop")).await;
+    assert_eq!(code, 0, "{stderr}");
+    let got = rows_by_mid(&t.output_sub, Some(2)).await;
+    assert_eq!(got.len(), 2, "only the rows that compute: {got:?}");
+    assert_eq!(
+        got[&ids[0]],
+        serde_json::json!({"mid": ids[0], "price": "12.50", "day": "2024-05-01T00:00:00Z"})
+    );
+    assert_eq!(
+        got[&ids[4]],
+        serde_json::json!({"mid": ids[4], "price": "3.00", "day": "2262-04-11T00:00:00Z"})
+    );
+    assert_all_acked(&t.input_sub);
+
+    let t = topics("prices-fail", 60).await;
+    let ids = admin::publish_all(
+        &p,
+        &t.input,
+        vec![br#"{"price": "1", "day": "9999-12-31"}"#.to_vec()],
+        10,
+    )
+    .await
+    .unwrap();
+    let (code, _stdout, stderr) = run_until_idle(&sql(&t, "fail")).await;
+    assert_eq!(code, 2, "a row failure is permanent: {stderr}");
+    assert!(
+        stderr.contains(&format!("message {}", ids[0]))
+            && stderr.contains("to_date(day)")
+            && stderr.contains("9999-12-31")
+            && stderr.contains("out of range for TIMESTAMP")
+            && !stderr.contains("Timestamp("),
+        "{stderr}"
+    );
 }

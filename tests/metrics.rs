@@ -1,6 +1,6 @@
 //! `run --metrics-addr`: a real process on the real emulator serves GET /metrics in the
 //! Prometheus text format while it runs; its counters move, carry the pipeline, operator
-//! and subtask labels, agree with the exit summary, and every family is in the README.
+//! and subtask labels, agree with the exit summary, and every family is in docs/metrics.md.
 
 use crate::support;
 
@@ -177,9 +177,9 @@ async fn metrics_move_while_running_and_match_the_exit_summary() {
     assert!(runtime("pubsub_connector_last_completed_epoch") >= 1.0);
     runtime("pubsub_connector_checkpoint_duration_ms");
 
-    // Every family has HELP and a type that fits its name, and a row in the README.
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    // Every family has HELP and a type that fits its name, and a row in docs/metrics.md.
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md"))
+        .unwrap();
     for (name, kind) in &done.types {
         assert!(
             done.helps.get(name).is_some_and(|h| !h.is_empty()),
@@ -192,8 +192,8 @@ async fn metrics_move_while_running_and_match_the_exit_summary() {
             "{name} is a {kind}"
         );
         assert!(
-            readme.contains(&format!("| `{name}` | {kind} |")),
-            "README.md's Metrics table has no row for {name} ({kind})"
+            page.contains(&format!("| `{name}` | {kind} |")),
+            "docs/metrics.md's Metrics table has no row for {name} ({kind})"
         );
     }
 

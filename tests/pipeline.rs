@@ -1,7 +1,7 @@
 //! End-to-end tests of the `pubsub-connector` binary against the real Pub/Sub emulator.
 //! Crash tests SIGKILL the real process; the ones that need the emulator to notice a dead
 //! client go through the half-closing HTTP/2 proxy that `Emulator` puts in front of it
-//! (`connector/src/emulator_proxy.rs`).
+//! (`connector/src/tools/emulator_proxy.rs`).
 
 use crate::support;
 
@@ -128,7 +128,7 @@ async fn sigkill_after_checkpoints_then_restart_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_mid_stream_exits_zero_and_leaves_nothing_held() {
-    pubsub_connector_core::wire_log::enable();
+    pubsub_connector_core::tools::wire_log::enable();
     // A 600 s ack deadline: only a nack brings a message back at once.
     let t = topics("term", 600).await;
     let ids = publish_seq(&t.input, 0..4_000).await;

@@ -11,7 +11,7 @@
 //! forwarded to every process as SIGTERM for a graceful final checkpoint); 2 when a process
 //! exited with 2 (the pipeline file cannot be read, parsed or planned, the job's start
 //! refused its configuration, or the job failed in a way any restart repeats: see the
-//! README's exit codes); 1 when the restart budget is spent, on a second signal
+//! exit codes in docs/running.md); 1 when the restart budget is spent, on a second signal
 //! (forwarded again, the processes abort) or when a process fails while the cluster is
 //! stopping.
 

@@ -1,7 +1,7 @@
 //! What each engine metric name means on the Prometheus endpoint: its family name (without
 //! the `pubsub_connector_` prefix, the unit and `_total`), its unit and its HELP text.
-//! One place, so the README's metrics table and this list can be kept in step (the
-//! `metrics` test fails on a family the README does not list).
+//! One place, so the metrics table of `docs/metrics.md` and this list can be kept in step
+//! (the `metrics` test fails on a family that page does not list).
 
 use pubsub_connector_core::dead_letter::DEAD_LETTERS_PUBLISHED;
 use pubsub_connector_core::sink::metrics as sink;
@@ -35,7 +35,8 @@ pub struct Described {
 }
 
 impl Described {
-    /// The name on the endpoint: `pubsub_connector_sent_bytes_total` (the README check).
+    /// The name on the endpoint: `pubsub_connector_sent_bytes_total` (the check of
+    /// `docs/metrics.md`).
     #[cfg(test)]
     pub fn full_name(&self) -> String {
         let mut n = format!("{}_{}", crate::metrics_http::PREFIX, self.family);
@@ -169,21 +170,21 @@ mod tests {
         assert!(describe("no_such_metric").is_none());
     }
 
-    /// The README's metrics table lists every metric of the catalog (the `metrics` test
-    /// checks the same of every family a real scrape shows).
+    /// The metrics table of `docs/metrics.md` lists every metric of the catalog (the
+    /// `metrics` test checks the same of every family a real scrape shows).
     #[test]
-    fn the_readme_lists_every_metric() {
-        let readme = include_str!("../../README.md");
+    fn the_metrics_page_lists_every_metric() {
+        let page = include_str!("../../docs/metrics.md");
         let mut missing: Vec<String> = CATALOG
             .iter()
             .map(|(_, d)| d.full_name())
             .chain([SEND_ERRORS.full_name()])
-            .filter(|n| !readme.contains(&format!("| `{n}` |")))
+            .filter(|n| !page.contains(&format!("| `{n}` |")))
             .collect();
         missing.dedup();
         assert!(
             missing.is_empty(),
-            "README.md's Metrics table lacks: {missing:?}"
+            "docs/metrics.md's Metrics table lacks: {missing:?}"
         );
     }
 

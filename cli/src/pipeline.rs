@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use pubsub_connector_core::emulator::Emulator;
+use pubsub_connector_core::tools::emulator::Emulator;
 use pubsub_connector_core::PubSubConnector;
 use pubsub_engine::runtime::{
     read_hosts, run_pipeline, ClusterConfig, JobSummary, RuntimeConfig, StopHandle,

@@ -2,6 +2,10 @@
 //! to, and schema revisions fetched once each and kept (bounded) for the messages that
 //! name them.
 //!
+//! Each revision a message names comes with the schema's other revisions: Pub/Sub names
+//! the newest revision its validation accepts, which may not be the one the payload was
+//! written with (decision 0031), and the decoder takes the one that reads it whole.
+//!
 //! A revision that cannot be read for good (deleted, not Avro, not valid Avro) is a decode
 //! failure of each message naming it, handled by the failure policy. A revision that
 //! cannot be read for now (the service is unreachable) fails the job, which restarts and
@@ -12,7 +16,7 @@ use std::sync::Arc;
 
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_pubsub::client::SchemaService;
-use google_cloud_pubsub::model::{schema, Encoding};
+use google_cloud_pubsub::model::{schema, Encoding, SchemaView};
 use pubsub_engine::format::avro::{AvroEncoding, AvroSchema};
 use pubsub_engine::ConfigError;
 use pubsub_schema::{Authentication, PubSubProfile};
@@ -96,37 +100,118 @@ impl SchemaReader {
                 }
             }
             SchemaReader::Emulator { base, http } => {
-                let r = http
-                    .get(format!("{base}{path}"))
-                    .send()
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot read schema {path}: {e}"))?;
-                if r.status() == reqwest::StatusCode::NOT_FOUND {
+                let Some(v) = Self::rest(http.get(format!("{base}{path}")), path).await? else {
                     return Ok(None);
-                }
-                let status = r.status();
-                let body = r
-                    .text()
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot read schema {path}: {e}"))?;
-                anyhow::ensure!(
-                    status.is_success(),
-                    "cannot read schema {path}: HTTP {status}: {}",
-                    body.chars().take(200).collect::<String>()
-                );
-                let v: serde_json::Value = serde_json::from_str(&body)
-                    .map_err(|e| anyhow::anyhow!("cannot read schema {path}: {e}"))?;
-                let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
-                Ok(Some(Got {
-                    r#type: match v["type"].as_str() {
-                        Some("AVRO") => schema::Type::Avro,
-                        Some("PROTOCOL_BUFFER") => schema::Type::ProtocolBuffer,
-                        _ => schema::Type::Unspecified,
-                    },
-                    definition: text("definition"),
-                    revision_id: text("revisionId"),
-                }))
+                };
+                Ok(Some(Got::from_rest(&v)))
             }
+        }
+    }
+
+    /// Every revision of schema `name` (`projects/P/schemas/S`) with its definition;
+    /// `None` if the schema does not exist.
+    async fn list(&self, name: &str) -> anyhow::Result<Option<Vec<Got>>> {
+        let mut all = Vec::new();
+        let mut token = String::new();
+        loop {
+            let next = match self {
+                SchemaReader::Service(service) => {
+                    let page = bounded(
+                        service
+                            .list_schema_revisions()
+                            .set_name(name)
+                            .set_view(SchemaView::Full)
+                            .set_page_size(100)
+                            .set_page_token(token.clone()),
+                    )
+                    .send()
+                    .await;
+                    match page {
+                        Ok(p) => {
+                            all.extend(p.schemas.into_iter().map(|s| Got {
+                                r#type: s.r#type,
+                                definition: s.definition,
+                                revision_id: s.revision_id,
+                            }));
+                            p.next_page_token
+                        }
+                        Err(e) if e.status().is_some_and(|s| s.code == Code::NotFound) => {
+                            return Ok(None)
+                        }
+                        Err(e) if e.status().is_some_and(|s| s.code == Code::PermissionDenied) => {
+                            tracing::warn!(
+                                "cannot list the revisions of schema {name} ({e}): a message is decoded only by the revision Pub/Sub names, and one that revision does not read whole is a decode failure (grant pubsub.schemas.listRevisions to decode it by the revision that wrote it)"
+                            );
+                            return Ok(Some(Vec::new()));
+                        }
+                        Err(e) => {
+                            anyhow::bail!("cannot list the revisions of schema {name}: {e}")
+                        }
+                    }
+                }
+                SchemaReader::Emulator { base, http } => {
+                    let mut url = reqwest::Url::parse(&format!("{base}{name}:listRevisions"))?;
+                    url.query_pairs_mut().append_pair("pageSize", "100");
+                    if !token.is_empty() {
+                        url.query_pairs_mut().append_pair("pageToken", &token);
+                    }
+                    let Some(v) = Self::rest(http.get(url), name).await? else {
+                        return Ok(None);
+                    };
+                    if let Some(revisions) = v["schemas"].as_array() {
+                        all.extend(revisions.iter().map(Got::from_rest));
+                    }
+                    v["nextPageToken"].as_str().unwrap_or_default().to_string()
+                }
+            };
+            if next.is_empty() {
+                return Ok(Some(all));
+            }
+            token = next;
+        }
+    }
+
+    /// `get` from the emulator's REST gateway, about schema `what`: the JSON body, or
+    /// `None` for NOT_FOUND.
+    async fn rest(
+        get: reqwest::RequestBuilder,
+        what: &str,
+    ) -> anyhow::Result<Option<serde_json::Value>> {
+        let r = get
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read schema {what}: {e}"))?;
+        if r.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let status = r.status();
+        let body = r
+            .text()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read schema {what}: {e}"))?;
+        anyhow::ensure!(
+            status.is_success(),
+            "cannot read schema {what}: HTTP {status}: {}",
+            body.chars().take(200).collect::<String>()
+        );
+        serde_json::from_str(&body)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("cannot read schema {what}: {e}"))
+    }
+}
+
+impl Got {
+    /// A schema revision in the REST gateway's JSON.
+    fn from_rest(v: &serde_json::Value) -> Got {
+        let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+        Got {
+            r#type: match v["type"].as_str() {
+                Some("AVRO") => schema::Type::Avro,
+                Some("PROTOCOL_BUFFER") => schema::Type::ProtocolBuffer,
+                _ => schema::Type::Unspecified,
+            },
+            definition: text("definition"),
+            revision_id: text("revisionId"),
         }
     }
 }
@@ -138,7 +223,14 @@ pub async fn topic_schema(
     profile: &PubSubProfile,
     topic: &str,
 ) -> anyhow::Result<Option<TopicSchema>> {
-    let admin = client::topic_admin(profile).await?;
+    topic_schema_with(&client::topic_admin(profile).await?, topic).await
+}
+
+/// [`topic_schema`] through `admin`.
+pub async fn topic_schema_with(
+    admin: &google_cloud_pubsub::client::TopicAdmin,
+    topic: &str,
+) -> anyhow::Result<Option<TopicSchema>> {
     let t = match bounded(admin.get_topic().set_topic(topic.to_string()))
         .send()
         .await
@@ -205,6 +297,25 @@ pub async fn fetch_revision(
     })
 }
 
+/// The revisions of schema `name` but `rev`, for payloads Pub/Sub names `rev` that `rev`
+/// does not read whole; those that are not valid Avro records are left out (no payload
+/// was written with them).
+async fn siblings(
+    reader: &SchemaReader,
+    name: &str,
+    rev: &str,
+) -> anyhow::Result<Vec<Arc<AvroSchema>>> {
+    Ok(reader
+        .list(name)
+        .await?
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|g| g.revision_id != rev && matches!(g.r#type, schema::Type::Avro))
+        .filter_map(|g| AvroSchema::parse(name, &g.revision_id, &g.definition).ok())
+        .map(Arc::new)
+        .collect())
+}
+
 /// A revision as read: the schema, or why no message naming it can be decoded.
 type Fetched = Result<Arc<AvroSchema>, String>;
 
@@ -228,7 +339,8 @@ impl Revisions {
         }
     }
 
-    /// Makes sure the revision a message's `attributes` name is known. Errors only when
+    /// Makes sure the revision a message's `attributes` name is known, with the schema's
+    /// other revisions as they are now (for a payload it does not read whole). Errors only when
     /// the schema service cannot be asked now (the job fails and restarts; the message
     /// is not acknowledged).
     pub async fn fetch(&mut self, attributes: &HashMap<String, String>) -> anyhow::Result<()> {
@@ -243,7 +355,11 @@ impl Revisions {
         if self.reader.is_none() {
             self.reader = Some(SchemaReader::new(&self.profile).await?);
         }
-        let got = fetch_revision(self.reader.as_ref().expect("set"), name, Some(rev)).await?;
+        let reader = self.reader.as_ref().expect("set");
+        let got = match fetch_revision(reader, name, Some(rev)).await? {
+            Ok(label) => Ok(label.with_siblings(siblings(reader, name, rev).await?)),
+            Err(e) => Err(e),
+        };
         if self.cached >= MAX_REVISIONS {
             self.cache.clear();
             self.cached = 0;

@@ -53,13 +53,71 @@ pub async fn subscriber(profile: &PubSubProfile) -> anyhow::Result<Subscriber> {
         .map_err(|e| crate::diagnose::client_build_error(profile, e))
 }
 
-/// A batching publisher builder for `topic` (a full resource name). Errors when a key file
-/// cannot be used.
+/// A batching publisher builder for `topic` (a full resource name), retrying on
+/// [`publish_backoff`] without the client's retry throttler (see
+/// [`PUBLISH_RETRY_MAX_DELAY`]). Errors when a key file cannot be used.
 pub fn publisher(
     profile: &PubSubProfile,
     topic: &str,
 ) -> anyhow::Result<google_cloud_pubsub::builder::publisher::PublisherBuilder> {
-    Ok(configured!(Publisher::builder(topic.to_string()), profile))
+    Ok(configured!(Publisher::builder(topic.to_string()), profile)
+        .with_backoff_policy(publish_backoff(None, None, None)?)
+        .with_retry_throttler(NeverThrottle))
+}
+
+/// The longest wait between two attempts of one publish request (unless
+/// `sink.retry.max-delay` sets another for a sink): what bounds how soon a publisher
+/// writes again once its endpoint is back, at most this plus one attempt after it
+/// returned (decision 0032).
+///
+/// The client's own schedule is 100 ms growing 4x per attempt to 60 s, each wait drawn
+/// uniformly below that (full jitter): after an outage of 45 s every request in flight
+/// waited up to 60 s more, each on its own draw, so a sink resumed in steps 10 to 20 s
+/// apart and needed 33 s to write what it held (issue 31). 2 s keeps the retries of an
+/// outage at one per request in flight per second on average (the waits are drawn below
+/// it), and a sink bounds the requests it has in flight (`sink.in-flight.*`).
+pub const PUBLISH_RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(2);
+/// The first wait between attempts of a publish request (the client's own).
+pub const PUBLISH_RETRY_INITIAL_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+/// The factor between successive waits (the client's own).
+pub const PUBLISH_RETRY_MULTIPLIER: f64 = 4.0;
+
+/// The backoff between attempts of a publish request: `initial` (default
+/// [`PUBLISH_RETRY_INITIAL_DELAY`]) growing by `multiplier` (default
+/// [`PUBLISH_RETRY_MULTIPLIER`]) up to `max` (default [`PUBLISH_RETRY_MAX_DELAY`], or
+/// `initial` if that is longer), each wait drawn uniformly below it. Errors when the
+/// values given are inconsistent (the sink's builder refuses those first).
+pub fn publish_backoff(
+    initial: Option<std::time::Duration>,
+    max: Option<std::time::Duration>,
+    multiplier: Option<f64>,
+) -> anyhow::Result<google_cloud_gax::exponential_backoff::ExponentialBackoff> {
+    let initial = initial.unwrap_or(PUBLISH_RETRY_INITIAL_DELAY);
+    let max = max.unwrap_or(PUBLISH_RETRY_MAX_DELAY.max(initial));
+    google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder::new()
+        .with_initial_delay(initial)
+        .with_maximum_delay(max)
+        .with_scaling(multiplier.unwrap_or(PUBLISH_RETRY_MULTIPLIER))
+        .build()
+        .map_err(|e| anyhow::anyhow!("the publish retry backoff is inconsistent: {e}"))
+}
+
+/// A retry throttler that never skips a retry. The client's default (adaptive
+/// throttling) counts every attempt since the publisher was built, with no time window,
+/// and skips each retry with probability (attempts − 2 × successes) / (attempts + 1):
+/// after an outage nearly every retry is skipped, and each skip waits another backoff,
+/// until successes catch up, so the resume time had no bound a sink could state.
+/// Publishers here bound their own load instead (a sink's in-flight caps,
+/// [`PUBLISH_RETRY_MAX_DELAY`] between attempts).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NeverThrottle;
+
+impl google_cloud_gax::retry_throttler::RetryThrottler for NeverThrottle {
+    fn throttle_retry_attempt(&self) -> bool {
+        false
+    }
+    fn on_retry_failure(&mut self, _flow: &google_cloud_gax::retry_result::RetryResult) {}
+    fn on_success(&mut self) {}
 }
 
 /// The topic admin client.

@@ -11,12 +11,9 @@ mod connector;
 pub mod credentials;
 pub mod dead_letter;
 pub mod diagnose;
-pub mod emulator;
-pub mod emulator_proxy;
 pub mod explore;
 pub mod sink;
 pub mod source;
-pub mod tcp_cutter;
-pub mod wire_log;
+pub mod tools;
 
 pub use connector::{sql_error, PubSubConnector, METADATA_DEFS};

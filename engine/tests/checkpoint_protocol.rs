@@ -28,6 +28,13 @@ struct Log {
     writers: Mutex<HashMap<String, HashSet<usize>>>,
     /// Source: subtasks whose close (release of what they hold) ran to its end.
     released: Mutex<Vec<usize>>,
+    /// Sink (option `gated`): checkpoints wait while this is set (an endpoint that is
+    /// down; nothing becomes durable).
+    gate_closed: std::sync::atomic::AtomicBool,
+    /// Source: how many rows were durable when a `then_stop` barrier reached a subtask.
+    durable_at_stop: Mutex<Vec<usize>>,
+    /// Source: rows every subtask emitted so far.
+    emitted: std::sync::atomic::AtomicUsize,
 }
 
 fn log(name: &str) -> Arc<Log> {
@@ -102,6 +109,9 @@ struct MemTable {
     slow_subtask: Option<usize>,
     /// Source: releasing what a subtask holds at a stop takes this long (a slow nack).
     release_delay_ms: u64,
+    /// Sink: checkpoints wait while the log's `gate_closed` is set (only `slow_subtask`'s
+    /// when that is given).
+    gated: bool,
 }
 
 struct MemoryConnector;
@@ -142,6 +152,7 @@ impl Connector for MemoryConnector {
             "record-decision",
             "batch-delay-ms",
             "slow-subtask",
+            "gated",
         ]
     }
     fn prepare_source(
@@ -227,6 +238,7 @@ impl Connector for MemoryConnector {
             batch_delay_ms: o.pull_opt_u64("batch-delay-ms")?.unwrap_or(0),
             slow_subtask: o.pull_opt_u64("slow-subtask")?.map(|s| s as usize),
             release_delay_ms: o.pull_opt_u64("release-delay-ms")?.unwrap_or(0),
+            gated: o.pull_opt_bool("gated")?.unwrap_or(false),
         };
         let table = MemTable {
             trace: o
@@ -250,6 +262,7 @@ impl Connector for MemoryConnector {
                 hang_from: t.hang_from_epoch,
                 batch_delay: Duration::from_millis(t.batch_delay_ms),
                 slow_subtask: t.slow_subtask,
+                gated: t.gated,
             }))
         } else {
             let sinks = if t.durable_in.is_empty() {
@@ -319,6 +332,10 @@ impl SourceOperator for MemSource {
                         // Snapshotted with the checkpoint: where this subtask got to.
                         ctx.state.values.insert("next".into(), next.into());
                         ctx.state.values.insert("subtask".into(), ctx.task_info.task_index.into());
+                        if b.then_stop {
+                            let durable = self.log.durable.lock().unwrap().len();
+                            self.log.durable_at_stop.lock().unwrap().push(durable);
+                        }
                         ctx.start_checkpoint(b, collector).await?;
                         stopping |= b.then_stop;
                     }
@@ -353,6 +370,7 @@ impl SourceOperator for MemSource {
                     collector.collect(batch).await?;
                     staged.extend(seqs);
                     received.add(n as u64);
+                    self.log.emitted.fetch_add(n as usize, std::sync::atomic::Ordering::SeqCst);
                 }
             }
         }
@@ -366,6 +384,7 @@ struct MemSink {
     hang_from: u64,
     batch_delay: Duration,
     slow_subtask: Option<usize>,
+    gated: bool,
 }
 
 #[async_trait]
@@ -406,9 +425,21 @@ impl ArrowOperator for MemSink {
     async fn handle_checkpoint(
         &mut self,
         b: CheckpointBarrier,
-        _: &mut OperatorContext,
+        ctx: &mut OperatorContext,
     ) -> anyhow::Result<()> {
         anyhow::ensure!(b.epoch < self.fail_from, "injected sink failure");
+        let slow = self
+            .slow_subtask
+            .is_none_or(|s| s == ctx.task_info.task_index);
+        while self.gated
+            && slow
+            && self
+                .log
+                .gate_closed
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         if b.epoch >= self.hang_from {
             std::future::pending::<()>().await;
         }
@@ -1442,4 +1473,110 @@ async fn an_abort_lets_every_source_finish_releasing_within_the_shutdown_timeout
         vec![0, 1],
         "every source subtask finished releasing before the job ended"
     );
+}
+
+/// A pipeline whose sink's checkpoints wait behind the log's gate (`gated`; on sink
+/// subtask `gated_subtask` only, when given).
+fn gated_sql(name: &str, rows: i64, gated_subtask: Option<usize>) -> String {
+    let only = gated_subtask
+        .map(|s| format!(", 'slow-subtask' = '{s}'"))
+        .unwrap_or_default();
+    format!(
+        "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = '{name}', 'rows' = '{rows}');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = '{name}', 'gated' = 'true' {only});
+         INSERT INTO dst SELECT seq FROM src;"
+    )
+}
+
+/// Closes the gate of log `name` now, and opens it `after` the sources emitted `rows`
+/// rows (on its own thread): the job sits idle with everything read and nothing durable.
+fn gate_for(name: &str, rows: usize, after: Duration) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let l = log(name);
+    l.gate_closed.store(true, SeqCst);
+    std::thread::spawn(move || {
+        while l.emitted.load(SeqCst) < rows {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(after);
+        l.gate_closed.store(false, SeqCst);
+    });
+}
+
+/// Asserts that every `then_stop` barrier of log `name` (one per source subtask) found
+/// all `total` rows durable: the idle stop began only once the job was caught up.
+fn caught_up_at_stop(name: &str, source_subtasks: usize, total: usize) {
+    let at_stop = log(name).durable_at_stop.lock().unwrap().clone();
+    assert_eq!(at_stop.len(), source_subtasks, "{at_stop:?}");
+    assert!(
+        at_stop.iter().all(|d| *d == total),
+        "rows durable when the final checkpoint began, per source subtask: {at_stop:?} of {total}"
+    );
+}
+
+/// Issue 31: `--stop-when-idle` means caught up end to end. The sources emit every row at
+/// once and go idle while the sink cannot make anything durable (its checkpoints wait
+/// behind a gate, as behind an endpoint that is down, until 2 s after the last row was
+/// emitted, far past the 300 ms idle time; every row fits `max_inflight_rows`, so nothing
+/// holds the sources back): the final checkpoint must not begin before every row is
+/// durable. Before, it
+/// began 300 ms after the last row with none durable, and the stop's progress deadline
+/// then decided whether the job ended at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stop_waits_until_every_row_read_is_durable_in_the_sinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "idle-gated";
+    gate_for(name, 400, Duration::from_secs(2));
+    let summary = tokio::time::timeout(
+        Duration::from_secs(300),
+        run_pipeline(
+            plan(&gated_sql(name, 200, None)).unwrap(),
+            RuntimeConfig {
+                max_inflight_rows: 10_000,
+                ..config(dir.path())
+            },
+            StopHandle::new(),
+        ),
+    )
+    .await
+    .expect("the job must end by itself")
+    .unwrap();
+    caught_up_at_stop(name, 2, 400);
+    assert_eq!(summary.messages_acked, 400);
+    assert!(log(name).violations.lock().unwrap().is_empty());
+}
+
+/// The same on a 2-process cluster, the gate on a sink subtask of process 1 only: the
+/// leader (process 0) learns that process 1 is behind from the cluster's checkpoint
+/// progress and from process 1's status reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_an_idle_stop_waits_for_the_sinks_of_every_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = free_hosts(2);
+    let name = "idle-gated-cluster";
+    // 2 workers per process: sink subtasks 2 and 3 run on process 1.
+    let sql = gated_sql(name, 200, Some(3));
+    gate_for(name, 800, Duration::from_secs(2));
+    let run = |process: usize| {
+        let cfg = RuntimeConfig {
+            cluster: Some(pubsub_engine::runtime::ClusterConfig {
+                process,
+                hosts: hosts.clone(),
+                connect_timeout: Duration::from_secs(60),
+            }),
+            max_inflight_rows: 10_000,
+            ..config(dir.path())
+        };
+        tokio::spawn(run_pipeline(plan(&sql).unwrap(), cfg, StopHandle::new()))
+    };
+    let (one, zero) = (run(1), run(0));
+    let (zero, one) = tokio::time::timeout(Duration::from_secs(300), async {
+        (zero.await.unwrap(), one.await.unwrap())
+    })
+    .await
+    .expect("the cluster must end by itself");
+    let (zero, one) = (zero.unwrap(), one.unwrap());
+    caught_up_at_stop(name, 4, 800);
+    assert_eq!(zero.messages_acked + one.messages_acked, 800);
+    assert!(log(name).violations.lock().unwrap().is_empty());
 }

@@ -127,7 +127,7 @@ pub struct SourceConfig {
     pub dedup: Option<DedupConfig>,
 }
 
-/// Deduplication by a record id attribute (README "Exactly once across pipelines"): a
+/// Deduplication by a record id attribute (docs/guarantees.md): a
 /// message whose attribute value was already seen within the window is acknowledged
 /// with the next checkpoint and yields no row. The ids seen are checkpointed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -494,7 +494,7 @@ pub struct SinkConfig {
     /// the same on every replay of the row, so a consumer deduplicating on it (e.g. a
     /// source with `scan.dedup.attribute`) sees each record once. Derived from the source
     /// message (or the upstream record id its source deduplicates on), the query and the
-    /// row's position (README "Exactly once across pipelines"). An attribute key: at most
+    /// row's position (docs/guarantees.md). An attribute key: at most
     /// 256 bytes, not starting with `goog`. Default: none.
     #[serde(default)]
     #[schemars(
@@ -643,8 +643,9 @@ impl Default for PublisherConfig {
     }
 }
 
-/// The client's retry of a publish request; unset fields keep the client's defaults
-/// (retryable codes for 600 s, backoff 1 s doubling to 60 s). Durations in ms.
+/// The client's retry of a publish request; unset fields keep the defaults (retryable
+/// codes for 600 s, backoff 100 ms growing 4x to 2 s, each wait drawn below it). Durations
+/// in ms.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct RetryConfig {
@@ -652,13 +653,14 @@ pub struct RetryConfig {
     /// Unset: the client's (600 s).
     #[schemars(title = "Total timeout (ms)", range(min = 1))]
     pub total_timeout_ms: Option<u64>,
-    /// Delay before the first retry (ms). Unset: the client's (1 s).
+    /// Delay before the first retry (ms). Unset: 100 ms.
     #[schemars(title = "Initial retry delay (ms)", range(min = 1))]
     pub initial_delay_ms: Option<u64>,
-    /// Factor between successive retry delays, at least 1. Unset: the client's (2).
+    /// Factor between successive retry delays, at least 1. Unset: 4.
     #[schemars(title = "Retry delay multiplier", range(min = 1))]
     pub delay_multiplier: Option<f64>,
-    /// Longest delay between retries (ms). Unset: the client's (60 s).
+    /// Longest delay between retries (ms): how soon a sink publishes again once its
+    /// endpoint is back. Unset: 2 s (or the initial delay, if longer).
     #[schemars(title = "Max retry delay (ms)", range(min = 1))]
     pub max_delay_ms: Option<u64>,
     /// Timeout of the first attempt (ms). Unset: no timeout per attempt.

@@ -63,7 +63,7 @@ pub const DEDUP_ATTRIBUTE: &str = "scan.dedup.attribute";
 pub const DEDUP_WINDOW: &str = "scan.dedup.window";
 pub const DEDUP_MAX_IDS: &str = "scan.dedup.max-ids";
 
-/// Source keys (SPEC 8), in README order.
+/// Source keys (SPEC 8), in the order of docs/options.md.
 pub const SOURCE_OPTIONS: &[&str] = &[
     STARTUP_MODE,
     STARTUP_TIMESTAMP_MILLIS,

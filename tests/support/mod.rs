@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use pubsub_connector_core::wire_log::{self, WireKind};
-use pubsub_connector_core::{admin, client, emulator::Emulator};
+use pubsub_connector_core::tools::wire_log::{self, WireKind};
+use pubsub_connector_core::{admin, client, tools::emulator::Emulator};
 use pubsub_schema::PubSubProfile;
 use tokio::process::{Child, Command};
 
@@ -249,7 +249,7 @@ pub fn summary_count(stdout: &str, label: &str) -> usize {
 }
 
 /// A TCP forwarder a test can cut, restore and stall (in front of the emulator proxy).
-pub use pubsub_connector_core::tcp_cutter::TcpCutter;
+pub use pubsub_connector_core::tools::tcp_cutter::TcpCutter;
 
 /// A closed TCP port on 127.0.0.1 (bound, then released).
 pub fn closed_port() -> u16 {

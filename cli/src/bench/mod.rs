@@ -17,7 +17,7 @@ mod raw;
 
 use std::time::{Duration, Instant};
 
-use pubsub_connector_core::{admin, client, emulator::Emulator};
+use pubsub_connector_core::{admin, client, tools::emulator::Emulator};
 use pubsub_engine::sql::parse_pipeline;
 
 use crate::BenchArgs;
@@ -77,7 +77,7 @@ fn per_1k(cpu_s: f64, n: u64) -> f64 {
 fn metrics_addr() -> anyhow::Result<String> {
     Ok(format!(
         "127.0.0.1:{}",
-        pubsub_connector_core::emulator::free_port()?
+        pubsub_connector_core::tools::emulator::free_port()?
     ))
 }
 

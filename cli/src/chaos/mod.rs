@@ -1,23 +1,38 @@
-//! `pubsub-connector chaos`: the randomized fault campaign (issue 16). For each seed it
-//! publishes messages carrying sequence numbers and real payloads while a real pipeline
-//! (one `run`, or a 2-process `cluster`) runs under a seeded schedule of faults (SIGKILL,
-//! SIGTERM and restart, network cuts of the source and sink paths, a stalled sink), then
-//! runs it to completion and checks the delivery promise (see [`check`]). The last line
-//! reads `chaos: N seeds, F faults injected, M messages, L lost, D duplicates, H hangs`;
+//! `pubsub-connector chaos`: the randomized fault campaign (issues 16 and 31). For each
+//! seed it publishes messages carrying sequence numbers and real payloads (JSON, or Avro
+//! on alternate seeds) while a real pipeline, hop1 (one `run`, or a 2-process `cluster`),
+//! runs under a seeded schedule of faults (SIGKILL, SIGTERM and restart, aborts, network
+//! cuts of the source, sink and dead-letter paths, a stalled sink, a recreated sink
+//! topic); then runs hop1 to completion and hop2, which deduplicates hop1's output on its
+//! record ids, and checks the delivery promise: at least once through hop1, exactly once
+//! through hop2 (see `check.rs`), and every process outcome (see `rules.rs`). The last
+//! lines read
+//! `chaos: N seeds, F faults injected, M messages, L lost, D duplicates, H hangs` and
+//! `chaos end to end: N seeds, M messages, L lost, D duplicates after deduplication`;
 //! the exit code is 1 when any invariant failed, and each failing seed is printed with
-//! its schedule and replays with `--seed`.
+//! its schedule and replays with `--seed`. docs/fault-testing.md says more.
+//!
+//! Modules: `schedule` (what a seed decides), `payload` (what is published and what must
+//! come out), `sql` (the two pipelines), `pipeline` (their processes), `outages` (the
+//! cutters' bookkeeping), `supervise` (the fault loop, which records and decides
+//! nothing), `seed` (one seed in order), `check` (the data invariants) and `rules` (the
+//! verdicts on stops, exits and hangs).
 
 mod check;
+mod outages;
 mod payload;
 mod pipeline;
+mod rules;
 mod schedule;
 mod seed;
+mod sql;
+mod supervise;
 
 use std::collections::BTreeMap;
 
 use clap::Args;
 use futures::StreamExt;
-use pubsub_connector_core::emulator::Emulator;
+use pubsub_connector_core::tools::emulator::Emulator;
 
 use schedule::Schedule;
 
@@ -36,6 +51,10 @@ pub struct ChaosArgs {
     /// seeds 1, even seeds 2.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=2))]
     pub processes: Option<u64>,
+    /// The input's format: json or avro; default: seeds 4k..4k+3 json for even k, avro
+    /// for odd k (so every pair of process and worker counts meets both).
+    #[arg(long, value_parser = ["json", "avro"])]
+    pub format: Option<String>,
     /// Messages published per seed.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub messages: u64,
@@ -46,7 +65,7 @@ pub struct ChaosArgs {
 
 /// Runs the campaign; `Ok(false)` when an invariant failed.
 pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
-    pubsub_connector_core::wire_log::enable();
+    pubsub_connector_core::tools::wire_log::enable();
     let emulator = tokio::task::spawn_blocking(Emulator::start).await??;
     let dir = std::env::temp_dir().join(format!("pubsub-chaos-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -64,7 +83,13 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
         .iter()
         .map(|&s| {
             let processes = args.processes.unwrap_or(if s % 2 == 1 { 1 } else { 2 }) as usize;
-            Schedule::of(s, processes, args.messages as usize)
+            let format = match args.format.as_deref() {
+                Some("avro") => payload::Format::Avro,
+                Some(_) => payload::Format::Json,
+                None if (s / 4) % 2 == 1 => payload::Format::Avro,
+                None => payload::Format::Json,
+            };
+            Schedule::of(s, processes, format, args.messages as usize)
         })
         .collect();
     println!(
@@ -89,43 +114,38 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
         }
     }
     drop(results);
-    let kinds: Vec<String> = total
-        .by_kind
-        .iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect();
-    println!(
-        "faults by kind: {}",
-        if kinds.is_empty() {
-            "none".into()
-        } else {
-            kinds.join(", ")
-        }
-    );
-    println!(
-        "chaos: {} seeds, {} faults injected, {} messages, {} lost, {} duplicates, {} hangs",
-        schedules.len(),
-        total.faults,
-        total.messages,
-        total.lost,
-        total.duplicates,
-        total.hangs
-    );
-    if total.failed_seeds == 0 && !total.noted {
+    total.print(schedules.len());
+    let ok = total.failed_seeds == 0 && total.e2e_lost == 0 && total.e2e_duplicates == 0;
+    if ok && !total.noted {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    Ok(total.failed_seeds == 0)
+    Ok(ok)
+}
+
+/// A seed's or a fault kind's figures.
+#[derive(Default, Clone, Copy)]
+struct Figures {
+    seeds: usize,
+    faults: usize,
+    lost: usize,
+    duplicates: usize,
+    e2e_duplicates: usize,
+    violations: usize,
 }
 
 #[derive(Default)]
 struct Totals {
     faults: usize,
-    by_kind: BTreeMap<&'static str, usize>,
     messages: usize,
     lost: usize,
     duplicates: usize,
+    e2e_lost: usize,
+    e2e_duplicates: usize,
     hangs: usize,
     failed_seeds: usize,
+    /// By fault kind; a seed counts under each kind it injected (`none`: no fault could
+    /// be injected).
+    by_kind: BTreeMap<&'static str, Figures>,
     /// A seed left a note: its logs are kept.
     noted: bool,
 }
@@ -133,34 +153,52 @@ struct Totals {
 impl Totals {
     fn add(&mut self, schedule: &Schedule, o: check::Outcome) {
         self.faults += o.faults.len();
-        for f in &o.faults {
-            *self.by_kind.entry(f.kind()).or_default() += 1;
-        }
         self.messages += o.published;
         self.lost += o.lost;
         self.duplicates += o.duplicates;
+        self.e2e_lost += o.e2e_lost;
+        self.e2e_duplicates += o.e2e_duplicates;
         self.hangs += o.hangs;
-        let kinds: Vec<&str> = o.faults.iter().map(|f| f.kind()).collect();
+        let mut kinds: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for f in &o.faults {
+            *kinds.entry(f.kind()).or_default() += 1;
+        }
+        if kinds.is_empty() {
+            kinds.insert("none", 0);
+        }
+        for (kind, n) in &kinds {
+            let k = self.by_kind.entry(kind).or_default();
+            k.seeds += 1;
+            k.faults += n;
+            k.lost += o.lost;
+            k.duplicates += o.duplicates;
+            k.e2e_duplicates += o.e2e_duplicates;
+            k.violations += o.violations.len();
+        }
+        let names: Vec<&str> = o.faults.iter().map(|f| f.kind()).collect();
+        let format = o.format.map_or("?", payload::Format::name);
         if o.violations.is_empty() {
             println!(
-                "seed {}: ok in {:.0}s: {} processes, faults [{}], {} published, 0 lost, {} duplicates, {} restarts",
+                "seed {}: ok in {:.0}s: {}, {format} input, faults [{}], {} published, 0 lost, {} ({} after deduplication), {}",
                 o.seed,
                 o.elapsed.as_secs_f64(),
-                schedule.processes,
-                kinds.join(", "),
+                check::count(schedule.processes, "process", "processes"),
+                names.join(", "),
                 o.published,
-                o.duplicates,
-                o.restarts
+                check::count(o.duplicates, "duplicate", "duplicates"),
+                o.e2e_duplicates,
+                check::count(o.restarts, "restart", "restarts"),
             );
         } else {
             self.failed_seeds += 1;
             println!(
-                "seed {}: FAILED after {:.0}s (replay: pubsub-connector chaos --seed {} --messages {}{})\n{schedule}first violated invariant: {}",
+                "seed {}: FAILED after {:.0}s (replay: pubsub-connector chaos --seed {} --messages {} --processes {} --format {})\n{schedule}first violated invariant: {}",
                 o.seed,
                 o.elapsed.as_secs_f64(),
                 o.seed,
                 schedule.messages,
-                format_args!(" --processes {}", schedule.processes),
+                schedule.processes,
+                schedule.format.name(),
                 o.violations[0]
             );
             for more in &o.violations[1..] {
@@ -171,5 +209,33 @@ impl Totals {
             println!("  note: {n}");
             self.noted = true;
         }
+    }
+
+    fn print(&self, seeds: usize) {
+        println!("by fault kind (a seed counts under each kind it injected):");
+        println!(
+            "  {:<26} {:>5} {:>6} {:>5} {:>17} {:>16} {:>10}",
+            "kind",
+            "seeds",
+            "faults",
+            "lost",
+            "dup. before dedup",
+            "dup. after dedup",
+            "violations"
+        );
+        for (kind, f) in &self.by_kind {
+            println!(
+                "  {kind:<26} {:>5} {:>6} {:>5} {:>17} {:>16} {:>10}",
+                f.seeds, f.faults, f.lost, f.duplicates, f.e2e_duplicates, f.violations
+            );
+        }
+        println!(
+            "chaos: {} seeds, {} faults injected, {} messages, {} lost, {} duplicates, {} hangs",
+            seeds, self.faults, self.messages, self.lost, self.duplicates, self.hangs
+        );
+        println!(
+            "chaos end to end: {} seeds, {} messages, {} lost, {} duplicates after deduplication",
+            seeds, self.messages, self.e2e_lost, self.e2e_duplicates
+        );
     }
 }

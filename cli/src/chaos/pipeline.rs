@@ -1,10 +1,12 @@
 //! The pipeline under test as real processes: `pubsub-connector run` (one process, which
 //! the campaign restarts as a supervisor would) or `pubsub-connector cluster --processes
-//! 2` (which restarts its own children). Output goes to one log file per start.
+//! 2` (which restarts its own children). Output goes to one log file per start. Each hop
+//! of the campaign is one `Pipeline`: its file `NAME.sql`, job id `NAME`, state
+//! directory `state-NAME` and logs `NAME-run-N.out` / `.err` in the seed's directory.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::process::{Child, Command};
@@ -16,19 +18,24 @@ pub const SECRET_ENV: &str = "AWS_SECRET_ACCESS_KEY";
 pub struct Pipeline {
     exe: PathBuf,
     dir: PathBuf,
+    /// The hop's name: its file, job id, state directory and log prefix.
+    pub name: &'static str,
     processes: usize,
     workers: usize,
     checkpoint_interval: Duration,
     secret: String,
     child: Option<Child>,
-    /// Starts so far; start `n` logs to `run-n.out` / `run-n.err`.
+    /// Starts so far; start `n` logs to `NAME-run-n.out` / `NAME-run-n.err`.
     pub starts: usize,
+    /// When the running start was spawned.
+    pub started: Option<Instant>,
 }
 
 impl Pipeline {
     pub fn new(
         exe: &Path,
         dir: &Path,
+        name: &'static str,
         processes: usize,
         workers: usize,
         checkpoint_interval: Duration,
@@ -37,20 +44,43 @@ impl Pipeline {
         Pipeline {
             exe: exe.to_path_buf(),
             dir: dir.to_path_buf(),
+            name,
             processes,
             workers,
             checkpoint_interval,
             secret: secret.to_string(),
             child: None,
             starts: 0,
+            started: None,
         }
+    }
+
+    /// The pipeline file.
+    pub fn file(&self) -> PathBuf {
+        self.dir.join(format!("{}.sql", self.name))
+    }
+
+    /// The state directory (local: the campaign watches its checkpoint writes).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.join(format!("state-{}", self.name))
+    }
+
+    /// The log files of start `n` (stdout, stderr).
+    pub fn log_of(&self, n: usize) -> (PathBuf, PathBuf) {
+        let f = |x: &str| self.dir.join(format!("{}-run-{n}.{x}", self.name));
+        (f("out"), f("err"))
+    }
+
+    /// The log files of the running (or last) start.
+    pub fn current_log(&self) -> (PathBuf, PathBuf) {
+        self.log_of(self.starts)
     }
 
     /// Starts the pipeline on its state directory; `stop_when_idle` for the final run.
     pub fn start(&mut self, stop_when_idle: Option<Duration>) -> anyhow::Result<()> {
         self.starts += 1;
-        let out = std::fs::File::create(self.dir.join(format!("run-{}.out", self.starts)))?;
-        let err = std::fs::File::create(self.dir.join(format!("run-{}.err", self.starts)))?;
+        let (out, err) = self.log_of(self.starts);
+        let (out, err) = (std::fs::File::create(out)?, std::fs::File::create(err)?);
         let mut cmd = Command::new(&self.exe);
         if self.processes == 1 {
             cmd.arg("run");
@@ -60,9 +90,10 @@ impl Pipeline {
                 // The campaign's kills must not exhaust the restart budget.
                 .args(["--max-restarts", "100"]);
         }
-        cmd.arg(self.dir.join("pipeline.sql"))
+        cmd.arg(self.file())
+            .args(["--job-id", self.name])
             .arg("--state-dir")
-            .arg(self.dir.join("state"))
+            .arg(self.state_dir())
             .args(["--workers", &self.workers.to_string()])
             .arg("--checkpoint-interval")
             .arg(format!("{}ms", self.checkpoint_interval.as_millis()));
@@ -80,6 +111,7 @@ impl Pipeline {
             .spawn()
             .with_context(|| format!("cannot start {}", self.exe.display()))?;
         self.child = Some(child);
+        self.started = Some(Instant::now());
         Ok(())
     }
 
@@ -93,6 +125,13 @@ impl Pipeline {
             }
             None => std::future::pending().await,
         }
+    }
+
+    /// The running start's exit status if it has ended (reaped then), without waiting.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
+        self.child = None;
+        Some(status)
     }
 
     /// Sends `signal` to the supervised process (`run`, or `cluster`, which forwards
@@ -152,7 +191,10 @@ impl Pipeline {
     /// Every log file written so far, in start order.
     pub fn logs(&self) -> Vec<PathBuf> {
         (1..=self.starts)
-            .flat_map(|n| ["out", "err"].map(|x| self.dir.join(format!("run-{n}.{x}"))))
+            .flat_map(|n| {
+                let (out, err) = self.log_of(n);
+                [out, err]
+            })
             .collect()
     }
 }

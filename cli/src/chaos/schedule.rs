@@ -8,6 +8,8 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::payload::Format;
+
 /// One fault and when it is injected, counted from the pipeline's first start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timed {
@@ -91,6 +93,8 @@ impl fmt::Display for Fault {
 pub struct Schedule {
     pub seed: u64,
     pub processes: usize,
+    /// How the input is published and read: JSON, or Avro on a schema-bound topic.
+    pub format: Format,
     pub messages: usize,
     pub checkpoint_interval: Duration,
     /// The messages are published evenly over this long, from the pipeline's start.
@@ -108,7 +112,7 @@ const KINDS: u32 = 9;
 impl Schedule {
     /// The schedule of `seed`: 1 to 4 faults at instants within the publishing window
     /// plus 5 s, each of a kind drawn evenly; outages of 1 to 8 s.
-    pub fn of(seed: u64, processes: usize, messages: usize) -> Schedule {
+    pub fn of(seed: u64, processes: usize, format: Format, messages: usize) -> Schedule {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let checkpoint_interval =
             Duration::from_millis(INTERVALS_MS[rng.random_range(0..INTERVALS_MS.len())]);
@@ -142,6 +146,7 @@ impl Schedule {
         Schedule {
             seed,
             processes,
+            format,
             messages,
             checkpoint_interval,
             publish_for,
@@ -154,8 +159,13 @@ impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "seed {}: {} process(es), {} messages published over {:?}, checkpoint interval {:?}",
-            self.seed, self.processes, self.messages, self.publish_for, self.checkpoint_interval
+            "seed {}: {}, {} input, {} messages published over {:?}, checkpoint interval {:?}",
+            self.seed,
+            super::check::count(self.processes, "process", "processes"),
+            self.format.name(),
+            self.messages,
+            self.publish_for,
+            self.checkpoint_interval
         )?;
         for t in &self.faults {
             writeln!(f, "  at {:>6.1}s: {}", t.at.as_secs_f64(), t.fault)?;
@@ -170,8 +180,13 @@ mod tests {
 
     #[test]
     fn a_seed_always_gives_the_same_schedule_and_seeds_differ() {
-        assert_eq!(Schedule::of(7, 2, 100), Schedule::of(7, 2, 100));
-        let all: Vec<Schedule> = (0..50).map(|s| Schedule::of(s, 2, 100)).collect();
+        assert_eq!(
+            Schedule::of(7, 2, Format::Json, 100),
+            Schedule::of(7, 2, Format::Json, 100)
+        );
+        let all: Vec<Schedule> = (0..50)
+            .map(|s| Schedule::of(s, 2, Format::Json, 100))
+            .collect();
         assert!(all.windows(2).any(|w| w[0].faults != w[1].faults));
         let kinds: std::collections::BTreeSet<&str> = all
             .iter()
@@ -193,7 +208,7 @@ mod tests {
         }
         // One process: every kill is of process 0.
         assert!((0..50)
-            .flat_map(|s| Schedule::of(s, 1, 10).faults)
+            .flat_map(|s| Schedule::of(s, 1, Format::Avro, 10).faults)
             .all(|t| t.fault != Fault::Kill { process: 1 }));
     }
 }

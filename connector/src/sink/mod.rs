@@ -13,6 +13,7 @@ mod failure;
 pub mod limits;
 pub mod metrics;
 mod publisher;
+mod schema_watch;
 mod topic;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -89,24 +90,66 @@ pub struct SinkWriter {
     /// Failed publishes by gRPC code, registered on first use.
     errors_by_code: BTreeMap<String, pubsub_engine::Counter>,
     metric_scope: Option<(pubsub_engine::Metrics, String, usize)>,
+    /// Format `avro`: the topic's binding, followed while the job runs (decision 0031).
+    revisions: Option<schema_watch::RevisionWatch>,
 }
 
 impl SinkWriter {
     /// Format `avro`: the topic's schema revision (its `last_revision_id`, else the newest)
     /// and encoding, checked against the table's columns. Errors are
     /// [`pubsub_engine::ConfigError`]s naming the column and the field (no restart
-    /// changes the schema), but for a failure to ask the schema service.
+    /// changes the schema), but for a failure to ask the schema service. The binding is
+    /// then followed while the job runs ([`follow_revision`](Self::follow_revision)).
     async fn bind_avro(&mut self) -> anyhow::Result<()> {
         let (revision, encoding) =
             crate::avro_columns::sink_revision(self.sink.profile(), &self.topic).await?;
-        let describe = revision.describe();
-        self.encoder.bind_avro(revision, encoding).map_err(|e| {
+        let watch = schema_watch::RevisionWatch::start(
+            self.sink.profile().clone(),
+            self.topic.clone(),
+            &revision,
+            encoding,
+        );
+        self.rebind(revision, encoding, "")?;
+        self.revisions = Some(watch);
+        Ok(())
+    }
+
+    /// Format `avro`, before each batch: re-binds to the revision Pub/Sub now validates
+    /// the topic's messages with first, if it changed (a revision committed, the topic's
+    /// revision range or encoding edited): rows from here on are written under it, so
+    /// that Pub/Sub names each message with the revision that wrote it (decision 0031).
+    /// One the columns cannot be written under fails the job as the start would.
+    fn follow_revision(&mut self) -> anyhow::Result<()> {
+        let Some(change) = self.revisions.as_mut().and_then(|w| w.changed()) else {
+            return Ok(());
+        };
+        let (revision, encoding) = change.map_err(|e| {
             pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
-                "the sink table cannot be written into topic {} under its schema: {e}",
+                "the schema binding of topic {} changed while the job ran: {e}",
                 self.topic
             ))
         })?;
-        tracing::info!(topic = %self.topic, "writing Avro ({encoding}) under {describe}");
+        self.rebind(
+            revision,
+            encoding,
+            " (its binding changed while the job ran)",
+        )
+    }
+
+    fn rebind(
+        &mut self,
+        revision: std::sync::Arc<pubsub_engine::format::avro::AvroSchema>,
+        encoding: pubsub_engine::format::avro::AvroEncoding,
+        why: &str,
+    ) -> anyhow::Result<()> {
+        let describe = revision.describe();
+        self.encoder.bind_avro(revision, encoding).map_err(|e| {
+            pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+                "the sink table cannot be written into topic {} under its schema{why}: {e}",
+                self.topic
+            ))
+        })?;
+        tracing::info!(topic = %self.topic, "writing Avro ({encoding}) under {describe}{why}");
         Ok(())
     }
 
@@ -140,6 +183,7 @@ impl SinkWriter {
             metrics: SinkMetrics::default(),
             errors_by_code: BTreeMap::new(),
             metric_scope: None,
+            revisions: None,
         })
     }
 
@@ -549,6 +593,7 @@ impl ArrowOperator for SinkWriter {
         _ctx: &mut OperatorContext,
     ) -> anyhow::Result<()> {
         self.check_fatal()?;
+        self.follow_revision()?;
         let ordering = self.options().message_ordering;
         let ids = source_ids(&batch);
         for (row, e) in self.encoder.encode(&batch)?.into_iter().enumerate() {
@@ -655,6 +700,7 @@ impl ArrowOperator for SinkWriter {
         }
         self.publisher = None;
         self.solo = None;
+        self.revisions = None;
         self.failure.close().await;
         Ok(())
     }

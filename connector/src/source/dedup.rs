@@ -408,7 +408,7 @@ mod tests {
             .contains("multiple of 24"));
     }
 
-    /// The figure the README and `scan.dedup.max-ids` state: about 100 bytes per id.
+    /// The figure docs/options.md and `scan.dedup.max-ids` state: about 100 bytes per id.
     #[test]
     fn an_id_costs_about_a_hundred_bytes() {
         let mut s = SeenSet::new(600_000, 1_000_000);

@@ -649,11 +649,11 @@ impl SourceReader {
         let mut seen = None;
         if let (Some(d), Some(record)) = (&self.dedup, &held.dedup) {
             let (value, published_ms) = record.as_ref();
-            let check = d
-                .set
-                .lock()
-                .expect("dedup lock")
-                .check(value, *published_ms, self.subtask)?;
+            let check =
+                d.set
+                    .lock()
+                    .expect("dedup lock")
+                    .check(value, *published_ms, self.subtask)?;
             match check {
                 super::dedup::Check::Duplicate => {
                     d.deduplicated.add(1);

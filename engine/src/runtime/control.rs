@@ -92,12 +92,14 @@ pub(crate) enum Report {
     StopRequested {
         process: usize,
     },
-    /// For `--stop-when-idle`: messages received so far in `process`, and whether every
-    /// source subtask there has started and can pull.
+    /// For `--stop-when-idle`: messages received so far in `process`, whether every
+    /// source subtask there has started and can pull, and how many messages its source
+    /// subtasks hold unacknowledged (gauge `pending_acks`; 0 where none reports it).
     Status {
         process: usize,
         received: u64,
         idle_capable: bool,
+        pending_acks: u64,
     },
 }
 

@@ -20,6 +20,7 @@ pub(crate) type TaskKey = (String, usize);
 struct Status {
     received: u64,
     idle_capable: bool,
+    pending_acks: u64,
 }
 
 /// Everything that changes while a checkpoint makes progress; a graceful stop's deadline
@@ -60,6 +61,12 @@ pub(crate) struct Leader {
     stopping: Option<(Progress, Instant)>,
     /// Total received when it last changed, and when.
     last_received: (u64, Instant),
+    /// The first epoch triggered after `last_received` changed: the idle stop waits until
+    /// it completed, i.e. until every row read by then is written and committed (0: none).
+    caught_up_at: u64,
+    /// Whether the idle stop already said it waits for the pipeline to catch up (once per
+    /// quiet spell).
+    idle_wait_logged: bool,
     /// Every source reached the end of its input before every task had started: stop
     /// as soon as they have (a bounded source can finish before a slow sink connects).
     stop_once_started: Option<String>,
@@ -116,6 +123,8 @@ impl Leader {
             statuses: BTreeMap::new(),
             stopping: None,
             last_received: (0, Instant::now()),
+            caught_up_at: 0,
+            idle_wait_logged: false,
             stop_once_started: None,
             idle_not_before: None,
             writing: None,
@@ -287,12 +296,14 @@ impl Leader {
                 process,
                 received,
                 idle_capable,
+                pending_acks,
             } => {
                 self.statuses.insert(
                     process,
                     Status {
                         received,
                         idle_capable,
+                        pending_acks,
                     },
                 );
             }
@@ -307,7 +318,11 @@ impl Leader {
     }
 
     /// `--stop-when-idle`: stops once no process received a message for the configured
-    /// time while every source subtask of the cluster could pull.
+    /// time while every source subtask of the cluster could pull, and the pipeline is
+    /// caught up end to end (decision 0032): no source subtask holds a message
+    /// unacknowledged, and the first checkpoint triggered after the last message arrived
+    /// has completed (every row read by then was confirmed by its sinks and committed).
+    /// Until then it waits, saying so once.
     pub fn idle_check(&mut self) -> anyhow::Result<()> {
         let Some(idle_for) = self.config.stop_when_idle else {
             return Ok(());
@@ -326,14 +341,52 @@ impl Leader {
         let all_can_pull = self.all_started()
             && self.statuses.len() == self.processes
             && self.statuses.values().all(|s| s.idle_capable);
+        if received != self.last_received.0 {
+            self.caught_up_at = self.next_epoch;
+            self.idle_wait_logged = false;
+        }
         if received != self.last_received.0 || !all_can_pull {
             self.last_received = (received, Instant::now());
-        } else if self.last_received.1.elapsed() >= idle_for {
-            self.request_stop(&format!(
-                "no message received for {idle_for:?} while every source could pull"
-            ))?;
+            return Ok(());
         }
-        Ok(())
+        if self.last_received.1.elapsed() < idle_for {
+            return Ok(());
+        }
+        let quiet = format!("no message received for {idle_for:?} while every source could pull");
+        match self.behind() {
+            None => self.request_stop(&quiet),
+            Some(behind) => {
+                // The checkpoint that would catch up is not yet due: take it now rather
+                // than a whole interval later.
+                if self.next_epoch <= self.caught_up_at && self.pending.len() < 2 {
+                    self.trigger(false);
+                }
+                if !self.idle_wait_logged {
+                    self.idle_wait_logged = true;
+                    tracing::info!(
+                        "{quiet}, but the pipeline is not caught up: {behind}; the idle stop waits until it is"
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// What keeps the pipeline from being caught up end to end, if anything.
+    fn behind(&self) -> Option<String> {
+        let pending: u64 = self.statuses.values().map(|s| s.pending_acks).sum();
+        let committed =
+            self.caught_up_at == 0 || self.last_completed.is_some_and(|c| c >= self.caught_up_at);
+        match (pending, committed) {
+            (0, true) => None,
+            (0, false) => Some(format!(
+                "checkpoint {} (the first after the last message arrived) is not complete: a row read is not yet written by its sink or not committed",
+                self.caught_up_at
+            )),
+            (n, _) => Some(format!(
+                "{n} messages received are not yet acknowledged (their rows are not yet written by every sink, or their checkpoint not committed)"
+            )),
+        }
     }
 
     /// Fails a checkpoint that takes longer than `--checkpoint-timeout`, and a graceful

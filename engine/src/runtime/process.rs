@@ -143,6 +143,7 @@ impl ProcessCoordinator {
             process: self.process,
             received: self.metrics.total(MESSAGES_RECEIVED),
             idle_capable: started && self.tasks.pull_states.iter().all(|p| p.is_idle_capable()),
+            pending_acks: self.metrics.gauge_total(crate::spi::PENDING_ACKS),
         }
     }
 

@@ -16,6 +16,12 @@ pub const MESSAGES_NACKED: &str = "messages_nacked";
 pub const MESSAGES_NACK_UNSENT: &str = "messages_nack_unsent";
 /// Rows a sink wrote and saw confirmed.
 pub const ROWS_WRITTEN: &str = "rows_written";
+/// Gauge: messages a source subtask holds unacknowledged (received, neither acknowledged
+/// after the checkpoint covering them completed nor released). `--stop-when-idle` stops
+/// only while every source subtask of the job reports 0 (or never reports it): idle means
+/// caught up end to end, every row of every message received written by its sinks and
+/// committed (decision 0032).
+pub const PENDING_ACKS: &str = "pending_acks";
 
 /// The operator id of the runtime's own metrics; their subtask is the process index.
 pub const RUNTIME_OPERATOR: &str = "runtime";

@@ -33,8 +33,9 @@ pub struct RejectedMessage {
 
 /// Removes from `batch` every row of each message (`starts`: the first row of each
 /// message, ascending) on which some check fails, and returns what is left, in order, with
-/// the rejected messages in message order. Checks are deterministic and row-local, so a
-/// row that passes here passes again in the query's operator.
+/// the rejected messages in message order. A row's result does not depend on the other
+/// rows of its batch (issue 31), so a row that passes here passes again in the query's
+/// operator, and the rows after a rejected message are checked again as one batch.
 pub fn reject_failing(
     checks: &[RowCheck],
     batch: RecordBatch,
@@ -44,14 +45,28 @@ pub fn reject_failing(
     let mut keep = vec![true; n];
     let mut rejected = Vec::new();
     let mut from = 0;
+    // After an internal error (a batch fails, none of its rows alone), the rest is checked
+    // a row at a time: what each row gives alone, never a valid message rejected.
+    let mut one_by_one = false;
     while from < n {
-        let rest = batch.slice(from, n - from);
-        // The earliest failing row over every check: every row before it passed them all.
-        let first = checks
+        let rest = batch.slice(from, if one_by_one { 1 } else { n - from });
+        let failures: Vec<_> = checks
             .iter()
             .filter_map(|c| c.select.evaluate(&rest).err().map(|f| (f, &c.text)))
-            .min_by_key(|(f, _)| f.row);
-        let Some((f, text)) = first else { break };
+            .collect();
+        if let Some((f, text)) = failures.iter().find(|(f, _)| f.internal && !one_by_one) {
+            tracing::error!("{text}: {f}; checking the rest of the batch a row at a time");
+            one_by_one = true;
+            continue;
+        }
+        // The earliest failing row over every check: every row before it passed them all.
+        let Some((f, text)) = failures.into_iter().min_by_key(|(f, _)| f.row) else {
+            if !one_by_one {
+                break;
+            }
+            from += 1;
+            continue;
+        };
         let row = from + f.row;
         // The last message starting at or before the row holds it (a 0-row message
         // shares its start with the next and comes first).

@@ -1,11 +1,12 @@
 //! Evaluating a [`SelectPlan`] on a batch of source rows: the WHERE condition drops rows
 //! where it is not true, the select list computes the output columns. A row whose
 //! expression fails (a CAST of text that is no number, a division by zero, an integer
-//! overflow) is a row failure naming that row, never a NULL (SPEC 8, issue 17).
+//! overflow) is a row failure naming that row, never a NULL (SPEC 8, issue 17). A row's
+//! result is what it gives evaluated alone, whatever else its batch holds (issue 31).
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
+use arrow::array::{new_empty_array, Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
 use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
 use arrow::datatypes::DataType;
 use datafusion_common::tree_node::{Transformed, TreeNode};
@@ -15,6 +16,7 @@ use datafusion_physical_expr::expressions::{BinaryExpr, Literal, NegativeExpr};
 use datafusion_physical_expr::PhysicalExpr;
 
 use super::exact_cast::exact_cast;
+use super::row_local::RowLocalLogic;
 use super::select::{message, SelectPlan};
 
 /// One row that no expression could compute.
@@ -28,10 +30,20 @@ pub struct RowFailure {
     pub expr: String,
     /// What went wrong, with the value when the error gives it.
     pub error: String,
+    /// The batch failed but none of its rows fails alone: a bug of this program (an
+    /// expression whose result depends on the other rows, issue 31). No row is blamed.
+    pub internal: bool,
 }
 
 impl std::fmt::Display for RowFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.internal {
+            return write!(
+                f,
+                "internal error: `{}` failed on a batch ({}) but on none of its rows alone; no row is blamed (please report this)",
+                self.expr, self.error
+            );
+        }
         match &self.message_id {
             Some(id) => write!(f, "message {id}")?,
             None => write!(f, "row {} of its batch", self.row)?,
@@ -45,16 +57,24 @@ impl std::error::Error for RowFailure {}
 /// `e` with nothing silently wrong: integer `+ - *` and unary minus fail on overflow
 /// instead of wrapping (DataFusion's default wraps), and a `CAST` that would change a
 /// value fails (a `TRY_CAST` gives NULL) instead of rounding or truncating it
-/// ([`exact_cast`]).
+/// ([`exact_cast`]); `AND`/`OR` evaluate their right side on exactly the rows their left
+/// side does not decide, as a row alone does ([`RowLocalLogic`]).
 pub(crate) fn checked_exprs(
     e: Arc<dyn PhysicalExpr>,
     schema: &arrow::datatypes::Schema,
 ) -> Arc<dyn PhysicalExpr> {
     e.transform_up(|x| {
+        // Dates, times and text into numbers (issue 31): checked in their own module.
+        if let Some(c) = super::temporal::checked(&x, schema) {
+            return Ok(Transformed::yes(c));
+        }
         if let Some(c) = exact_cast(&x, schema) {
             return Ok(Transformed::yes(Arc::new(c) as Arc<dyn PhysicalExpr>));
         }
         if let Some(b) = x.as_any().downcast_ref::<BinaryExpr>() {
+            if let Some(l) = RowLocalLogic::of(b, schema) {
+                return Ok(Transformed::yes(Arc::new(l) as Arc<dyn PhysicalExpr>));
+            }
             if matches!(
                 b.op(),
                 Operator::Plus | Operator::Minus | Operator::Multiply
@@ -99,9 +119,10 @@ impl SelectPlan {
 
     fn evaluate_all(&self, batch: &RecordBatch) -> Result<RecordBatch, (String, String)> {
         let fail = |text: &str, e: String| (text.to_string(), e);
+        // Nothing is evaluated on zero rows: a constant (`1 / 0`) would fail on none, and a
+        // row the WHERE drops must not fail the select list.
         let kept = match &self.filter {
-            None => batch.clone(),
-            Some((f, text)) => {
+            Some((f, text)) if batch.num_rows() > 0 => {
                 let mask = f
                     .evaluate(batch)
                     .and_then(|v| v.into_array(batch.num_rows()))
@@ -112,6 +133,7 @@ impl SelectPlan {
                 // NULL is not true: the row is dropped, as SQL's WHERE does.
                 filter_record_batch(batch, mask).map_err(|e| fail(text, e.to_string()))?
             }
+            _ => batch.clone(),
         };
         let exact = CastOptions {
             safe: false,
@@ -122,6 +144,9 @@ impl SelectPlan {
             .iter()
             .zip(self.schema.fields())
             .map(|((e, text), field)| {
+                if kept.num_rows() == 0 {
+                    return Ok(new_empty_array(field.data_type()));
+                }
                 let v = e
                     .evaluate(&kept)
                     .and_then(|v| v.into_array(kept.num_rows()))
@@ -150,7 +175,8 @@ impl SelectPlan {
     }
 
     /// Bisects `batch` for its first failing row. Expressions are deterministic and
-    /// row-local, so a slice fails exactly when one of its rows does.
+    /// row-local (`checked_exprs`), so a slice fails exactly when one of its rows does; a
+    /// row found that passes alone is an internal error, never blamed.
     fn narrow(&self, batch: &RecordBatch, whole: (String, String)) -> RowFailure {
         let (mut lo, mut len) = (0, batch.num_rows());
         while len > 1 {
@@ -162,11 +188,11 @@ impl SelectPlan {
                 len -= half;
             }
         }
-        let (expr, error) = match self.evaluate_all(&batch.slice(lo, len.min(1))) {
-            Err(one) => one,
-            Ok(_) => whole,
+        let ((expr, error), internal) = match self.evaluate_all(&batch.slice(lo, len.min(1))) {
+            Err(one) => (one, false),
+            Ok(_) => (whole, true),
         };
-        let message_id = self.message_id.and_then(|i| {
+        let message_id = self.message_id.filter(|_| !internal).and_then(|i| {
             let c = batch.column(i);
             let s = c.as_string_opt::<i32>()?;
             (lo < s.len() && s.is_valid(lo)).then(|| s.value(lo).to_string())
@@ -176,6 +202,7 @@ impl SelectPlan {
             message_id,
             expr,
             error,
+            internal,
         }
     }
 }

@@ -1,10 +1,10 @@
-//! An explicit `CAST` or `TRY_CAST` that could change a value (SPEC 8: "a value that does
-//! not fit exactly is refused, never rounded or truncated"). Arrow's casts truncate a
-//! float into an integer (`CAST(2.7 AS BIGINT)` = 2), round a decimal or a float into
-//! fewer digits, and round decimal text (`CAST('1.239' AS DECIMAL(10, 2))` = 1.24). Here
-//! such a value is a row failure under `CAST` and NULL under `TRY_CAST`; rounding is the
-//! user's to write (`round`, `trunc`, `floor`, `ceil`). Casts that keep every value
-//! ([`is_exact`]) are left as DataFusion built them.
+//! An explicit `CAST` or `TRY_CAST` between numbers that could change a value (SPEC 8: "a
+//! value that does not fit exactly is refused, never rounded or truncated"). Arrow's casts
+//! truncate a float into an integer (`CAST(2.7 AS BIGINT)` = 2) and round a decimal or a
+//! float into fewer digits. Here such a value is a row failure under `CAST` and NULL under
+//! `TRY_CAST`; rounding is the user's to write (`round`, `trunc`, `floor`, `ceil`). Casts
+//! that keep every value ([`is_exact`]) are left as DataFusion built them. Text into numbers
+//! and every date and time cast are checked by `number_text` and `temporal` (issue 31).
 
 use std::any::Any;
 use std::fmt;
@@ -44,16 +44,9 @@ pub(crate) fn exact_cast(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<E
 }
 
 /// Casts whose changed values this module finds: between numbers (integers, floats,
-/// decimals), into a coarser timestamp, and decimal text into a DECIMAL.
+/// decimals).
 fn checked(from: &DataType, to: &DataType) -> bool {
-    let number = |t: &DataType| t.is_numeric();
-    !is_exact(from, to)
-        && ((number(from) && number(to))
-            || (matches!(from, DataType::Timestamp(..)) && matches!(to, DataType::Timestamp(..)))
-            || (matches!(
-                from,
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-            ) && matches!(to, DataType::Decimal128(..) | DataType::Decimal256(..))))
+    !is_exact(from, to) && from.is_numeric() && to.is_numeric()
 }
 
 /// `CAST(expr AS to)` (`try_` false: a changed value fails the row) or `TRY_CAST` (`try_`
@@ -71,18 +64,6 @@ impl ExactCast {
         let n = input.len();
         let both = |i: usize| input.is_valid(i) && out.is_valid(i);
         let mut changed = BooleanBufferBuilder::new(n);
-        if let DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View = input.data_type() {
-            let scale = match self.to {
-                DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => s.max(0) as usize,
-                _ => 0,
-            };
-            let text = cast_with_options(input, &DataType::Utf8, &CastOptions::default())?;
-            let text = text.as_string::<i32>();
-            for i in 0..n {
-                changed.append(both(i) && fraction_digits(text.value(i)) > scale);
-            }
-            return Ok(BooleanArray::new(changed.finish(), None));
-        }
         let lenient = CastOptions {
             safe: true,
             ..CastOptions::default()
@@ -108,14 +89,6 @@ impl ExactCast {
             }
         }
         Ok(BooleanArray::new(changed.finish(), None))
-    }
-}
-
-/// Digits after the decimal point of decimal text, trailing zeros not counted.
-fn fraction_digits(s: &str) -> usize {
-    match s.trim().split_once('.') {
-        Some((_, f)) => f.trim_end_matches('0').len(),
-        None => 0,
     }
 }
 

@@ -4,7 +4,8 @@
 //! choice of these functions). A value of another type (`json_get_int` on `"abc"` or on
 //! `1.5`), and a document that is not JSON, are row failures: never a NULL, never rounded
 //! (SPEC 8, issue 17). `json_get_int` also takes an integer written as a JSON string, as
-//! the proto3 JSON mapping writes int64 and Google's own payloads do.
+//! the proto3 JSON mapping writes int64 and Google's own payloads do, read as
+//! `CAST(text AS BIGINT)` reads text (one grammar, issue 31).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -228,12 +229,17 @@ impl Builder {
                 }
             },
             Builder::Int(b) => {
-                let i = match &v {
-                    Value::Number(_) => raw.parse::<i64>().ok(),
-                    // proto3 JSON writes int64 as a string.
-                    Value::String(s) => s.parse::<i64>().ok(),
+                // The number, or (proto3 JSON writes int64 as a string) the string, read by
+                // the grammar and exactness of `CAST(text AS BIGINT)`: `1e2` is 100.
+                let text = match &v {
+                    Value::Number(_) => Some(raw),
+                    Value::String(s) => Some(s.as_str()),
                     _ => None,
                 };
+                let i = text.and_then(|t| match super::number_text::convert(t, &DataType::Int64) {
+                    Ok(datafusion_common::ScalarValue::Int64(i)) => i,
+                    _ => None,
+                });
                 b.append_value(
                     i.ok_or_else(|| format!("{}: not an integer that fits BIGINT", found()))?,
                 )

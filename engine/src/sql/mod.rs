@@ -10,14 +10,23 @@ mod dialect;
 mod eval;
 mod exact_cast;
 mod json;
+mod number_text;
 mod parse;
 mod plan;
+mod row_local;
 mod sample;
 mod schemas;
 mod select;
+mod temporal;
+mod temporal_fns;
+mod type_words;
 
 #[cfg(test)]
 mod expr_tests;
+#[cfg(test)]
+mod row_local_tests;
+#[cfg(test)]
+mod temporal_tests;
 
 pub use check::{reject_failing, RejectedMessage, RowCheck};
 pub use eval::RowFailure;

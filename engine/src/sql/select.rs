@@ -172,17 +172,29 @@ pub(crate) fn plan_select(
     // at plan time; a constant costs one scalar per batch.
     let props = ExecutionProps::new();
     let input_ref = Arc::new(input.clone());
-    let physical = |e: &Expr, text: &str| -> Result<(Expr, Arc<dyn PhysicalExpr>), SqlError> {
+    let physical = |e: &Expr,
+                    text: &str,
+                    loc: Option<Location>|
+     -> Result<(Expr, Arc<dyn PhysicalExpr>), SqlError> {
         let e = &function_rewrites(e.clone(), &props, &input_ref)
             .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
         let p = datafusion_physical_expr::create_physical_expr(e, &input, &props)
             .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
-        Ok((e.clone(), checked_exprs(p, input.as_arrow())))
+        let p = checked_exprs(p, input.as_arrow());
+        // Dates and times DataFusion would compute unchecked (issue 31).
+        super::temporal::refuse_unchecked(&p, input.as_arrow()).map_err(|m| {
+            let msg = format!("{what}: in `{text}`, {m}");
+            match loc {
+                Some(l) => at(l, msg),
+                None => SqlError(msg),
+            }
+        })?;
+        Ok((e.clone(), p))
     };
     let filter = match c_filter {
         Some(f) => {
             let text = where_text(query);
-            Some((physical(&f, &text)?.1, text))
+            Some((physical(&f, &text, where_at)?.1, text))
         }
         None => None,
     };
@@ -190,10 +202,13 @@ pub(crate) fn plan_select(
     let mut fields = Vec::new();
     let mut untyped_null = Vec::new();
     for (e, (text, name, loc)) in c_exprs.iter().zip(items) {
-        let (e, p) = physical(e, &text)?;
+        let (e, p) = physical(e, &text, Some(loc))?;
         untyped_null.push(matches!(e.get_type(&input), Ok(DataType::Null)));
         let field = output_field(&e, &input, src, &name)
             .map_err(|m| at(loc, format!("{what}: `{text}` {m}")))?;
+        // A DATE or a coarser TIMESTAMP into its TIMESTAMP column, checked (issue 31).
+        let from = p.data_type(input.as_arrow()).unwrap_or(DataType::Null);
+        let p = super::temporal::output_cast(p, &from, &field.field_type.arrow_type());
         fields.push(field);
         exprs.push((p, text));
     }
@@ -538,7 +553,7 @@ pub(crate) fn message(e: &DataFusionError) -> String {
         .split(". This issue was likely caused by a bug in DataFusion")
         .next()
         .unwrap_or_default();
-    s.trim().to_string()
+    super::type_words::sql_words(s.trim())
 }
 
 /// The column an expression's result becomes: its SQL type, nullability, and for a bare
@@ -615,23 +630,43 @@ fn field_type(t: &DataType) -> Option<FieldType> {
     })
 }
 
-/// An Arrow type in SQL words, for messages.
+/// An Arrow type in SQL words, as the user writes it, for messages.
 pub(crate) fn sql_type(t: &DataType) -> String {
+    use arrow::datatypes::IntervalUnit;
     use DataType::*;
+    // The precision SQL writes for a unit: TIMESTAMP(3), TIME(6).
+    let precision = |u: &TimeUnit| match u {
+        TimeUnit::Second => "(0)",
+        TimeUnit::Millisecond => "(3)",
+        TimeUnit::Microsecond => "(6)",
+        TimeUnit::Nanosecond => "",
+    };
     match t {
         Int64 => "BIGINT".into(),
         Int32 => "INT".into(),
         Int16 => "SMALLINT".into(),
         Int8 => "TINYINT".into(),
+        UInt64 => "BIGINT UNSIGNED".into(),
+        UInt32 => "INT UNSIGNED".into(),
+        UInt16 => "SMALLINT UNSIGNED".into(),
+        UInt8 => "TINYINT UNSIGNED".into(),
         Float64 => "DOUBLE".into(),
         Float32 => "FLOAT".into(),
+        Float16 => "FLOAT16".into(),
         Boolean => "BOOLEAN".into(),
         Utf8 | LargeUtf8 | Utf8View => "TEXT".into(),
         Binary | LargeBinary | BinaryView => "BYTEA".into(),
-        Timestamp(_, None) => "TIMESTAMP".into(),
-        Timestamp(_, Some(z)) => format!("TIMESTAMP WITH TIME ZONE '{z}'"),
-        Date32 | Date64 => "DATE".into(),
-        Decimal128(p, s) => format!("DECIMAL({p}, {s})"),
+        Timestamp(u, None) => format!("TIMESTAMP{}", precision(u)),
+        Timestamp(u, Some(z)) => format!("TIMESTAMP{} WITH TIME ZONE '{z}'", precision(u)),
+        Date32 => "DATE".into(),
+        Date64 => "DATE (64-bit milliseconds)".into(),
+        Time32(u) | Time64(u) => format!("TIME{}", precision(u)),
+        Interval(IntervalUnit::MonthDayNano) => "INTERVAL".into(),
+        Interval(IntervalUnit::YearMonth) => "INTERVAL YEAR TO MONTH".into(),
+        Interval(IntervalUnit::DayTime) => "INTERVAL DAY TO SECOND".into(),
+        Duration(u) => format!("DURATION{}", precision(u)),
+        Decimal32(p, s) | Decimal64(p, s) => format!("DECIMAL({p}, {s})"),
+        Decimal128(p, s) | Decimal256(p, s) => format!("DECIMAL({p}, {s})"),
         Null => "NULL".into(),
         other => other.to_string(),
     }

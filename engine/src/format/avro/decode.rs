@@ -5,16 +5,24 @@
 use apache_avro::types::Value;
 use base64::Engine as _;
 
-use super::json::read_json;
+use super::json::read_json_keys;
 use super::schema::{type_text, AvroEncoding, AvroSchema};
 use crate::format::column::Column;
 use crate::format::value::ColumnSpec;
 use crate::spi::FieldType;
 
-/// Decodes `payload`, written with `writer` in `encoding`, into one row of `columns`
-/// (`columns[spec.out]`). A column the writer has no field for is NULL (or a failure if
-/// it is NOT NULL); a field no column names is skipped. Errors name the column, the field
-/// and the revision.
+/// Decodes `payload`, named by Pub/Sub as written with `writer` in `encoding`, into one
+/// row of `columns` (`columns[spec.out]`). A column the writer has no field for is NULL
+/// (or a failure if it is NOT NULL); a field no column names is skipped. Errors name the
+/// column, the field and the revision.
+///
+/// Pub/Sub names the newest revision its validation accepts, and that validation ignores
+/// bytes after the record and JSON keys the revision lacks (measured on the emulator,
+/// decision 0031). So a payload `writer` does not read whole was written with another
+/// revision: it is decoded by the one of `writer`'s siblings that reads it whole (several
+/// that do must agree on every column), never by `writer`. A JSON record whose only
+/// excess is keys no revision has is read by `writer`, as Pub/Sub does, unless such a key
+/// names a column (its value would be lost, the column NULL).
 pub(crate) fn decode_row(
     payload: &[u8],
     writer: &AvroSchema,
@@ -22,29 +30,53 @@ pub(crate) fn decode_row(
     specs: &[ColumnSpec],
     columns: &mut [Column],
 ) -> Result<(), String> {
-    let record = match encoding {
-        AvroEncoding::Binary => {
-            let mut rest = payload;
-            let v = apache_avro::from_avro_datum(&writer.schema, &mut rest, None)
-                .map_err(|e| format!("payload is not Avro BINARY of {}: {e}", writer.describe()))?;
-            if !rest.is_empty() {
-                return Err(format!(
-                    "payload has {} bytes after the Avro BINARY record of {}",
-                    rest.len(),
-                    writer.describe()
-                ));
+    let (writer, fields) = match read(payload, writer, encoding)? {
+        Read::Whole(fields) => (writer, fields),
+        Read::Partial { fields, why } => {
+            let whole: Vec<(&AvroSchema, Vec<(String, Value)>)> = writer
+                .siblings
+                .iter()
+                .filter_map(|s| match read(payload, s, encoding) {
+                    Ok(Read::Whole(f)) => Some((s.as_ref(), f)),
+                    _ => None,
+                })
+                .collect();
+            match whole.split_first() {
+                Some(((w, f), rest)) => {
+                    if let Some((other, _)) =
+                        rest.iter().find(|(w2, f2)| !same_row(specs, w, f, w2, f2))
+                    {
+                        return Err(format!(
+                            "{why}, and revisions {} and {} of schema {} both read it whole, with different values: which one wrote it cannot be told",
+                            w.revision(),
+                            other.revision(),
+                            w.name()
+                        ));
+                    }
+                    let (w, f) = whole.into_iter().next().expect("non-empty");
+                    (w, f)
+                }
+                None => match fields {
+                    // Keys no revision has, none of them a column's: ignored, as Pub/Sub
+                    // ignores them.
+                    Some((f, skipped))
+                        if !skipped.iter().any(|k| specs.iter().any(|s| s.name == *k)) =>
+                    {
+                        (writer, f)
+                    }
+                    _ => {
+                        return Err(if writer.siblings.is_empty() {
+                            why
+                        } else {
+                            format!(
+                                "{why}, and no other revision of schema {} reads it whole",
+                                writer.name()
+                            )
+                        })
+                    }
+                },
             }
-            v
         }
-        AvroEncoding::Json => {
-            let text = std::str::from_utf8(payload)
-                .map_err(|e| format!("Avro JSON payload is not UTF-8: {e}"))?;
-            read_json(writer, text, true)
-                .map_err(|e| format!("payload is not Avro JSON of {}: {e}", writer.describe()))?
-        }
-    };
-    let Value::Record(fields) = record else {
-        return Err(format!("{} did not yield a record", writer.describe()));
     };
     let lookup = &writer.record().lookup;
     for spec in specs {
@@ -73,6 +105,87 @@ pub(crate) fn decode_row(
         }
     }
     Ok(())
+}
+
+/// A payload as one revision reads it.
+enum Read {
+    /// Every byte, every key: a payload this revision writes.
+    Whole(Vec<(String, Value)>),
+    /// Not a payload this revision writes (`why`). `fields`: a JSON record whose only
+    /// excess is keys the revision has no field for, read without them, and those keys.
+    Partial {
+        fields: Option<(Vec<(String, Value)>, Vec<String>)>,
+        why: String,
+    },
+}
+
+/// `payload` read by `w`. The error is for a payload that is not even valid JSON text.
+fn read(payload: &[u8], w: &AvroSchema, encoding: AvroEncoding) -> Result<Read, String> {
+    let partial = |why: String| Read::Partial { fields: None, why };
+    let record = |v: Value| match v {
+        Value::Record(fields) => Ok(fields),
+        _ => Err(format!("{} did not yield a record", w.describe())),
+    };
+    Ok(match encoding {
+        AvroEncoding::Binary => {
+            let mut rest = payload;
+            match apache_avro::from_avro_datum(&w.schema, &mut rest, None) {
+                Err(e) => partial(format!(
+                    "payload is not Avro BINARY of {}: {e}",
+                    w.describe()
+                )),
+                Ok(_) if !rest.is_empty() => partial(format!(
+                    "payload has {} bytes after the Avro BINARY record of {}",
+                    rest.len(),
+                    w.describe()
+                )),
+                Ok(v) => Read::Whole(record(v)?),
+            }
+        }
+        AvroEncoding::Json => {
+            let text = std::str::from_utf8(payload)
+                .map_err(|e| format!("Avro JSON payload is not UTF-8: {e}"))?;
+            match read_json_keys(w, text) {
+                Err(e) => partial(format!("payload is not Avro JSON of {}: {e}", w.describe())),
+                Ok((v, skipped)) if skipped.is_empty() => Read::Whole(record(v)?),
+                Ok((v, skipped)) => Read::Partial {
+                    why: format!(
+                        "payload has {} {} that {} has no field for",
+                        if skipped.len() == 1 { "key" } else { "keys" },
+                        skipped
+                            .iter()
+                            .take(10)
+                            .map(|k| format!("'{k}'"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        w.describe()
+                    ),
+                    fields: Some((record(v)?, skipped)),
+                },
+            }
+        }
+    })
+}
+
+/// Whether revisions `a` and `b` give every column the same value (a field a revision
+/// lacks is NULL; union branches are compared by value, not by position).
+fn same_row(
+    specs: &[ColumnSpec],
+    a: &AvroSchema,
+    fa: &[(String, Value)],
+    b: &AvroSchema,
+    fb: &[(String, Value)],
+) -> bool {
+    let get = |w: &AvroSchema, f: &[(String, Value)], name: &str| -> Value {
+        match w.record().lookup.get(name).map(|&i| &f[i].1) {
+            None => Value::Null,
+            Some(Value::Union(_, inner)) => inner.as_ref().clone(),
+            Some(v) => v.clone(),
+        }
+    };
+    specs
+        .iter()
+        .all(|s| get(a, fa, &s.name) == get(b, fb, &s.name))
 }
 
 /// Appends Avro value `v` to `col` of `spec`'s type, exactly or not at all.

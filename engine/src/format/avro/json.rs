@@ -3,11 +3,14 @@
 //! Pub/Sub's `JSON` encoding is Avro's: a union value other than null is an object with
 //! one key naming its branch (`{"string": "x"}`; checked on the emulator: a bare `"x"` is
 //! refused as "Could not parse message"), bytes and fixed are strings of code points
-//! U+0000..U+00FF, and a record's keys not in the schema are ignored. JSON columns written
+//! U+0000..U+00FF, and a record's keys not in the schema are ignored (the source reads
+//! them with [`read_json_keys`], which names them: a record with a key its revision lacks
+//! may have been written with another revision, decision 0031). JSON columns written
 //! into record, array or map fields are plain JSON, read with `wrapped = false`: a union
 //! value then takes the first branch that holds it.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use apache_avro::types::Value;
@@ -24,14 +27,9 @@ use crate::format::value::{json_string, kind, show};
 /// Deepest nesting read.
 const MAX_DEPTH: usize = 128;
 
-/// Reads JSON `text` as a value of `w`'s top-level record. `wrapped`: Avro's JSON
+/// Reads JSON `text` as a value of type `s` (a type inside `w`). `wrapped`: Avro's JSON
 /// encoding (unions wrapped, bytes as characters U+0000..U+00FF); otherwise the JSON of a
 /// column (unions bare, bytes as standard base64).
-pub(crate) fn read_json(w: &AvroSchema, text: &str, wrapped: bool) -> Result<Value, String> {
-    read_json_as(w, &w.schema, text, wrapped)
-}
-
-/// Reads JSON `text` as a value of type `s` (a type inside `w`).
 pub(crate) fn read_json_as(
     w: &AvroSchema,
     s: &Schema,
@@ -40,12 +38,36 @@ pub(crate) fn read_json_as(
 ) -> Result<Value, String> {
     let raw: &RawValue =
         serde_json::from_str(text).map_err(|e| format!("is not valid JSON: {e}"))?;
-    Reader { w, wrapped }.read(s, raw.get(), 0)
+    Reader {
+        w,
+        wrapped,
+        skipped: None,
+    }
+    .read(s, raw.get(), 0)
+}
+
+/// Reads Avro JSON `text` (Pub/Sub's `JSON` encoding) as a value of `w`'s top-level
+/// record, and the keys it skipped because their record has no field by that name: a
+/// top-level key as itself, a key of a nested record as `Record.key` (Avro names hold
+/// no dots, so only nested ones do).
+pub(crate) fn read_json_keys(w: &AvroSchema, text: &str) -> Result<(Value, Vec<String>), String> {
+    let raw: &RawValue =
+        serde_json::from_str(text).map_err(|e| format!("is not valid JSON: {e}"))?;
+    let skipped = RefCell::new(Vec::new());
+    let v = Reader {
+        w,
+        wrapped: true,
+        skipped: Some(&skipped),
+    }
+    .read(&w.schema, raw.get(), 0)?;
+    Ok((v, skipped.into_inner()))
 }
 
 struct Reader<'a> {
     w: &'a AvroSchema,
     wrapped: bool,
+    /// Where skipped keys are named (see [`read_json_keys`]).
+    skipped: Option<&'a RefCell<Vec<String>>>,
 }
 
 impl Reader<'_> {
@@ -172,6 +194,12 @@ impl Reader<'_> {
                         if found[i].replace(v).is_some() {
                             return Err(format!("has key '{k}' twice"));
                         }
+                    } else if let Some(skipped) = self.skipped {
+                        skipped.borrow_mut().push(if depth == 0 {
+                            k.to_string()
+                        } else {
+                            format!("{}.{k}", r.name.name)
+                        });
                     }
                 }
                 let mut fields = Vec::with_capacity(r.fields.len());

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use apache_avro::schema::{Name, RecordSchema, ResolvedSchema, UnionSchema};
 use apache_avro::Schema;
@@ -50,6 +51,11 @@ pub struct AvroSchema {
     pub(crate) schema: Schema,
     /// Named types by full name, for `Ref`s inside the definition.
     names: HashMap<Name, Schema>,
+    /// The schema's other revisions, for a payload this revision does not read whole:
+    /// Pub/Sub names the newest revision its validation accepts, and that validation
+    /// ignores bytes after the record and JSON keys the revision lacks, so a payload
+    /// written with one revision can be named with another (decision 0031).
+    pub(crate) siblings: Vec<Arc<AvroSchema>>,
 }
 
 /// One top-level field of a revision and the column it maps to.
@@ -90,7 +96,22 @@ impl AvroSchema {
             revision: revision.to_string(),
             schema,
             names,
+            siblings: Vec::new(),
         })
+    }
+
+    /// This revision, with the schema's other revisions to decode a payload it does not
+    /// read whole (a BINARY record followed by more bytes, a JSON record with a key it
+    /// has no field for or without one of its fields): the one that does is the revision
+    /// the payload was written with. `siblings` without this revision itself.
+    pub fn with_siblings(mut self, siblings: Vec<Arc<AvroSchema>>) -> AvroSchema {
+        self.siblings = siblings;
+        self
+    }
+
+    /// The revisions given to [`with_siblings`](Self::with_siblings).
+    pub fn siblings(&self) -> &[Arc<AvroSchema>] {
+        &self.siblings
     }
 
     /// The schema's full name, `projects/P/schemas/S`.

@@ -391,3 +391,159 @@ fn nested_bytes_round_trip_through_a_json_column() {
         "{failed}"
     );
 }
+
+/// Revision `id` of schema `bids` with `siblings` (decision 0031).
+fn rev_among(def: &str, id: &str, siblings: &[&Arc<AvroSchema>]) -> Arc<AvroSchema> {
+    Arc::new(
+        AvroSchema::parse("projects/p/schemas/bids", id, def)
+            .unwrap()
+            .with_siblings(siblings.iter().map(|s| Arc::clone(s)).collect()),
+    )
+}
+
+/// `id`, `name` and an optional `note`.
+const WITH_NOTE: &str = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"},{"name":"note","type":["null","string"],"default":null}]}"#;
+/// `WITH_NOTE` without `note`: Pub/Sub's validation reads a payload of `WITH_NOTE` with
+/// it (the emulator ignores the bytes after the record and the keys it lacks) and names it.
+const WITHOUT_NOTE: &str = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},{"name":"name","type":"string"}]}"#;
+
+fn notes() -> ConnectionSchema {
+    table(&[
+        ("id", FieldType::Bigint, true),
+        ("name", FieldType::Text, true),
+        ("note", FieldType::Text, false),
+    ])
+}
+
+/// (id, name, note) of the one row of `b`.
+fn note_row(b: &RecordBatch) -> (i64, String, Option<String>) {
+    let note = b.column(2).as_string::<i32>();
+    (
+        b.column(0).as_primitive::<Int64Type>().value(0),
+        b.column(1).as_string::<i32>().value(0).to_string(),
+        note.is_valid(0).then(|| note.value(0).to_string()),
+    )
+}
+
+#[test]
+fn a_payload_named_with_a_revision_that_does_not_read_it_whole_decodes_by_the_one_that_does() {
+    let with = rev(WITH_NOTE, "with");
+    let bare_without = rev(WITHOUT_NOTE, "without");
+    let without = rev_among(WITHOUT_NOTE, "without", &[&with]);
+    let with_named = rev_among(WITH_NOTE, "with", &[&bare_without]);
+    let binary = {
+        let mut b = apache_avro::to_avro_datum(
+            &with.schema,
+            apache_avro::types::Value::Record(vec![
+                ("id".into(), apache_avro::types::Value::Long(7)),
+                ("name".into(), apache_avro::types::Value::String("a".into())),
+                (
+                    "note".into(),
+                    apache_avro::types::Value::Union(
+                        1,
+                        Box::new(apache_avro::types::Value::String("x".into())),
+                    ),
+                ),
+            ]),
+        )
+        .unwrap();
+        (b.clone(), {
+            b.truncate(b.len() - 3);
+            b
+        })
+    };
+    let want = (7, "a".to_string(), Some("x".to_string()));
+    // Written with `note`, named `without` (a revision without it committed meanwhile).
+    let b = decode(&notes(), &without, AvroEncoding::Binary, &binary.0).unwrap();
+    assert_eq!(note_row(&b), want);
+    let json = br#"{"id": 7, "name": "a", "note": {"string": "x"}}"#;
+    let b = decode(&notes(), &without, AvroEncoding::Json, json).unwrap();
+    assert_eq!(note_row(&b), want);
+    // Without the other revisions: never decoded by `without` (`note` would be NULL).
+    let e = decode(&notes(), &bare_without, AvroEncoding::Binary, &binary.0).unwrap_err();
+    assert!(e.contains("3 bytes after the Avro BINARY record of schema projects/p/schemas/bids revision without"), "{e}");
+    let e = decode(&notes(), &bare_without, AvroEncoding::Json, json).unwrap_err();
+    assert!(e.contains("payload has key 'note' that schema projects/p/schemas/bids revision without has no field for"), "{e}");
+    // Written without `note` and named so: read by that revision, `note` NULL.
+    let b = decode(&notes(), &without, AvroEncoding::Binary, &binary.1).unwrap();
+    assert_eq!(note_row(&b), (7, "a".to_string(), None));
+    // A JSON record without `note` named `with` (a validation that filled the default):
+    // the revision without the field wrote it.
+    let short = br#"{"id": 7, "name": "a"}"#;
+    let b = decode(&notes(), &with_named, AvroEncoding::Json, short).unwrap();
+    assert_eq!(note_row(&b), (7, "a".to_string(), None));
+    let e = decode(&notes(), &with, AvroEncoding::Json, short).unwrap_err();
+    assert!(e.contains("has no field 'note'"), "{e}");
+    // BINARY bytes of `without` named `with`: one byte short for `with`.
+    let b = decode(&notes(), &with_named, AvroEncoding::Binary, &binary.1).unwrap();
+    assert_eq!(note_row(&b), (7, "a".to_string(), None));
+}
+
+#[test]
+fn json_keys_no_revision_has_are_ignored_unless_they_name_a_column() {
+    let with = rev(WITH_NOTE, "with");
+    let without = rev_among(WITHOUT_NOTE, "without", &[&with]);
+    // `zzz` is in no revision and no column: ignored, as Pub/Sub's validation does.
+    let b = decode(
+        &notes(),
+        &without,
+        AvroEncoding::Json,
+        br#"{"id": 1, "name": "a", "zzz": 5}"#,
+    )
+    .unwrap();
+    assert_eq!(note_row(&b), (1, "a".to_string(), None));
+    // `note` and `zzz`: no revision has both, and `note` names a column.
+    let e = decode(
+        &notes(),
+        &without,
+        AvroEncoding::Json,
+        br#"{"id": 1, "name": "a", "note": {"string": "x"}, "zzz": 5}"#,
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("payload has keys 'note', 'zzz' that schema projects/p/schemas/bids revision without has no field for, and no other revision of schema projects/p/schemas/bids reads it whole"),
+        "{e}"
+    );
+    // A table without a `note` column loses nothing by ignoring it.
+    let ids = table(&[("id", FieldType::Bigint, true)]);
+    let b = decode(
+        &ids,
+        &without,
+        AvroEncoding::Json,
+        br#"{"id": 1, "name": "a", "note": {"string": "x"}, "zzz": 5}"#,
+    )
+    .unwrap();
+    assert_eq!(b.column(0).as_primitive::<Int64Type>().value(0), 1);
+}
+
+#[test]
+fn revisions_that_read_a_payload_whole_with_different_values_refuse_it() {
+    let ab = rev(
+        r#"{"type":"record","name":"R","fields":[{"name":"a","type":"long"},{"name":"b","type":"long"}]}"#,
+        "ab",
+    );
+    let ba = rev(
+        r#"{"type":"record","name":"R","fields":[{"name":"b","type":"long"},{"name":"a","type":"long"}]}"#,
+        "ba",
+    );
+    let a_only = rev_among(
+        r#"{"type":"record","name":"R","fields":[{"name":"a","type":"long"}]}"#,
+        "a",
+        &[&ab, &ba],
+    );
+    // 1 then 2: `a` reads one byte of two; `ab` and `ba` both read both, swapped.
+    let payload = [2u8, 4];
+    let both = table(&[
+        ("a", FieldType::Bigint, true),
+        ("b", FieldType::Bigint, false),
+    ]);
+    let e = decode(&both, &a_only, AvroEncoding::Binary, &payload).unwrap_err();
+    assert!(
+        e.contains("revisions ab and ba of schema projects/p/schemas/bids both read it whole, with different values"),
+        "{e}"
+    );
+    // A column on which they agree (neither has `c`): no doubt left.
+    let c = table(&[("c", FieldType::Bigint, false)]);
+    let b = decode(&c, &a_only, AvroEncoding::Binary, &payload).unwrap();
+    assert!(b.column(0).is_null(0));
+}

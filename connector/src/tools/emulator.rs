@@ -1,5 +1,5 @@
 //! Starts the Google Pub/Sub emulator on a free loopback port (tests, `--emulator`,
-//! `quickstart`, `bench`), fronted by the half-closing proxy of [`crate::emulator_proxy`].
+//! `quickstart`, `bench`), fronted by the half-closing proxy of [`super::emulator_proxy`].
 //! The emulator runs in its own process group under a watchdog shell that kills the group
 //! when the starting process dies, so no emulator outlives its user.
 
@@ -86,7 +86,7 @@ impl Emulator {
             if log_text.contains("Server started")
                 && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
             {
-                emulator.proxy_port = crate::emulator_proxy::spawn_on(port, proxy_port)?;
+                emulator.proxy_port = crate::tools::emulator_proxy::spawn_on(port, proxy_port)?;
                 return Ok(emulator);
             }
             if Instant::now() > deadline {

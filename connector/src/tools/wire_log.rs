@@ -1,4 +1,4 @@
-//! A log of the Pub/Sub RPCs the emulator proxy ([`crate::emulator_proxy`]) forwards,
+//! A log of the Pub/Sub RPCs the emulator proxy ([`super::emulator_proxy`]) forwards,
 //! decoded from their gRPC frames: what reached the server and when. The fault campaign
 //! (`pubsub-connector chaos`) checks the delivery promise against it: every message the
 //! source acknowledged had the rows derived from it confirmed by a Publish response first.

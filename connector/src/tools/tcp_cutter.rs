@@ -1,7 +1,7 @@
 //! A TCP forwarder on 127.0.0.1 that a fault test can cut (every connection dropped, the
 //! port closed), restore (the same port bound again) and stall (connections stay open but
 //! no byte moves in either direction). It stands *in front of* the emulator proxy
-//! ([`crate::emulator_proxy`]): cutting there is what a client sees when the network to
+//! ([`super::emulator_proxy`]): cutting there is what a client sees when the network to
 //! the real service fails, while the proxy still releases the emulator's side cleanly.
 //! It can also limit the bytes per second it forwards from clients to the service (a
 //! slow network towards a sink's topic, for `pubsub-connector bench --backlog`).

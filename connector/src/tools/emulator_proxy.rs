@@ -1,4 +1,4 @@
-//! A small HTTP/2 proxy in front of the emulator (used by [`crate::emulator::Emulator`]).
+//! A small HTTP/2 proxy in front of the emulator (used by [`super::emulator::Emulator`]).
 //!
 //! The emulator never releases the streaming pull of a client that reset its stream (every
 //! client does so on close) or died: it mishandles RST_STREAM and ignores a dropped TCP
@@ -21,7 +21,7 @@ use h2::{RecvStream, SendStream};
 use http::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::wire_log;
+use crate::tools::wire_log;
 
 /// The size of every Publish request (its protobuf bytes, from the gRPC frame header) the
 /// proxies of this process forwarded, by the request's topic (full name): tests check that
