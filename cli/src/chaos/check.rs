@@ -235,7 +235,7 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
         };
         let explained = windows
             .iter()
-            .any(|w| w.path == path && w.overlaps(first.checked_sub(SLACK).unwrap_or(first), last));
+            .any(|w| w.path == path && retry_across(w, first, last));
         if !explained {
             unexplained.push(format!(
                 "seq {seq}: {n} copies, delivered once, published over {:.3}s with no outage of the {} path meanwhile",
@@ -341,6 +341,21 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
 /// How much earlier than a copy's confirmation an outage may have begun and still have
 /// caused its retry: the publish was sent before the outage and confirmed into it.
 const SLACK: Duration = Duration::from_secs(1);
+
+/// How long after an outage ended a publish retried across it may be confirmed: the
+/// client's longest wait between attempts (`PUBLISH_RETRY_MAX_DELAY`, decision 0032)
+/// plus one attempt.
+const RETRY_SPAN: Duration =
+    pubsub_connector_core::client::PUBLISH_RETRY_MAX_DELAY.saturating_add(Duration::from_secs(1));
+
+/// Whether copies confirmed from `first` to `last` can come from a publish retried
+/// across outage `w`: it was in progress from `SLACK` before the first confirmation
+/// on, and ended at most `RETRY_SPAN` before the last (a retry's own wait was not
+/// allowed for: a copy confirmed after that wait was counted as unexplained).
+fn retry_across(w: &Window, first: Instant, last: Instant) -> bool {
+    let from = first.checked_sub(SLACK).unwrap_or(first);
+    w.from <= last && from <= w.to + RETRY_SPAN
+}
 
 /// A row's seq and JSON object, or why it is not one (pushed onto `wrong`).
 fn row_of(m: &Msg, wrong: &mut Vec<String>) -> Option<(u64, serde_json::Map<String, Value>)> {
@@ -625,6 +640,31 @@ mod tests {
 
     fn schedule() -> Schedule {
         Schedule::of(1, 1, Format::Json, 200)
+    }
+
+    #[test]
+    fn a_copy_confirmed_within_a_retry_after_an_outage_is_explained_by_it() {
+        let t = Instant::now() + Duration::from_secs(100);
+        let s = Duration::from_secs;
+        let w = Window {
+            path: outages::Path::Sink,
+            from: t,
+            to: t + s(4),
+        };
+        // Confirmed during the outage, or within one retry wait after it.
+        assert!(retry_across(&w, t + s(2), t + s(2)));
+        assert!(retry_across(
+            &w,
+            t + s(4) + RETRY_SPAN,
+            t + s(4) + RETRY_SPAN
+        ));
+        // Not: long after it, or before it began.
+        assert!(!retry_across(
+            &w,
+            t + s(6) + RETRY_SPAN,
+            t + s(6) + RETRY_SPAN
+        ));
+        assert!(!retry_across(&w, t - SLACK, t - SLACK));
     }
 
     #[test]

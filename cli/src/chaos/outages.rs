@@ -95,7 +95,10 @@ impl Outages {
                         }
                     }
                     let late = Instant::now().saturating_duration_since(u);
-                    tracing::debug!("chaos: {} outage ended {late:?} after its schedule", me.path.name());
+                    tracing::debug!(
+                        "chaos: {} outage ended {late:?} after its schedule",
+                        me.path.name()
+                    );
                     me.ends.lock().expect("ends lock").push(Instant::now());
                 }
             }

@@ -140,12 +140,7 @@ pub fn stop(s: &Stop, faults: &[Injected], paths: &Paths, processes: usize) -> V
                     one_line(failing.last().copied().unwrap_or(""))
                 ));
             }
-            let killed = failing.iter().any(|l| l.contains("(SIGKILL)"));
-            let kill = faults.iter().find(|i| {
-                matches!(i.fault, Fault::Kill { .. } | Fault::KillInCheckpointWrite)
-                    && (s.started..=s.signalled).contains(&i.at)
-            });
-            if let (true, Some(k), true) = (killed, kill, processes > 1) {
+            if let Some(k) = kill_in_start(&failing, faults, s, processes) {
                 return Verdict::Note(format!(
                     "{what} exited 1 after {took:.1}s: it landed {:.1}s after `{}`, while the cluster was restarting its processes",
                     s.signalled.duration_since(k.at).as_secs_f64(),
@@ -162,6 +157,28 @@ pub fn stop(s: &Stop, faults: &[Injected], paths: &Paths, processes: usize) -> V
                     summarize(&s.log)
                 ));
             }
+            // A kill of this start landed just before the stop, before the cluster
+            // noticed it: the killed process cannot take the final checkpoint.
+            if let Some(k) = kill_in_start(&after, faults, s, processes) {
+                return Verdict::Note(format!(
+                    "{what} exited 1 after {took:.1}s: it landed {:.1}s after `{}`, before the cluster saw the process die",
+                    s.signalled.duration_since(k.at).as_secs_f64(),
+                    k.fault,
+                ));
+            }
+            // Stopped while still starting: an outage in progress during the start
+            // kept a table from connecting (its check waits on the path).
+            let starting = after.iter().any(|l| l.contains("stopped during start-up"));
+            let outage = faults
+                .iter()
+                .filter_map(|i| i.window.as_ref())
+                .find(|w| w.overlaps(s.started, s.signalled));
+            if let (true, Some(w)) = (starting, outage) {
+                return Verdict::Note(format!(
+                    "{what} exited 1 after {took:.1}s: it landed during start-up, which the outage of the {} path held up",
+                    w.path.name()
+                ));
+            }
         }
     }
     Verdict::Violation(format!(
@@ -169,6 +186,25 @@ pub fn stop(s: &Stop, faults: &[Injected], paths: &Paths, processes: usize) -> V
         describe(status),
         summarize(&s.log)
     ))
+}
+
+/// A kill fault injected during stop `s`'s start, when `lines` report a process killed
+/// by SIGKILL in a cluster (a single process killed is a self exit, not a stop).
+fn kill_in_start<'a>(
+    lines: &[&str],
+    faults: &'a [Injected],
+    s: &Stop,
+    processes: usize,
+) -> Option<&'a Injected> {
+    let killed = lines.iter().any(|l| l.contains("(SIGKILL)"));
+    (killed && processes > 1)
+        .then(|| {
+            faults.iter().find(|i| {
+                matches!(i.fault, Fault::Kill { .. } | Fault::KillInCheckpointWrite)
+                    && (s.started..=s.signalled).contains(&i.at)
+            })
+        })
+        .flatten()
 }
 
 /// The rule for a run that ended by itself during the schedule.
@@ -261,16 +297,27 @@ fn names(line: &str, mark: &str) -> bool {
 
 /// A start's log: its lines with their timestamps.
 struct Log {
-    lines: Vec<(Option<f64>, String)>,
+    /// Each line: whether it has a timestamp of its own, the timestamp it has or takes,
+    /// and the text.
+    lines: Vec<(bool, Option<f64>, String)>,
 }
 
 impl Log {
+    /// A line without a timestamp of its own (a process's final `error: ...` line) takes
+    /// the one of the line before it, plus a microsecond: the log is in the order it was
+    /// written.
     fn read(path: &Path) -> Log {
         let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut last = None;
         Log {
             lines: text
                 .lines()
-                .map(|l| (timestamp(l), l.to_string()))
+                .map(|l| {
+                    let own = timestamp(l);
+                    // Just after the line before: written after it.
+                    last = own.or(last.map(|t: f64| t + 1e-6));
+                    (own.is_some(), last, l.to_string())
+                })
                 .collect(),
         }
     }
@@ -279,22 +326,26 @@ impl Log {
     fn signal_received(&self) -> Option<f64> {
         self.lines
             .iter()
-            .find(|(_, l)| l.contains("signal received"))
-            .map(|(t, _)| t.unwrap_or(f64::MIN))
+            .find(|(_, _, l)| l.contains("signal received"))
+            .map(|(_, t, _)| t.unwrap_or(f64::MIN))
     }
 
-    /// The ERROR lines logged within `[from, to]` (seconds since the epoch) and, when
-    /// `to` is the end of the run (`f64::MAX`), the binary's last words: its `error: ...`
-    /// line, printed at exit without a timestamp (a start-up check that fails logs no
-    /// ERROR line before it).
+    /// The ERROR lines logged within `[from, to]` (seconds since the epoch), and each
+    /// process's last words written then: its `error: ...` line, printed at exit without
+    /// a timestamp (a start-up check that fails logs no ERROR line before it).
     fn errors_within(&self, from: f64, to: f64) -> Vec<&str> {
         self.lines
             .iter()
-            .filter(|(t, l)| match t {
-                Some(t) => l.contains("ERROR") && from <= *t && *t <= to,
-                None => to == f64::MAX && is_final_error(l),
+            .filter(|(own, t, l)| {
+                let at = t.unwrap_or(f64::MIN);
+                let error = if *own {
+                    l.contains("ERROR")
+                } else {
+                    is_final_error(l)
+                };
+                error && from <= at && at <= to
             })
-            .map(|(_, l)| l.as_str())
+            .map(|(_, _, l)| l.as_str())
             .collect()
     }
 }
@@ -575,6 +626,21 @@ mod tests {
             Verdict::Note(_)
         ));
         assert!(matches!(stop(&s, &[], &p, 2), Verdict::Violation(_)));
+        // The cluster's ERROR names no path; the failed process's last words, printed
+        // without a timestamp before it, do (seed 2 of a campaign: a start-up check of
+        // process 0 during a dead-letter cut, the stop 2 s later; it was a violation).
+        let log = format!(
+            "2026-01-01T00:00:04Z  INFO cluster: starting 2 processes\n[p0] error: table 'src': dead-letter queue: cannot reach Pub/Sub at emulator endpoint 127.0.0.1:1003 to read topic projects/chaos/topics/x-dlq\n2026-01-01T00:00:05Z ERROR cluster: process 0 failed: exit code 1\n{SIGNAL}[p1] error: cannot reach process 0 within 30s\nerror: stopped by 1 signal: process 1 did not stop cleanly (exit code 1)\n"
+        );
+        let (s, _l) = stop_of(StopCause::BeforeFinal, exited(1), &log);
+        assert!(matches!(
+            stop(&s, &[cut(Net::DeadLetter, &s, 3, 6)], &p, 2),
+            Verdict::Note(_)
+        ));
+        assert!(matches!(
+            stop(&s, &[cut(Net::Sink, &s, 3, 6)], &p, 2),
+            Verdict::Violation(_)
+        ));
         // Or by a kill in that start, when the cluster reports the killed process.
         let log = format!(
             "2026-01-01T00:00:09Z ERROR cluster: process 1 failed: signal 9 (SIGKILL)\n{SIGNAL}"
@@ -584,6 +650,28 @@ mod tests {
         kill.fault = Fault::Kill { process: 1 };
         kill.window = None;
         assert!(matches!(stop(&s, &[kill], &p, 2), Verdict::Note(_)));
+        // A kill just before the signal, which the cluster reports only after it
+        // (seeds 72, 88 and 90 of a campaign: violations before).
+        let log = format!(
+            "{SIGNAL}2026-01-01T00:00:10.1Z  WARN cluster: process 0 failed while the cluster was stopping: signal 9 (SIGKILL)\nerror: stopped by 1 signal: process 0 did not stop cleanly (signal 9 (SIGKILL)) (restarts: 0)\n"
+        );
+        let (s, _l) = stop_of(StopCause::BeforeFinal, exited(1), &log);
+        let mut kill = cut(Net::Sink, &s, 10, 10);
+        kill.fault = Fault::KillInCheckpointWrite;
+        kill.window = None;
+        assert!(matches!(
+            stop(&s, std::slice::from_ref(&kill), &p, 2),
+            Verdict::Note(_)
+        ));
+        assert!(matches!(stop(&s, &[], &p, 2), Verdict::Violation(_)));
+        // A stop during start-up, held up by an outage during that start (seed 107).
+        let log = format!("{SIGNAL}error: stopped during start-up (not every source and sink had connected): nothing was acknowledged\n");
+        let (s, _l) = stop_of(StopCause::BeforeFinal, exited(1), &log);
+        assert!(matches!(
+            stop(&s, &[cut(Net::Sink, &s, 8, 12)], &p, 1),
+            Verdict::Note(_)
+        ));
+        assert!(matches!(stop(&s, &[], &p, 1), Verdict::Violation(_)));
         // Killed by the SIGTERM itself: only before the handler was installed.
         let (s, _l) = stop_of(StopCause::TermRestart, killed(libc::SIGTERM), "");
         assert!(matches!(stop(&s, &[], &p, 1), Verdict::Note(_)));
