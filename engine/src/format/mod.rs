@@ -9,7 +9,7 @@ pub(crate) mod canonical;
 mod column;
 mod de;
 mod json_str;
-mod number;
+pub(crate) mod number;
 mod object;
 mod ser;
 mod text;

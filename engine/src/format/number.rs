@@ -24,6 +24,40 @@ struct Parts<'a> {
     exp: i64,
 }
 
+/// The exponent part (`[eE][+-]?[0-9]+`, or nothing) of number text `b` from byte `i`:
+/// its value, saturated far beyond any range that matters, and the byte after it. `None`
+/// when an `e` has no digits. Shared by the JSON reader and SQL's text casts
+/// (`sql/number_text.rs`).
+pub(crate) fn exponent(b: &[u8], mut i: usize) -> Option<(i64, usize)> {
+    if !matches!(b.get(i), Some(b'e' | b'E')) {
+        return Some((0, i));
+    }
+    i += 1;
+    let negative = match b.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let n = b[i.min(b.len())..]
+        .iter()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
+    if n == 0 {
+        return None;
+    }
+    let mut exp: i64 = 0;
+    for c in &b[i..i + n] {
+        exp = (exp * 10 + i64::from(c - b'0')).min(1 << 40);
+    }
+    Some((if negative { -exp } else { exp }, i + n))
+}
+
 /// Splits `s` if it is exactly JSON number syntax.
 fn split(s: &str) -> Option<Parts<'_>> {
     let b = s.as_bytes();
@@ -48,32 +82,7 @@ fn split(s: &str) -> Option<Parts<'_>> {
         frac = &b[i + 1..i + 1 + n];
         i += 1 + n;
     }
-    let mut exp: i64 = 0;
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        let exp_negative = match b.get(i) {
-            Some(b'-') => {
-                i += 1;
-                true
-            }
-            Some(b'+') => {
-                i += 1;
-                false
-            }
-            _ => false,
-        };
-        let n = digits(i);
-        if n == 0 {
-            return None;
-        }
-        for c in &b[i..i + n] {
-            exp = (exp * 10 + i64::from(c - b'0')).min(1 << 40);
-        }
-        if exp_negative {
-            exp = -exp;
-        }
-        i += n;
-    }
+    let (exp, i) = exponent(b, i)?;
     (i == b.len()).then_some(Parts {
         negative,
         int,

@@ -82,32 +82,7 @@ pub(crate) fn parse(s: &str) -> Option<Number<'_>> {
     if int.is_empty() && frac.is_empty() {
         return None;
     }
-    let mut exp: i64 = 0;
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        let exp_negative = match b.get(i) {
-            Some(b'-') => {
-                i += 1;
-                true
-            }
-            Some(b'+') => {
-                i += 1;
-                false
-            }
-            _ => false,
-        };
-        let n = digits(i);
-        if n == 0 {
-            return None;
-        }
-        for c in &b[i..i + n] {
-            exp = (exp * 10 + i64::from(c - b'0')).min(1 << 40);
-        }
-        if exp_negative {
-            exp = -exp;
-        }
-        i += n;
-    }
+    let (exp, i) = crate::format::number::exponent(b, i)?;
     (i == b.len()).then_some(Number::Finite {
         negative,
         int,
