@@ -380,10 +380,13 @@ impl StreamTask {
         // On stop, take what the client already received but did not hand over (its
         // HTTP/2 window): dropped with the stream, those would come back only after the
         // stream's ack deadline (60 s by default), stranding them for the next run.
+        // On a restart or a failure, take at least what the client already decoded: the
+        // client nacks what it leased but never handed over when the stream is dropped,
+        // and no counter of ours would see those nacks.
         let buffered = if matches!(end, End::Stopped) {
             drain_buffered(&mut stream).await
         } else {
-            Vec::new()
+            take_ready(&mut stream)
         };
         // The stream is dropped here, before any nack, so nacked messages are not
         // redelivered into this same stream. Its handles keep their leases.
@@ -414,12 +417,21 @@ const DRAIN_MAX: Duration = Duration::from_secs(1);
 const DRAIN_QUIET: Duration = Duration::from_millis(150);
 
 /// Takes the deliveries a stopping stream has already received, until it is quiet for
-/// [`DRAIN_QUIET`] or [`DRAIN_MAX`] passed. The caller nacks them after dropping the
-/// stream. Cancelling `next()` here is fine: the stream is dropped right after.
+/// [`DRAIN_QUIET`] or [`DRAIN_MAX`] passed, then whatever it can still hand over without
+/// waiting ([`take_ready`]). The caller nacks them after dropping the stream. Cancelling
+/// `next()` here is fine: the stream is dropped right after.
 pub(crate) async fn drain_buffered(
     stream: &mut google_cloud_pubsub::subscriber::MessageStream,
 ) -> Vec<Handler> {
-    let deadline = tokio::time::Instant::now() + DRAIN_MAX;
+    drain_within(stream, DRAIN_MAX).await
+}
+
+/// [`drain_buffered`] with a drain budget of `max`.
+pub(crate) async fn drain_within(
+    stream: &mut google_cloud_pubsub::subscriber::MessageStream,
+    max: Duration,
+) -> Vec<Handler> {
+    let deadline = tokio::time::Instant::now() + max;
     let mut out = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -428,6 +440,31 @@ pub(crate) async fn drain_buffered(
         }
         match tokio::time::timeout(left.min(DRAIN_QUIET), stream.next()).await {
             Ok(Some(Ok((_m, h)))) => out.push(h),
+            _ => break,
+        }
+    }
+    out.extend(take_ready(stream));
+    out
+}
+
+/// At most this many deliveries are taken without waiting: a guard against a server
+/// that refills the stream as fast as it is read (an HTTP/2 window of 5 MiB holds fewer
+/// messages than this).
+const READY_MAX: usize = 1_000_000;
+
+/// The deliveries `stream` hands over without waiting. The client decodes and leases a
+/// whole StreamingPull response (up to thousands of messages) at once and serves it one
+/// `next()` at a time; dropping the stream makes its lease loop nack the rest itself,
+/// uncounted, so a stream is never dropped with any left (the summary's `messages
+/// released` must equal the nacks the server received).
+pub(crate) fn take_ready(
+    stream: &mut google_cloud_pubsub::subscriber::MessageStream,
+) -> Vec<Handler> {
+    use futures::FutureExt;
+    let mut out = Vec::new();
+    while out.len() < READY_MAX {
+        match stream.next().now_or_never() {
+            Some(Some(Ok((_m, h)))) => out.push(h),
             _ => break,
         }
     }
@@ -519,3 +556,7 @@ impl Monitor {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "pull_tests.rs"]
+mod tests;
