@@ -337,6 +337,11 @@ pub(crate) fn run_worker(
     let mut reported: Option<Option<u64>> = None;
     let mut aborting: Option<Instant> = None;
     loop {
+        // Read before draining: whatever the coordinator sent before it set `done` (the
+        // last report of a process, e.g. that its tasks ended) is then forwarded in this
+        // pass, before the inputs close. Read after, it could close them on a report
+        // still queued, and the leader would wait out the stop's deadline for it.
+        let done = flags.done.load(Ordering::Acquire);
         if let (Some(rx), Some(input)) = (&decisions, decision_in.as_mut()) {
             let mut sent = false;
             while let Ok(c) = rx.try_recv() {
@@ -387,7 +392,7 @@ pub(crate) fn run_worker(
                 break;
             }
         } else {
-            if flags.done.load(Ordering::Acquire) {
+            if done {
                 decision_in = None;
                 report_in = None;
                 ack_in = None;
