@@ -316,6 +316,10 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
             .any(|l| l.starts_with("[p0]") && l.contains("lost the connection to another process")),
         "process 0 noticed the dead peer: {stderr}"
     );
+    assert!(
+        !stderr.contains("MergeQueue") && !stderr.contains("thread panic"),
+        "the panics a lost peer sets off in Timely are not shown, in logs or errors: {stderr}"
+    );
     let got = sink_ids(&t.output_sub, None, Duration::from_secs(10)).await;
     let lost = missing(&ids, &got);
     if lost > 0 {

@@ -29,6 +29,11 @@ const CASCADE: [&str; 4] = [
     "Recv thread panic",
 ];
 
+/// Whether `error` (a task's failure) is that cascade: the loss of a peer, not its cause.
+pub(crate) fn is_cascade(error: &str) -> bool {
+    CASCADE.iter().any(|c| error.contains(c))
+}
+
 /// Installs the hook (once per process) for a cluster of `hosts` (`host:port` by process
 /// index); a later call replaces the hosts and forgets an earlier loss.
 pub(crate) fn install(hosts: Vec<String>) {

@@ -323,11 +323,12 @@ impl ProcessCoordinator {
                 self.ended.insert((operator_id.clone(), subtask));
                 // Timely's network threads panic when a peer's socket closes; the
                 // workers then find their queues poisoned.
-                if error.contains("timely communication error")
-                    || error.contains("MergeQueue poisoned")
-                {
+                if super::peer_panic::is_cascade(&error) {
+                    // The panic's own text (`MergeQueue poisoned.`) says nothing to a
+                    // user: the peer's loss is the cause, logged where it was seen.
+                    tracing::debug!("a Timely worker panicked after a peer was lost: {error}");
                     return Err(anyhow!(
-                        "lost the connection to another process of the cluster (it failed or was killed): {error}; nothing more is acknowledged"
+                        "lost the connection to another process of the cluster (it failed or was killed); nothing more is acknowledged"
                     ));
                 }
                 let e = anyhow!(
