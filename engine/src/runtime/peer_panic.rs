@@ -63,7 +63,7 @@ fn on_panic(info: &PanicHookInfo<'_>) -> bool {
     let Some(peers) = guard.as_mut() else {
         return false;
     };
-    let cascade = CASCADE.iter().any(|m| message.contains(m));
+    let cascade = is_cascade(message);
     if peers.lost {
         return cascade || name.starts_with("timely");
     }
