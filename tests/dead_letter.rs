@@ -65,41 +65,12 @@ fn sql(t: &Topics, dead: &str, extra: &str) -> String {
     )
 }
 
-/// Reads `sub` (acking everything) until `done` holds for what arrived or nothing arrived
-/// for `idle`; one stream kept in its own task (`next()` is not cancel-safe).
-async fn pull_until(
-    sub: &str,
-    idle: Duration,
-    mut done: impl FnMut(&[Message]) -> bool,
-) -> Vec<Message> {
-    let subscriber = client::subscriber(&profile()).await.unwrap();
-    let mut stream = subscriber
-        .subscribe(client::subscription_path(PROJECT, sub))
-        .set_max_lease_extension(Duration::from_secs(10))
-        .build();
-    let token = stream.shutdown_token();
-    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-    let task = tokio::spawn(async move {
-        while let Some(Ok((m, h))) = stream.next().await {
-            h.ack();
-            if tx.send(m).await.is_err() {
-                break;
-            }
-        }
-    });
-    let mut got = Vec::new();
-    while !done(&got) {
-        match tokio::time::timeout(idle, rx.recv()).await {
-            Ok(Some(m)) => got.push(m),
-            _ => break,
-        }
-    }
-    while let Ok(m) = rx.try_recv() {
-        got.push(m);
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(10), token.shutdown()).await;
-    task.abort();
-    got
+/// The dead letters on `sub`: every distinct message read until `at_least` arrived or
+/// nothing came for `idle` (acknowledged; see [`admin::drain_messages`]).
+async fn letters(sub: &str, at_least: usize, idle: Duration) -> Vec<Message> {
+    admin::drain_messages(&profile(), sub, 1, Some(at_least), idle)
+        .await
+        .unwrap()
 }
 
 /// An input topic + subscription, an output topic + subscription, and a dead-letter topic
@@ -156,7 +127,7 @@ async fn bad_messages_reach_the_dead_letter_topic_in_their_envelope_and_are_acke
     assert_eq!(got.len(), good_ids.len(), "only good rows: {got:?}");
 
     // Every bad message is on the dead-letter topic, once, in its envelope.
-    let letters = pull_until(&dead_sub, Duration::from_secs(10), |m| m.len() >= bad.len()).await;
+    let letters = letters(&dead_sub, bad.len(), Duration::from_secs(10)).await;
     assert_eq!(letters.len(), bad.len(), "{letters:?}");
     let destination = client::subscription_path(PROJECT, &t.input_sub);
     let mut seen = HashSet::new();
@@ -376,7 +347,7 @@ async fn the_in_flight_bound_decides_when_an_offer_waits() {
     q.flush().await.unwrap();
     assert_eq!((q.in_flight(), c.get()), (0, 5));
 
-    let got = pull_until(&dead_sub, Duration::from_secs(10), |m| m.len() >= 10).await;
+    let got = letters(&dead_sub, 10, Duration::from_secs(10)).await;
     let mut payloads: Vec<String> = got
         .iter()
         .map(|m| String::from_utf8(m.data.to_vec()).unwrap())
@@ -525,7 +496,7 @@ async fn a_source_dead_letter_carries_the_original_attributes_and_ordering_key()
         3,
         "{stdout}"
     );
-    let letters = pull_until(&dead_sub, Duration::from_secs(10), |m| m.len() >= 3).await;
+    let letters = letters(&dead_sub, 3, Duration::from_secs(10)).await;
     let by_id: HashMap<&str, &Message> = letters
         .iter()
         .map(|m| (m.attributes[ATTR_MESSAGE_ID].as_str(), m))
@@ -599,7 +570,7 @@ async fn a_sink_dead_letter_names_the_source_message_of_its_row() {
         1,
         "{stdout}"
     );
-    let letters = pull_until(&dead_sub, Duration::from_secs(10), |m| !m.is_empty()).await;
+    let letters = letters(&dead_sub, 1, Duration::from_secs(10)).await;
     assert_eq!(letters.len(), 1, "{letters:?}");
     let m = &letters[0];
     assert_eq!(m.attributes[ATTR_CONNECTOR], "pubsub-sink");

@@ -154,6 +154,12 @@ pub async fn drain(
 
 /// As [`drain`], returning every distinct message whole (data, attributes, ordering
 /// key) in the order they arrived.
+///
+/// Only this reader's consumer side acknowledges, and only what it returns: a stop at
+/// `expected` shuts the streams down and keeps taking (and returning) what they still
+/// hand over until they end, so no message is acknowledged without being returned. What
+/// a stream had leased but not handed over is nacked by its shutdown. Waits at most
+/// 10 s for the streams to end.
 pub async fn drain_messages(
     profile: &PubSubProfile,
     id: &str,
@@ -163,7 +169,7 @@ pub async fn drain_messages(
 ) -> anyhow::Result<Vec<Message>> {
     let subscriber = client::subscriber(profile).await?;
     let name = client::subscription_path(&profile.project, id);
-    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tokens = Vec::new();
     let mut tasks = Vec::new();
     for _ in 0..streams.max(1) {
@@ -174,9 +180,8 @@ pub async fn drain_messages(
         tokens.push(stream.shutdown_token());
         let tx = tx.clone();
         tasks.push(tokio::spawn(async move {
-            while let Some(Ok((m, h))) = stream.next().await {
-                h.ack();
-                if tx.send(m).await.is_err() {
+            while let Some(Ok(delivery)) = stream.next().await {
+                if tx.send(delivery).is_err() {
                     break;
                 }
             }
@@ -185,30 +190,30 @@ pub async fn drain_messages(
     drop(tx);
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
-    loop {
-        if expected.is_some_and(|e| seen.len() >= e) {
-            break;
-        }
-        match tokio::time::timeout(idle, rx.recv()).await {
-            Ok(Some(m)) => {
-                if seen.insert(m.message_id.clone()) {
-                    out.push(m);
-                }
-            }
-            _ => break,
-        }
-    }
-    // Ack everything already delivered, then shut down so the acks are sent.
-    while let Ok(m) = rx.try_recv() {
+    let mut take = |(m, h): (Message, google_cloud_pubsub::subscriber::handler::Handler)| {
+        h.ack();
         if seen.insert(m.message_id.clone()) {
             out.push(m);
         }
+        seen.len()
+    };
+    let mut count = 0;
+    while expected.is_none_or(|e| count < e) {
+        match tokio::time::timeout(idle, rx.recv()).await {
+            Ok(Some(delivery)) => count = take(delivery),
+            _ => break,
+        }
     }
-    let _ = tokio::time::timeout(
-        Duration::from_secs(10),
-        futures::future::join_all(tokens.iter().map(|t| t.shutdown())),
-    )
-    .await;
+    // Stop the streams, taking what they still hand over until each has ended; then the
+    // shutdowns complete (they wait for every handed-over message to be acknowledged).
+    let shutdowns = futures::future::join_all(tokens.iter().map(|t| t.shutdown()));
+    let rest = async {
+        while let Some(delivery) = rx.recv().await {
+            take(delivery);
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join(shutdowns, rest))
+        .await;
     for t in tasks {
         t.abort();
     }
@@ -305,3 +310,7 @@ pub async fn create_topic_with_schema(
         .map_err(|e| anyhow::anyhow!("cannot create topic {name}: {e}"))?;
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "admin_tests.rs"]
+mod tests;
