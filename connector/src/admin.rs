@@ -212,8 +212,11 @@ pub async fn drain_messages(
             take(delivery);
         }
     };
-    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join(shutdowns, rest))
-        .await;
+    let _ = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::future::join(shutdowns, rest),
+    )
+    .await;
     for t in tasks {
         t.abort();
     }

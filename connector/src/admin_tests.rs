@@ -15,10 +15,14 @@ async fn a_drain_stopped_at_its_count_returns_every_message_it_acknowledged() {
     create_topic(&profile, "drain-topic").await.unwrap();
     // 10 s: a message leased but not acknowledged by a partial drain comes back within
     // the final drain's idle wait.
-    create_subscription(&profile, "drain-sub", "drain-topic", 10).await.unwrap();
+    create_subscription(&profile, "drain-sub", "drain-topic", 10)
+        .await
+        .unwrap();
     let n = 3_000;
     let payloads = (0..n).map(|i| format!("{i}").into_bytes()).collect();
-    let ids = publish_all(&profile, "drain-topic", payloads, 500).await.unwrap();
+    let ids = publish_all(&profile, "drain-topic", payloads, 500)
+        .await
+        .unwrap();
     // Many small partial reads: each stops while its streams still deliver. (A part may
     // come back empty: the previous part's streams may hold the rest leased.)
     let mut got: HashSet<String> = HashSet::new();
