@@ -10,6 +10,7 @@ mod cluster;
 mod credentials;
 mod dead_letter;
 mod decode;
+mod event_time;
 mod exactly_once;
 mod expressions;
 mod graph;

@@ -387,6 +387,15 @@ pub struct SubscriberOptionsConfig {
     /// Messages per second per subtask at most. Unset: no limit.
     #[schemars(title = "Rate limit (messages/s)", range(min = 1))]
     pub rate_limit_messages_per_second: Option<u64>,
+    /// A split that delivered nothing for this long (ms) stops holding the subtask's
+    /// watermark back. Default 5 min; 0: never (a silent split holds it back).
+    #[serde(default = "default_watermark_idle_timeout_ms")]
+    #[schemars(title = "Watermark idle timeout (ms)")]
+    pub watermark_idle_timeout_ms: u64,
+}
+
+fn default_watermark_idle_timeout_ms() -> u64 {
+    300_000
 }
 
 impl Default for SubscriberOptionsConfig {
@@ -408,6 +417,7 @@ impl Default for SubscriberOptionsConfig {
             max_records_per_fetch: 1000,
             first_checkpoint_timeout_ms: 600_000,
             rate_limit_messages_per_second: None,
+            watermark_idle_timeout_ms: default_watermark_idle_timeout_ms(),
         }
     }
 }

@@ -46,6 +46,7 @@ pub const SHUTDOWN_TIMEOUT: &str = "scan.shutdown-timeout";
 pub const MAX_RECORDS_PER_FETCH: &str = "scan.max-records-per-fetch";
 pub const FIRST_CHECKPOINT_TIMEOUT: &str = "scan.first-checkpoint-timeout";
 pub const RATE_LIMIT: &str = "scan.rate-limit.messages-per-second";
+pub const WATERMARK_IDLE_TIMEOUT: &str = "scan.watermark.idle-timeout";
 /// `sub:topic,...`: the subscriptions to create when missing, each with its topic.
 pub const AUTO_CREATE_TOPICS: &str = "scan.auto-create.topics";
 pub const AUTO_CREATE_ACK_DEADLINE: &str = "scan.auto-create.ack-deadline";
@@ -85,6 +86,7 @@ pub const SOURCE_OPTIONS: &[&str] = &[
     MAX_RECORDS_PER_FETCH,
     FIRST_CHECKPOINT_TIMEOUT,
     RATE_LIMIT,
+    WATERMARK_IDLE_TIMEOUT,
     AUTO_CREATE_TOPICS,
     AUTO_CREATE_ACK_DEADLINE,
     AUTO_CREATE_MESSAGE_ORDERING,
@@ -128,6 +130,7 @@ const BASE_OPTIONS: &[&str] = &[
     MAX_RECORDS_PER_FETCH,
     FIRST_CHECKPOINT_TIMEOUT,
     RATE_LIMIT,
+    WATERMARK_IDLE_TIMEOUT,
     AUTO_CREATE_TOPICS,
     AUTO_CREATE_ACK_DEADLINE,
     AUTO_CREATE_MESSAGE_ORDERING,
@@ -174,6 +177,7 @@ pub fn sql_key(option: &str) -> &str {
         "max_records_per_fetch" => MAX_RECORDS_PER_FETCH,
         "first_checkpoint_timeout" => FIRST_CHECKPOINT_TIMEOUT,
         "rate_limit_messages_per_second" => RATE_LIMIT,
+        "watermark_idle_timeout" => WATERMARK_IDLE_TIMEOUT,
         "topic" => AUTO_CREATE_TOPICS,
         "ack_deadline" => AUTO_CREATE_ACK_DEADLINE,
         "enable_message_ordering" => AUTO_CREATE_MESSAGE_ORDERING,
@@ -389,6 +393,9 @@ fn source_options(
         s.first_checkpoint_timeout_ms = v;
     }
     s.rate_limit_messages_per_second = o.pull_opt_u64(RATE_LIMIT)?;
+    if let Some(v) = pull_ms(o, WATERMARK_IDLE_TIMEOUT)? {
+        s.watermark_idle_timeout_ms = v;
+    }
     auto_create(o, &mut c.subscriptions)?;
     c.dead_letter = sink::dead_letter_options(o, "scan.")?;
     c.dedup = dedup_options(o)?;
@@ -741,6 +748,7 @@ mod tests {
             (MAX_RECORDS_PER_FETCH, "19"),
             (FIRST_CHECKPOINT_TIMEOUT, "0s"),
             (RATE_LIMIT, "21"),
+            (WATERMARK_IDLE_TIMEOUT, "0s"),
             (AUTO_CREATE_TOPICS, "b:t"),
             (AUTO_CREATE_ACK_DEADLINE, "30s"),
             (AUTO_CREATE_MESSAGE_ORDERING, "true"),
@@ -788,6 +796,7 @@ mod tests {
         assert_eq!(o.max_records_per_fetch, 19);
         assert_eq!(o.first_checkpoint_timeout_ms, 0);
         assert_eq!(o.rate_limit_messages_per_second, Some(21));
+        assert_eq!(o.watermark_idle_timeout_ms, 0);
         assert!(s.subscriptions[0].create.is_none());
         let c = s.subscriptions[1].create.as_ref().unwrap();
         assert_eq!(c.topic, "t");

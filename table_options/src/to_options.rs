@@ -175,6 +175,9 @@ fn subscriber_options(o: &mut Out, s: &SubscriberOptionsConfig) {
         o.put(FIRST_CHECKPOINT_TIMEOUT, ms(s.first_checkpoint_timeout_ms));
     }
     o.opt(RATE_LIMIT, s.rate_limit_messages_per_second, num);
+    if s.watermark_idle_timeout_ms != d.watermark_idle_timeout_ms {
+        o.put(WATERMARK_IDLE_TIMEOUT, ms(s.watermark_idle_timeout_ms));
+    }
 }
 
 /// `scan.auto-create.*`: the topics of every subscription to create, and the first one's

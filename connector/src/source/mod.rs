@@ -101,3 +101,14 @@ pub const OLDEST_UNACKED_MESSAGE_AGE_MS: &str = "oldest_unacked_message_age_ms";
 /// publish time of the newest message held to now (how far behind the data being
 /// processed is); 0 when none is held.
 pub const EVENT_TIME_LAG_MS: &str = "event_time_lag_ms";
+/// Gauge: the subtask's watermark, milliseconds since the Unix epoch (0 until every split
+/// that is not idle delivered): the highest publish time each split delivered, less the
+/// out-of-orderness (1 s), lowest over the splits; never lowered (decision 0035).
+pub const WATERMARK_MS: &str = "watermark_ms";
+/// Gauge: milliseconds from the subtask's watermark to now (0 before it has one).
+pub const WATERMARK_LAG_MS: &str = "watermark_lag_ms";
+/// Gauge: 1 while every split of the subtask is idle (`scan.watermark.idle-timeout`).
+pub const SOURCE_IDLE: &str = "source_idle";
+/// Counter: messages whose publish time was at or behind the subtask's watermark when
+/// they arrived (rows a window would count as late).
+pub const MESSAGES_BEHIND_WATERMARK: &str = "messages_behind_watermark";

@@ -180,6 +180,12 @@ impl PubSubSubscriberOptionsBuilder {
         /// disables. Default 10 min.
         first_checkpoint_timeout, first_checkpoint_timeout_ms
     );
+    ms_setter!(
+        /// A split that delivered nothing for this long stops holding the subtask's
+        /// watermark back (Flink's `scan.watermark.idle-timeout`, Arroyo's `idle_time`).
+        /// Zero: never (a silent split holds the watermark back). Default 5 min.
+        watermark_idle_timeout, watermark_idle_timeout_ms
+    );
 
     /// Messages taken from one split in one go before the next split is served.
     /// Positive. Default 1000.
@@ -333,6 +339,7 @@ mod tests {
         assert_eq!(c.shutdown_timeout_ms, 5_000);
         assert_eq!(c.max_records_per_fetch, 1000);
         assert_eq!(c.first_checkpoint_timeout_ms, 600_000);
+        assert_eq!(c.watermark_idle_timeout_ms, 300_000);
         assert_eq!(o.paused_split_caps(1000), (2000, 200_000_000));
         assert_eq!(o.lease_extension(), None);
     }

@@ -62,6 +62,7 @@ fn source_full() -> SourceConfig {
         max_records_per_fetch: 23,
         first_checkpoint_timeout_ms: 0,
         rate_limit_messages_per_second: Some(25),
+        watermark_idle_timeout_ms: 26,
     };
     let mut d = DeadLetterQueueConfig::new("projects/other/topics/dl");
     d.authentication = Authentication::ServiceAccountKeyFile {

@@ -42,6 +42,13 @@ impl SourceReader {
         for s in &mut self.splits {
             s.tracker.bind(barrier.epoch);
         }
+        if let Some(w) = self.watermarks.as_mut() {
+            let status = w.advance(Instant::now());
+            ctx.state.values.insert(
+                watermark::STATE_KEY.to_string(),
+                watermark::snapshot(status.watermark_ns),
+            );
+        }
         if let Some(d) = &self.dedup {
             ctx.state.values.insert(
                 crate::source::dedup::STATE_KEY.to_string(),

@@ -228,8 +228,8 @@ impl SourceReader {
         }
         // The one copy of the id: the tracker and the buffers share it.
         let id = MessageId::from(m.message_id.as_str());
-        let published_ms = m
-            .publish_time
+        let publish_time = m.publish_time.clone();
+        let published_ms = publish_time
             .as_ref()
             .map(|t| t.seconds().saturating_mul(1_000) + i64::from(t.nanos()) / 1_000_000);
         let meta = self.metadata(split, &m, h.handler());
@@ -254,6 +254,7 @@ impl SourceReader {
         {
             return Ok(Admit::Skip);
         }
+        self.observe_event_time(split, publish_time.as_ref());
         // Counted once per message taken, not per redelivery of one still held.
         let dedup = match (dedup, &self.dedup) {
             (Some(None), Some(d)) => {

@@ -21,6 +21,10 @@ pub(super) struct Counters {
     pub(super) buffered_bytes: Gauge,
     pub(super) pending_checkpoints: Gauge,
     pub(super) checkpoint_lag_ms: Gauge,
+    pub(super) behind_watermark: Counter,
+    pub(super) watermark_ms: Gauge,
+    pub(super) watermark_lag_ms: Gauge,
+    pub(super) idle: Gauge,
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
@@ -66,6 +70,10 @@ impl Counters {
             buffered_bytes: gauge(BUFFERED_BYTES),
             pending_checkpoints: gauge(PENDING_CHECKPOINTS),
             checkpoint_lag_ms: gauge(CHECKPOINT_LAG_MS),
+            behind_watermark: counter(MESSAGES_BEHIND_WATERMARK),
+            watermark_ms: gauge(WATERMARK_MS),
+            watermark_lag_ms: gauge(WATERMARK_LAG_MS),
+            idle: gauge(SOURCE_IDLE),
         }
     }
 }
@@ -97,7 +105,7 @@ impl SourceReader {
         }
     }
 
-    pub(super) fn update_gauges(&self) {
+    pub(super) fn update_gauges(&mut self) {
         let (m, b) = self.held();
         let c = self.counters();
         c.pending_acks.set(m);
@@ -117,6 +125,7 @@ impl SourceReader {
             s.age.0.set(oldest);
             s.age.1.set(newest);
         }
+        self.advance_watermark(Instant::now(), now_ms);
     }
 }
 

@@ -54,6 +54,7 @@ mod flow;
 mod intake;
 mod metrics;
 mod start;
+pub(crate) mod watermark;
 
 use decode::Buffered;
 use dedup::Dedup;
@@ -137,6 +138,8 @@ pub struct SourceReader {
     dedup: Option<Dedup>,
     /// Format `avro`: the schema revisions messages name.
     avro: Option<crate::avro::Revisions>,
+    /// Event time and watermarks of the splits (set up in `on_start`; none without splits).
+    watermarks: Option<watermark::Watermarks>,
     /// `scan.max-consecutive-failures`: the messages that failed in a row.
     failures: FailureRun,
     /// The latest failed message and why (for the error when the run passes its bound).
@@ -183,6 +186,7 @@ impl SourceReader {
             dedup: None,
             avro: (op.format == pubsub_engine::Format::Avro)
                 .then(|| crate::avro::Revisions::new(profile.clone())),
+            watermarks: None,
             failures: FailureRun::new(config.max_consecutive_failures),
             last_failure: String::new(),
             profile,

@@ -125,6 +125,20 @@ impl SourceReader {
                 subscription,
             });
         }
+        let restored = watermark::restore(
+            ctx.restored_subtasks
+                .iter()
+                .map(|(_, state)| state.values.get(watermark::STATE_KEY)),
+        )?;
+        let idle = (c.watermark_idle_timeout_ms > 0)
+            .then(|| Duration::from_millis(c.watermark_idle_timeout_ms));
+        let mut marks =
+            watermark::Watermarks::new(watermark::DEFAULT_OUT_OF_ORDERNESS, idle, restored)?;
+        let now = Instant::now();
+        for _ in &self.splits {
+            marks.add_split(now);
+        }
+        self.watermarks = Some(marks);
         tracing::debug!(
             "source subtask {} reads splits {:?}",
             ctx.task_info.task_index,

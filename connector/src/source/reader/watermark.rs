@@ -1,0 +1,218 @@
+//! Event time and watermarks of one source subtask (issue 32, item 2; decision 0035).
+//!
+//! A row's event time is its message's publish time (nanoseconds since the Unix epoch,
+//! the service's clock). Per split (the StreamingPull streams of one subscription), the
+//! watermark is the highest event time seen minus the out-of-orderness bound; the
+//! subtask's watermark is the minimum over its splits that are not idle, and never goes
+//! backwards, also across a restart (it is part of each checkpoint). A split that has
+//! delivered nothing for the idle timeout stops holding the minimum back; a subtask whose
+//! splits are all idle is idle (its watermark stays where it is).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Checkpoint key of the subtask's watermark (nanoseconds since the Unix epoch).
+pub const STATE_KEY: &str = "watermark";
+
+/// The out-of-orderness of publish times this subtask allows before a message counts as
+/// behind the watermark. Publish time is not delivery order on Pub/Sub: several streams
+/// of a split interleave, a backlog and redeliveries come back older than what was just
+/// read. One second is Arroyo's default for a connector's own timestamp; the measured
+/// spread on the emulator is in decision 0035.
+pub const DEFAULT_OUT_OF_ORDERNESS: Duration = Duration::from_secs(1);
+
+/// One split's event-time progress.
+#[derive(Debug, Clone, Copy)]
+struct SplitTime {
+    /// The highest event time it delivered (ns), if any.
+    max_ns: Option<i64>,
+    /// When it last delivered a message (or was added).
+    last: Instant,
+}
+
+/// What the subtask's watermark is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatermarkStatus {
+    /// The watermark (ns since the Unix epoch): every event time at or below it is
+    /// complete as far as this subtask knows. `None` until every active split delivered.
+    pub watermark_ns: Option<i64>,
+    /// Every split is idle: the subtask does not hold an operator's minimum back.
+    pub idle: bool,
+}
+
+/// The watermarks of one subtask's splits.
+#[derive(Debug)]
+pub struct Watermarks {
+    bound_ns: i64,
+    /// `None`: a split is never idle.
+    idle_timeout: Option<Duration>,
+    splits: Vec<SplitTime>,
+    /// The highest watermark reported (restored from the checkpoint): never lowered.
+    current: Option<i64>,
+}
+
+impl Watermarks {
+    /// `bound`: the out-of-orderness; `idle_timeout`: `None` keeps every split active.
+    /// `restored`: the watermark of the restored checkpoint, if any.
+    ///
+    /// # Errors
+    /// A bound of 292 years or more (it does not fit nanoseconds in an `i64`).
+    pub fn new(
+        bound: Duration,
+        idle_timeout: Option<Duration>,
+        restored: Option<i64>,
+    ) -> anyhow::Result<Watermarks> {
+        let bound_ns = i64::try_from(bound.as_nanos()).map_err(|_| {
+            anyhow::anyhow!("an out-of-orderness of {bound:?} does not fit in nanoseconds")
+        })?;
+        Ok(Watermarks {
+            bound_ns,
+            idle_timeout,
+            splits: Vec::new(),
+            current: restored,
+        })
+    }
+
+    /// Adds a split (its index is the order of the calls); it counts as having just
+    /// delivered, so it holds the watermark back until it delivers or turns idle.
+    pub fn add_split(&mut self, now: Instant) {
+        self.splits.push(SplitTime {
+            max_ns: None,
+            last: now,
+        });
+    }
+
+    /// Split `split` delivered a message with event time `event_ns`. Returns whether the
+    /// message is behind the subtask's watermark (a window that ends at or before it
+    /// may already have fired). A split index out of range is ignored.
+    pub fn observe(&mut self, split: usize, event_ns: i64, now: Instant) -> bool {
+        let behind = self.current.is_some_and(|w| event_ns <= w);
+        if let Some(s) = self.splits.get_mut(split) {
+            s.max_ns = Some(s.max_ns.map_or(event_ns, |m| m.max(event_ns)));
+            s.last = now;
+        }
+        behind
+    }
+
+    fn is_idle(&self, s: &SplitTime, now: Instant) -> bool {
+        self.idle_timeout
+            .is_some_and(|t| now.saturating_duration_since(s.last) >= t)
+    }
+
+    /// Advances the watermark to what the splits allow at `now` (never lowers it).
+    pub fn advance(&mut self, now: Instant) -> WatermarkStatus {
+        let mut min: Option<i64> = None;
+        let mut active = 0;
+        let mut unknown = false;
+        for s in &self.splits {
+            if self.is_idle(s, now) {
+                continue;
+            }
+            active += 1;
+            match s.max_ns {
+                Some(m) => {
+                    let w = m.saturating_sub(self.bound_ns);
+                    min = Some(min.map_or(w, |x| x.min(w)));
+                }
+                None => unknown = true,
+            }
+        }
+        if let (false, Some(w)) = (unknown, min) {
+            self.current = Some(self.current.map_or(w, |c| c.max(w)));
+        }
+        WatermarkStatus {
+            watermark_ns: self.current,
+            idle: active == 0,
+        }
+    }
+
+    /// The watermark reported so far.
+    pub fn current(&self) -> Option<i64> {
+        self.current
+    }
+
+    /// When the next split turns idle (the run loop wakes then to advance), if any.
+    pub fn next_idle_at(&self, now: Instant) -> Option<Instant> {
+        let t = self.idle_timeout?;
+        self.splits
+            .iter()
+            .map(|s| s.last + t)
+            .filter(|at| *at > now)
+            .min()
+    }
+}
+
+/// The checkpoint value of a watermark.
+pub fn snapshot(watermark_ns: Option<i64>) -> serde_json::Value {
+    watermark_ns.map_or(serde_json::Value::Null, serde_json::Value::from)
+}
+
+/// The watermark to start from after a restore: the lowest of the restored subtasks'
+/// (an operator's watermark is their minimum, so starting there never takes it past what
+/// it was, whatever the new parallelism). `None` when there is nothing restored or any
+/// restored subtask had no watermark yet (`null`: a split had not delivered): then no
+/// message counts as behind until the splits deliver again. A subtask without the key (one
+/// without splits, or a state from before watermarks) is left out. The operators downstream keep their own watermark in the checkpoint, so a
+/// conservative start here never moves theirs back.
+///
+/// # Errors
+/// A value that is not an integer (a state written by something else).
+pub fn restore<'a>(
+    values: impl IntoIterator<Item = Option<&'a serde_json::Value>>,
+) -> anyhow::Result<Option<i64>> {
+    let mut min: Option<i64> = None;
+    for v in values.into_iter().flatten() {
+        if v.is_null() {
+            return Ok(None);
+        }
+        let w = v.as_i64().ok_or_else(|| {
+            anyhow::anyhow!("checkpointed watermark {v} is not an integer of nanoseconds")
+        })?;
+        min = Some(min.map_or(w, |m| m.min(w)));
+    }
+    Ok(min)
+}
+
+impl super::SourceReader {
+    /// Split `split` delivered a message published at `publish_time`: counts it when it
+    /// is behind the watermark. A publish time outside nanoseconds in an `i64` (years
+    /// 1677 to 2262; never set by the service) is not observed.
+    pub(super) fn observe_event_time(
+        &mut self,
+        split: usize,
+        publish_time: Option<&google_cloud_wkt::Timestamp>,
+    ) {
+        let Some(w) = self.watermarks.as_mut() else {
+            return;
+        };
+        let Some(ns) = publish_time.and_then(|t| {
+            t.seconds()
+                .checked_mul(1_000_000_000)?
+                .checked_add(i64::from(t.nanos()))
+        }) else {
+            return;
+        };
+        if w.observe(split, ns, Instant::now()) {
+            self.counters().behind_watermark.add(1);
+        }
+    }
+
+    /// Advances the watermark and sets its gauges.
+    pub(super) fn advance_watermark(&mut self, now: Instant, now_ms: i64) {
+        let Some(w) = self.watermarks.as_mut() else {
+            return;
+        };
+        let status = w.advance(now);
+        let c = self.counters();
+        let ms = status.watermark_ns.map(|ns| ns.div_euclid(1_000_000));
+        c.watermark_ms.set(ms.map_or(0, |ms| ms.max(0) as u64));
+        c.watermark_lag_ms
+            .set(ms.map_or(0, |ms| now_ms.saturating_sub(ms).max(0) as u64));
+        c.idle.set(u64::from(status.idle));
+    }
+}
+
+#[cfg(test)]
+#[path = "watermark_tests.rs"]
+mod tests;

@@ -1,0 +1,153 @@
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::*;
+
+const S: i64 = 1_000_000_000;
+
+fn marks(bound_s: u64, idle_s: Option<u64>, splits: usize, now: Instant) -> Watermarks {
+    let mut w = Watermarks::new(
+        Duration::from_secs(bound_s),
+        idle_s.map(Duration::from_secs),
+        None,
+    )
+    .unwrap();
+    for _ in 0..splits {
+        w.add_split(now);
+    }
+    w
+}
+
+#[test]
+fn the_watermark_is_the_lowest_splits_highest_event_time_less_the_bound() {
+    let t0 = Instant::now();
+    let mut w = marks(2, None, 2, t0);
+    w.observe(0, 100 * S, t0);
+    // Split 1 has not delivered: it holds the watermark back.
+    assert_eq!(
+        w.advance(t0),
+        WatermarkStatus {
+            watermark_ns: None,
+            idle: false
+        }
+    );
+    w.observe(1, 50 * S, t0);
+    w.observe(1, 40 * S, t0);
+    assert_eq!(w.advance(t0).watermark_ns, Some(48 * S));
+    w.observe(1, 200 * S, t0);
+    assert_eq!(w.advance(t0).watermark_ns, Some(98 * S));
+}
+
+#[test]
+fn the_watermark_never_goes_backwards() {
+    let t0 = Instant::now();
+    let mut w = marks(0, Some(10), 2, t0);
+    w.observe(0, 100 * S, t0);
+    w.observe(1, 100 * S, t0);
+    assert_eq!(w.advance(t0).watermark_ns, Some(100 * S));
+    // Split 0 idles out; split 1 alone carries it; then split 0 comes back far behind.
+    w.observe(1, 120 * S, t0 + Duration::from_secs(5));
+    assert_eq!(
+        w.advance(t0 + Duration::from_secs(11)).watermark_ns,
+        Some(120 * S)
+    );
+    assert!(w.observe(0, 90 * S, t0 + Duration::from_secs(12)));
+    assert_eq!(
+        w.advance(t0 + Duration::from_secs(12)).watermark_ns,
+        Some(120 * S)
+    );
+    // Restored from a checkpoint: the start is the floor.
+    let mut r = Watermarks::new(Duration::ZERO, None, Some(500 * S)).unwrap();
+    r.add_split(t0);
+    r.observe(0, 10 * S, t0);
+    assert_eq!(r.advance(t0).watermark_ns, Some(500 * S));
+}
+
+#[test]
+fn an_idle_split_stops_holding_the_watermark_back_and_all_idle_is_idle() {
+    let t0 = Instant::now();
+    let mut w = marks(1, Some(30), 2, t0);
+    w.observe(0, 100 * S, t0 + Duration::from_secs(5));
+    assert_eq!(w.advance(t0 + Duration::from_secs(29)).watermark_ns, None);
+    let at = t0 + Duration::from_secs(30);
+    assert_eq!(w.next_idle_at(t0 + Duration::from_secs(29)), Some(at));
+    // Split 1 never delivered: idle after 30 s, split 0 alone sets the watermark.
+    assert_eq!(
+        w.advance(at),
+        WatermarkStatus {
+            watermark_ns: Some(99 * S),
+            idle: false
+        }
+    );
+    assert_eq!(w.next_idle_at(at), Some(t0 + Duration::from_secs(35)));
+    let later = t0 + Duration::from_secs(35);
+    assert_eq!(
+        w.advance(later),
+        WatermarkStatus {
+            watermark_ns: Some(99 * S),
+            idle: true
+        }
+    );
+    assert_eq!(w.next_idle_at(later), None);
+    // A delivery makes its split active again.
+    w.observe(1, 200 * S, later);
+    assert_eq!(
+        w.advance(later),
+        WatermarkStatus {
+            watermark_ns: Some(199 * S),
+            idle: false
+        }
+    );
+    // Without an idle timeout a silent split holds it back for good.
+    let mut never = marks(1, None, 2, t0);
+    never.observe(0, 100 * S, t0);
+    let day = t0 + Duration::from_secs(86_400);
+    assert_eq!(
+        never.advance(day),
+        WatermarkStatus {
+            watermark_ns: None,
+            idle: false
+        }
+    );
+    assert_eq!(never.next_idle_at(day), None);
+}
+
+#[test]
+fn a_message_at_or_below_the_watermark_is_behind_it() {
+    let t0 = Instant::now();
+    let mut w = marks(5, None, 1, t0);
+    assert!(!w.observe(0, 100 * S, t0));
+    w.advance(t0);
+    assert_eq!(w.current(), Some(95 * S));
+    assert!(w.observe(0, 95 * S, t0));
+    assert!(!w.observe(0, 95 * S + 1, t0));
+    // Event times near the ends of the range saturate instead of wrapping.
+    let mut edge = marks(5, None, 1, t0);
+    edge.observe(0, i64::MIN + 1, t0);
+    assert_eq!(edge.advance(t0).watermark_ns, Some(i64::MIN));
+}
+
+#[test]
+fn a_restore_starts_from_the_lowest_checkpointed_watermark_or_none() {
+    let (a, b, null) = (json!(7), json!(3), json!(null));
+    assert_eq!(restore([Some(&a), Some(&b)]).unwrap(), Some(3));
+    assert_eq!(restore([]).unwrap(), None);
+    // A subtask whose split had not delivered: none. One without the key (no split, or
+    // an older state) is left out.
+    assert_eq!(restore([Some(&a), Some(&null)]).unwrap(), None);
+    assert_eq!(restore([Some(&a), None]).unwrap(), Some(7));
+    assert_eq!(restore([None, None]).unwrap(), None);
+    let bad = json!("soon");
+    let e = restore([Some(&bad)]).unwrap_err().to_string();
+    assert!(e.contains("\"soon\""), "{e}");
+    assert_eq!(snapshot(Some(3)), json!(3));
+    assert_eq!(snapshot(None), json!(null));
+}
+
+#[test]
+fn a_bound_that_does_not_fit_nanoseconds_is_refused() {
+    let e = Watermarks::new(Duration::from_secs(u64::MAX), None, None).unwrap_err();
+    assert!(e.to_string().contains("does not fit"), "{e}");
+}
