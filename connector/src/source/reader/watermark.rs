@@ -126,21 +126,6 @@ impl Watermarks {
             idle: active == 0,
         }
     }
-
-    /// The watermark reported so far.
-    pub fn current(&self) -> Option<i64> {
-        self.current
-    }
-
-    /// When the next split turns idle (the run loop wakes then to advance), if any.
-    pub fn next_idle_at(&self, now: Instant) -> Option<Instant> {
-        let t = self.idle_timeout?;
-        self.splits
-            .iter()
-            .map(|s| s.last + t)
-            .filter(|at| *at > now)
-            .min()
-    }
 }
 
 /// The checkpoint value of a watermark.
