@@ -140,6 +140,8 @@ pub struct SourceReader {
     avro: Option<crate::avro::Revisions>,
     /// Event time and watermarks of the splits (set up in `on_start`; none without splits).
     watermarks: Option<watermark::Watermarks>,
+    /// When the run loop last advanced the watermarks (their clock for idleness).
+    watermark_at: Instant,
     /// `scan.max-consecutive-failures`: the messages that failed in a row.
     failures: FailureRun,
     /// The latest failed message and why (for the error when the run passes its bound).
@@ -187,6 +189,7 @@ impl SourceReader {
             avro: (op.format == pubsub_engine::Format::Avro)
                 .then(|| crate::avro::Revisions::new(profile.clone())),
             watermarks: None,
+            watermark_at: Instant::now(),
             failures: FailureRun::new(config.max_consecutive_failures),
             last_failure: String::new(),
             profile,

@@ -135,6 +135,7 @@ impl SourceReader {
         let mut marks =
             watermark::Watermarks::new(watermark::DEFAULT_OUT_OF_ORDERNESS, idle, restored)?;
         let now = Instant::now();
+        self.watermark_at = now;
         for _ in &self.splits {
             marks.add_split(now);
         }

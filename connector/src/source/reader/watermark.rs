@@ -22,6 +22,10 @@ pub const STATE_KEY: &str = "watermark";
 /// spread on the emulator is in decision 0035.
 pub const DEFAULT_OUT_OF_ORDERNESS: Duration = Duration::from_secs(1);
 
+/// How often the run loop advances the watermark (and reads the clock for idleness); a
+/// barrier always advances it.
+const ADVANCE_EVERY: Duration = Duration::from_millis(100);
+
 /// One split's event-time progress.
 #[derive(Debug, Clone, Copy)]
 struct SplitTime {
@@ -178,16 +182,22 @@ impl super::SourceReader {
         }) else {
             return;
         };
-        if w.observe(split, ns, Instant::now()) {
+        // The clock of the last advance (at most `ADVANCE_EVERY` old while messages
+        // flow): idleness is minutes, so a clock read per message would buy nothing.
+        if w.observe(split, ns, self.watermark_at) {
             self.counters().behind_watermark.add(1);
         }
     }
 
-    /// Advances the watermark and sets its gauges.
+    /// Advances the watermark and sets its gauges, at most every `ADVANCE_EVERY`.
     pub(super) fn advance_watermark(&mut self, now: Instant, now_ms: i64) {
         let Some(w) = self.watermarks.as_mut() else {
             return;
         };
+        if now < self.watermark_at + ADVANCE_EVERY {
+            return;
+        }
+        self.watermark_at = now;
         let status = w.advance(now);
         let c = self.counters();
         let ms = status.watermark_ns.map(|ns| ns.div_euclid(1_000_000));
