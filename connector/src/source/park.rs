@@ -29,6 +29,9 @@ pub(super) struct Held {
     /// Under format `avro`: the schema revision and encoding the message was written
     /// with, or why it cannot be decoded; `None` for other formats.
     pub writer: Option<Result<crate::source::AvroWriterOf, String>>,
+    /// The message's event time (its publish time, ns since the Unix epoch), observed by
+    /// the watermark when it is decoded; `None` outside the range of an `i64`.
+    pub event_ns: Option<i64>,
 }
 
 /// What a dead letter carries of its original message besides the payload.
@@ -101,6 +104,7 @@ mod tests {
             context: None,
             dedup: None,
             writer: None,
+            event_ns: None,
         }
     }
 

@@ -26,6 +26,7 @@ impl SourceReader {
         held: Held,
         collector: &mut SourceCollector,
     ) -> anyhow::Result<()> {
+        self.observe_event_time(split, held.event_ns);
         // A copy of a record already seen is acknowledged with the next checkpoint and
         // yields no row; a first copy holds its id from now (its rows go out before the
         // next barrier, so the checkpoint that covers them holds the id).

@@ -228,8 +228,9 @@ impl SourceReader {
         }
         // The one copy of the id: the tracker and the buffers share it.
         let id = MessageId::from(m.message_id.as_str());
-        let publish_time = m.publish_time.clone();
-        let published_ms = publish_time
+        let event_ns = m.publish_time.as_ref().and_then(watermark::publish_ns);
+        let published_ms = m
+            .publish_time
             .as_ref()
             .map(|t| t.seconds().saturating_mul(1_000) + i64::from(t.nanos()) / 1_000_000);
         let meta = self.metadata(split, &m, h.handler());
@@ -254,7 +255,6 @@ impl SourceReader {
         {
             return Ok(Admit::Skip);
         }
-        self.observe_event_time(split, publish_time.as_ref());
         // Counted once per message taken, not per redelivery of one still held.
         let dedup = match (dedup, &self.dedup) {
             (Some(None), Some(d)) => {
@@ -270,6 +270,7 @@ impl SourceReader {
             context,
             dedup,
             writer,
+            event_ns,
         }))
     }
 

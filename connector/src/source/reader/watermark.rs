@@ -132,6 +132,14 @@ impl Watermarks {
     }
 }
 
+/// A publish time in ns since the Unix epoch; `None` outside an `i64` (years 1677 to
+/// 2262; never set by the service).
+pub fn publish_ns(t: &google_cloud_wkt::Timestamp) -> Option<i64> {
+    t.seconds()
+        .checked_mul(1_000_000_000)?
+        .checked_add(i64::from(t.nanos()))
+}
+
 /// The checkpoint value of a watermark.
 pub fn snapshot(watermark_ns: Option<i64>) -> serde_json::Value {
     watermark_ns.map_or(serde_json::Value::Null, serde_json::Value::from)
@@ -164,22 +172,12 @@ pub fn restore<'a>(
 }
 
 impl super::SourceReader {
-    /// Split `split` delivered a message published at `publish_time`: counts it when it
-    /// is behind the watermark. A publish time outside nanoseconds in an `i64` (years
-    /// 1677 to 2262; never set by the service) is not observed.
-    pub(super) fn observe_event_time(
-        &mut self,
-        split: usize,
-        publish_time: Option<&google_cloud_wkt::Timestamp>,
-    ) {
-        let Some(w) = self.watermarks.as_mut() else {
-            return;
-        };
-        let Some(ns) = publish_time.and_then(|t| {
-            t.seconds()
-                .checked_mul(1_000_000_000)?
-                .checked_add(i64::from(t.nanos()))
-        }) else {
+    /// Split `split` emits (decodes) a message with event time `event_ns`: counts it
+    /// when it is behind the watermark. Only decoded messages move the watermark: one
+    /// nacked from a paused buffer (a park, a stop) comes back later and must not find
+    /// the watermark already past it.
+    pub(super) fn observe_event_time(&mut self, split: usize, event_ns: Option<i64>) {
+        let (Some(w), Some(ns)) = (self.watermarks.as_mut(), event_ns) else {
             return;
         };
         // The clock of the last advance (at most `ADVANCE_EVERY` old while messages
