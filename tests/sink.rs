@@ -77,13 +77,14 @@ async fn cut_for_good(prefix: &str, sink_opts: &str) -> String {
         sink_opts,
     );
     let w = Workdir::new(&sql);
+    let probe = probe(&t).await;
     let child = w.spawn(&["--checkpoint-interval", "1s", "--stop-when-idle", "30s"]);
-    let mut published = sink_ids(&t.output_sub, Some(100), Duration::from_secs(30)).await;
-    assert!(published.len() >= 100);
+    let seen = sink_ids(&probe, Some(100), Duration::from_secs(30)).await;
+    assert!(seen.len() >= 100);
     proxy.cut();
     let (code, _stdout, stderr) = finish(child, LIMIT).await;
     assert_ne!(code, 0, "{stderr}");
-    published.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
+    let published = sink_ids(&t.output_sub, None, Duration::from_secs(3)).await;
     nothing_acknowledged_unpublished(&t, &ids, &published).await;
     stderr
 }
@@ -402,10 +403,30 @@ async fn until_recreated(topic: &str) {
     }
 }
 
+/// A second subscription on the output topic that only shows progress, so the output
+/// subscription is read once, at the end: a read stopped at a count leaves what its
+/// streams had in flight leased for up to their ack deadline (10 s; see
+/// `admin::drain_messages`), and a short read after it would miss those rows.
+async fn probe(t: &Topics) -> String {
+    let probe = unique("sink-probe");
+    admin::create_subscription(&profile(), &probe, &t.output, 10)
+        .await
+        .unwrap();
+    probe
+}
+
+/// Waits until the job has written at least 50 rows (seen on `probe`) before the topic is
+/// deleted.
+async fn written_before_deletion(probe: &str) {
+    let seen = sink_ids(probe, Some(50), Duration::from_secs(30)).await;
+    assert!(seen.len() >= 50, "{}", seen.len());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_recreated_mid_run_with_a_subscription_gets_every_row_readable_there() {
     pubsub_connector_core::tools::wire_log::enable();
     let t = topics("sink-recreate", 10).await;
+    let probe = probe(&t).await;
     let ids = publish_seq(&t.input, 0..300).await;
     // One sink subtask, whose republish after the recreation would come 1-2 ms later
     // (recovery backoff 1 ms): before this test can add the subscription below, so the
@@ -424,8 +445,7 @@ async fn a_topic_recreated_mid_run_with_a_subscription_gets_every_row_readable_t
         "--stop-when-idle",
         "5s",
     ]);
-    let mut got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(30)).await;
-    assert!(got.len() >= 50);
+    written_before_deletion(&probe).await;
     // As a fault campaign does: delete the topic, then recreate it (unless the sink was
     // first) with a subscription through the admin API.
     admin::delete_topic(&profile(), &t.output).await.unwrap();
@@ -440,7 +460,7 @@ async fn a_topic_recreated_mid_run_with_a_subscription_gets_every_row_readable_t
     assert_eq!(summary_count(&stdout, "topics created:"), 1, "{stdout}");
     // Rows confirmed before the deletion are on the old subscription; every later one is
     // readable on the new one.
-    got.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
+    let mut got = sink_ids(&t.output_sub, None, Duration::from_secs(3)).await;
     got.extend(sink_ids(&sub, None, Duration::from_secs(5)).await);
     assert_eq!(missing(&ids, &got), 0, "{stderr}");
     assert_all_acked(&t.input_sub);
@@ -450,6 +470,7 @@ async fn a_topic_recreated_mid_run_with_a_subscription_gets_every_row_readable_t
 async fn a_topic_recreated_mid_run_without_a_subscription_fails_the_job_and_acknowledges_no_lost_row(
 ) {
     let t = topics("sink-recreate-none", 10).await;
+    let probe = probe(&t).await;
     let ids = publish_seq(&t.input, 0..300).await;
     let w = Workdir::new(&via_sql(
         &t,
@@ -458,8 +479,7 @@ async fn a_topic_recreated_mid_run_without_a_subscription_fails_the_job_and_ackn
         ", 'sink.recovery.initial-backoff' = '10ms', 'sink.recovery.max-attempts' = '3'",
     ));
     let child = w.spawn(&["--checkpoint-interval", "500ms", "--stop-when-idle", "5s"]);
-    let mut got = sink_ids(&t.output_sub, Some(50), Duration::from_secs(30)).await;
-    assert!(got.len() >= 50);
+    written_before_deletion(&probe).await;
     admin::delete_topic(&profile(), &t.output).await.unwrap();
     let (code, stdout, stderr) = finish(child, LIMIT).await;
     assert_ne!(
@@ -473,7 +493,7 @@ async fn a_topic_recreated_mid_run_without_a_subscription_fails_the_job_and_ackn
     );
     // Every row is readable (on the old subscription, written before the deletion) or
     // still unacknowledged on the input subscription.
-    got.extend(sink_ids(&t.output_sub, None, Duration::from_secs(3)).await);
+    let got = sink_ids(&t.output_sub, None, Duration::from_secs(3)).await;
     let back: HashSet<String> = redelivered(&t.input_sub, Duration::from_secs(15))
         .await
         .into_keys()

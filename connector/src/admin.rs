@@ -159,7 +159,10 @@ pub async fn drain(
 /// `expected` shuts the streams down and keeps taking (and returning) what they still
 /// hand over until they end, so no message is acknowledged without being returned. What
 /// a stream had leased but not handed over is nacked by its shutdown. Waits at most
-/// 10 s for the streams to end.
+/// 10 s for the streams to end. What the server had sent but the client had not read yet
+/// when a stop came stays leased until the streams' ack deadline (10 s) passes: a read
+/// that must see everything after a stopped one waits past it, or reads another
+/// subscription.
 pub async fn drain_messages(
     profile: &PubSubProfile,
     id: &str,
