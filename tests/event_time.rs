@@ -46,7 +46,9 @@ async fn the_watermark_follows_publish_times_survives_a_restart_and_counts_a_rep
     admin::create_subscription(&p, &probe, &t.input, 60)
         .await
         .unwrap();
-    // Two bursts more than the out-of-orderness (1 s) apart.
+    // Two bursts more than the out-of-orderness (1 s) apart. The pause makes data, it
+    // waits on nothing: every expectation below comes from the publish times read back,
+    // and the second burst is published (and stamped by the service) after the pause.
     publish_seq(&t.input, 0..100).await;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     publish_seq(&t.input, 100..200).await;
