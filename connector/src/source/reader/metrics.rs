@@ -117,15 +117,17 @@ impl SourceReader {
                 .max()
                 .unwrap_or(0),
         );
+        // One monotonic clock read per refresh, shared with the watermark's.
+        let now = Instant::now();
         c.checkpoint_lag_ms
-            .set(self.last_commit.elapsed().as_millis() as u64);
+            .set(now.saturating_duration_since(self.last_commit).as_millis() as u64);
         let now_ms = unix_ms_now();
         for s in &self.splits {
             let (oldest, newest) = ages(now_ms, s.tracker.publish_time_range());
             s.age.0.set(oldest);
             s.age.1.set(newest);
         }
-        self.advance_watermark(Instant::now(), now_ms);
+        self.advance_watermark(now, now_ms);
     }
 }
 
