@@ -152,6 +152,19 @@ async fn two_processes_of_two_workers_agree_on_checkpoints_route_by_key_and_lose
         w.checkpoint_epoch().is_some(),
         "process 0 wrote the checkpoint"
     );
+    // Watermarks crossed the processes with the rows: every sink subtask, on either
+    // process, ends at the lowest final watermark of the four source subtasks (each in the
+    // final checkpoint), or has none when one of them never had one.
+    let marks = checkpointed_watermark_slots(&w);
+    assert_eq!(marks.len(), 4, "one per source subtask: {marks:?}");
+    let expected = marks
+        .iter()
+        .copied()
+        .collect::<Option<Vec<i64>>>()
+        .and_then(|m| m.into_iter().min())
+        .map(|ns| ns.div_euclid(1_000_000) as u64);
+    assert_eq!(summary_watermark_ms(&out0), expected, "{out0}");
+    assert_eq!(summary_watermark_ms(&out1), expected, "{out1}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

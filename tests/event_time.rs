@@ -15,28 +15,6 @@ fn publish_ns(t: Option<&google_cloud_wkt::Timestamp>) -> i64 {
     t.seconds() * S + i64::from(t.nanos())
 }
 
-/// Every source subtask's checkpointed watermark (key `watermark`) in the state dir.
-fn checkpointed_watermarks(w: &Workdir) -> Vec<i64> {
-    fn walk(v: &serde_json::Value, out: &mut Vec<i64>) {
-        match v {
-            serde_json::Value::Object(m) => {
-                for (k, v) in m {
-                    match (k.as_str(), v.as_i64()) {
-                        ("watermark", Some(n)) => out.push(n),
-                        _ => walk(v, out),
-                    }
-                }
-            }
-            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
-    let bytes = std::fs::read(w.state().join("checkpoint.json")).expect("a checkpoint");
-    let mut out = Vec::new();
-    walk(&serde_json::from_slice(&bytes).unwrap(), &mut out);
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watermark_follows_publish_times_survives_a_restart_and_counts_a_replay_as_behind() {
     let p = profile();
@@ -86,6 +64,12 @@ async fn the_watermark_follows_publish_times_survives_a_restart_and_counts_a_rep
     let newest = *times.iter().max().unwrap();
     let marks = checkpointed_watermarks(&w);
     assert_eq!(marks, vec![newest - S], "{first}");
+    // The same watermark went through the dataflow, after the rows, to the sink.
+    assert_eq!(
+        summary_watermark_ms(&first),
+        Some((newest - S).div_euclid(1_000_000) as u64),
+        "{first}"
+    );
 
     // Replay everything on two subtasks: each starts from the checkpointed watermark,
     // which the replay cannot raise (its newest publish time is the same), so exactly the
@@ -102,6 +86,13 @@ async fn the_watermark_follows_publish_times_survives_a_restart_and_counts_a_rep
     assert_eq!(
         summary_count(&second, "messages behind watermark:"),
         expected,
+        "{second}"
+    );
+    // Each sink subtask got its source subtask's restored watermark at the start, and the
+    // replay raised it no further.
+    assert_eq!(
+        summary_watermark_ms(&second),
+        Some((newest - S).div_euclid(1_000_000) as u64),
         "{second}"
     );
     // Never lowered across the restart.

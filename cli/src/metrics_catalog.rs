@@ -8,8 +8,8 @@ use pubsub_connector_core::sink::metrics as sink;
 use pubsub_connector_core::source as src;
 use pubsub_engine::{
     CHECKPOINTS_COMPLETED, CHECKPOINT_DURATION_MS, INFLIGHT_ROWS, INFLIGHT_ROWS_PEAK,
-    LAST_COMPLETED_EPOCH, MESSAGES_ACKED, MESSAGES_NACKED, MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED,
-    ROWS_WRITTEN,
+    INPUT_WATERMARK_MS, LAST_COMPLETED_EPOCH, MESSAGES_ACKED, MESSAGES_NACKED,
+    MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED, ROWS_WRITTEN,
 };
 
 /// Whether a metric is a counter (only goes up) or a gauge.
@@ -118,6 +118,7 @@ pub const CATALOG: &[(&str, Described)] = &[
     (src::WATERMARK_LAG_MS, seconds("watermark_lag", "Seconds from a source subtask's watermark to now (0: no watermark yet).")),
     (src::SOURCE_IDLE, d(Gauge, "source_idle", None, "1 while every split of a source subtask is idle (scan.watermark.idle-timeout): it does not hold watermarks back.")),
     (src::EVENT_TIME_LAG_MS, seconds("event_time_lag", "Seconds since the publish time of the newest message a source subtask holds from a subscription (0: none held).")),
+    (INPUT_WATERMARK_MS, seconds("input_watermark_timestamp", "A sink subtask's input watermark, in seconds since the Unix epoch: the lowest watermark of the source subtasks that send to it and are not idle, carried through the dataflow behind their rows (0: not every one sent one yet).")),
     (ROWS_WRITTEN, d(Counter, "rows_written", None, "Rows a sink wrote and saw confirmed (Pub/Sub: records sent).")),
     (sink::BYTES_SENT, d(Counter, "sent", Some("bytes"), "Bytes of message data Pub/Sub confirmed to a sink.")),
     (sink::RECORDS_REJECTED, d(Counter, "records_rejected", None, "Rows routed to the sink's failure handler (encoder rejections, messages rejected alone).")),

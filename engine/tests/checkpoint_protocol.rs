@@ -35,6 +35,16 @@ struct Log {
     durable_at_stop: Mutex<Vec<usize>>,
     /// Source: rows every subtask emitted so far.
     emitted: std::sync::atomic::AtomicUsize,
+    /// Sink: the watermarks each subtask was given, in order.
+    marks: Mutex<HashMap<usize, Vec<Watermark>>>,
+}
+
+/// Source option `watermarks`: row `seq` of subtask `seq / 1_000_000` has event time
+/// `seq % 1_000_000` ms plus `subtask * EVENT_OFFSET`: a higher subtask is far ahead.
+const EVENT_OFFSET: i64 = 1_000_000_000_000_000;
+
+fn event_ns(seq: i64) -> i64 {
+    (seq % 1_000_000) * 1_000_000 + (seq / 1_000_000) * EVENT_OFFSET
 }
 
 fn log(name: &str) -> Arc<Log> {
@@ -112,6 +122,10 @@ struct MemTable {
     /// Sink: checkpoints wait while the log's `gate_closed` is set (only `slow_subtask`'s
     /// when that is given).
     gated: bool,
+    /// Source: after each batch, emit the watermark of its last row (see [`event_ns`]).
+    watermarks: bool,
+    /// Source: this subtask says it is idle once it emitted its rows.
+    idle_subtask: Option<usize>,
 }
 
 struct MemoryConnector;
@@ -239,6 +253,8 @@ impl Connector for MemoryConnector {
             slow_subtask: o.pull_opt_u64("slow-subtask")?.map(|s| s as usize),
             release_delay_ms: o.pull_opt_u64("release-delay-ms")?.unwrap_or(0),
             gated: o.pull_opt_bool("gated")?.unwrap_or(false),
+            watermarks: o.pull_opt_bool("watermarks")?.unwrap_or(false),
+            idle_subtask: o.pull_opt_u64("idle-subtask")?.map(|s| s as usize),
         };
         let table = MemTable {
             trace: o
@@ -263,6 +279,7 @@ impl Connector for MemoryConnector {
                 batch_delay: Duration::from_millis(t.batch_delay_ms),
                 slow_subtask: t.slow_subtask,
                 gated: t.gated,
+                last_mark: None,
             }))
         } else {
             let sinks = if t.durable_in.is_empty() {
@@ -278,6 +295,8 @@ impl Connector for MemoryConnector {
                 rows: t.rows,
                 hang_on_start: t.hang_on_start,
                 release_delay: Duration::from_millis(t.release_delay_ms),
+                watermarks: t.watermarks,
+                idle_subtask: t.idle_subtask,
             }))
         })
     }
@@ -292,6 +311,8 @@ struct MemSource {
     rows: i64,
     hang_on_start: bool,
     release_delay: Duration,
+    watermarks: bool,
+    idle_subtask: Option<usize>,
 }
 
 #[async_trait]
@@ -368,6 +389,13 @@ impl SourceOperator for MemSource {
                     }
                     let batch = RecordBatch::try_new(ctx.out_schema.clone(), columns)?;
                     collector.collect(batch).await?;
+                    if self.watermarks {
+                        let last = *seqs.last().expect("a batch has rows");
+                        collector.emit_watermark(Watermark::EventTime(event_ns(last)))?;
+                        if next == end && self.idle_subtask == Some(ctx.task_info.task_index) {
+                            collector.emit_watermark(Watermark::Idle)?;
+                        }
+                    }
                     staged.extend(seqs);
                     received.add(n as u64);
                     self.log.emitted.fetch_add(n as usize, std::sync::atomic::Ordering::SeqCst);
@@ -385,10 +413,35 @@ struct MemSink {
     batch_delay: Duration,
     slow_subtask: Option<usize>,
     gated: bool,
+    /// The last event-time watermark given (rows at or below it are late).
+    last_mark: Option<i64>,
 }
 
 #[async_trait]
 impl ArrowOperator for MemSink {
+    async fn handle_watermark(
+        &mut self,
+        w: Watermark,
+        ctx: &mut OperatorContext,
+    ) -> anyhow::Result<()> {
+        if let Watermark::EventTime(t) = w {
+            if self.last_mark.is_some_and(|m| t < m) {
+                self.log.violations.lock().unwrap().push(format!(
+                    "subtask {}: watermark {t} after {:?}",
+                    ctx.task_info.task_index, self.last_mark
+                ));
+            }
+            self.last_mark = Some(t);
+        }
+        self.log
+            .marks
+            .lock()
+            .unwrap()
+            .entry(ctx.task_info.task_index)
+            .or_default()
+            .push(w);
+        Ok(())
+    }
     fn name(&self) -> String {
         "memory-sink".into()
     }
@@ -419,6 +472,15 @@ impl ArrowOperator for MemSink {
             .as_any()
             .downcast_ref::<Int64Array>()
             .expect("BIGINT column");
+        if let Some(m) = self.last_mark {
+            if let Some(late) = col.values().iter().find(|s| event_ns(**s) <= m) {
+                self.log.violations.lock().unwrap().push(format!(
+                    "subtask {}: row {late} (event time {}) after watermark {m}",
+                    ctx.task_info.task_index,
+                    event_ns(*late)
+                ));
+            }
+        }
         self.pending.extend(col.values().iter().copied());
         Ok(())
     }
@@ -952,6 +1014,87 @@ async fn rows_routed_to_a_slow_sink_on_another_process_stay_within_max_inflight_
             0,
             "every held row was released"
         );
+    }
+}
+
+/// Issue 32, item 2: watermarks travel in-band behind the rows, across processes, and a
+/// sink subtask's input watermark is the lowest over every source subtask that sends to it
+/// and is not idle. Two processes of one worker, rows routed by key (each sink subtask
+/// gets rows of both source subtasks); source subtask 1's event times are far ahead of
+/// subtask 0's. Without the exchange of watermarks, process 1's sink would end at its own
+/// source's watermark; without the minimum, rows of subtask 0 would come in late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watermarks_cross_processes_behind_their_rows_and_the_lowest_non_idle_one_wins() {
+    const ROWS: i64 = 600;
+    for (name, idle) in [("marks", None), ("marks-idle", Some(0))] {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = free_hosts(2);
+        let idle_opt = idle.map_or(String::new(), |s| format!(", 'idle-subtask' = '{s}'"));
+        let sql = format!(
+            "CREATE TABLE src (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = '{name}', 'rows' = '{ROWS}', 'watermarks' = 'true' {idle_opt});
+             CREATE TABLE dst (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = '{name}', 'route-by' = 'k');
+             INSERT INTO dst SELECT seq, k FROM src;"
+        );
+        let run = |process: usize| {
+            let cfg = RuntimeConfig {
+                workers: 1,
+                cluster: Some(pubsub_engine::runtime::ClusterConfig {
+                    process,
+                    hosts: hosts.clone(),
+                    connect_timeout: Duration::from_secs(60),
+                }),
+                ..config(dir.path())
+            };
+            tokio::spawn(run_pipeline(plan(&sql).unwrap(), cfg, StopHandle::new()))
+        };
+        let (one, zero) = (run(1), run(0));
+        let (zero, one) = tokio::time::timeout(Duration::from_secs(300), async {
+            (zero.await.unwrap(), one.await.unwrap())
+        })
+        .await
+        .expect("the cluster must end by itself");
+        let (zero, one) = (zero.unwrap(), one.unwrap());
+        let l = log(name);
+        assert!(
+            l.violations.lock().unwrap().is_empty(),
+            "{name}: {:?}",
+            l.violations.lock().unwrap()
+        );
+        assert_eq!(zero.messages_acked + one.messages_acked, 2 * ROWS as u64);
+        // The last row of subtask 0, or of subtask 1 once subtask 0 is idle.
+        let last = match idle {
+            None => event_ns(ROWS - 1),
+            Some(_) => event_ns(1_000_000 + ROWS - 1),
+        };
+        let marks = l.marks.lock().unwrap().clone();
+        for subtask in [0, 1] {
+            let times: Vec<i64> = marks
+                .get(&subtask)
+                .unwrap_or_else(|| panic!("{name}: sink subtask {subtask} got no watermark"))
+                .iter()
+                .filter_map(|w| match w {
+                    Watermark::EventTime(t) => Some(*t),
+                    Watermark::Idle => None,
+                })
+                .collect();
+            assert_eq!(
+                times.last(),
+                Some(&last),
+                "{name}: sink subtask {subtask} got {times:?}"
+            );
+            assert!(
+                times.len() > 1,
+                "{name}: the watermark moved with the rows: {times:?}"
+            );
+        }
+        // Each process's summary gives its sink's watermark.
+        for s in [&zero, &one] {
+            assert_eq!(
+                s.watermark_ms,
+                Some((last / 1_000_000) as u64),
+                "{name}: {s:?}"
+            );
+        }
     }
 }
 

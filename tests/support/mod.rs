@@ -248,6 +248,47 @@ pub fn summary_count(stdout: &str, label: &str) -> usize {
         .unwrap_or_else(|| panic!("no number after '{label}' in {stdout}"))
 }
 
+/// Every source subtask's checkpointed watermark (key `watermark`; null: none yet) in
+/// the state dir.
+pub fn checkpointed_watermark_slots(w: &Workdir) -> Vec<Option<i64>> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<Option<i64>>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("watermark", serde_json::Value::Null) => out.push(None),
+                        ("watermark", v) if v.is_i64() => out.push(v.as_i64()),
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let bytes = std::fs::read(w.state().join("checkpoint.json")).expect("a checkpoint");
+    let mut out = Vec::new();
+    walk(&serde_json::from_slice(&bytes).unwrap(), &mut out);
+    out
+}
+
+/// The source subtasks' checkpointed watermarks that are set.
+pub fn checkpointed_watermarks(w: &Workdir) -> Vec<i64> {
+    checkpointed_watermark_slots(w)
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The `watermark: N ms` of the binary's summary line (its sinks' lowest input
+/// watermark), if it printed one.
+pub fn summary_watermark_ms(stdout: &str) -> Option<u64> {
+    // After a comma: "messages behind watermark: N" is another counter.
+    stdout
+        .contains(", watermark: ")
+        .then(|| summary_count(stdout, ", watermark: ") as u64)
+}
+
 /// A TCP forwarder a test can cut, restore and stall (in front of the emulator proxy).
 pub use pubsub_connector_core::tools::tcp_cutter::TcpCutter;
 

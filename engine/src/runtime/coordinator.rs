@@ -83,6 +83,9 @@ pub struct JobSummary {
     pub restored_epoch: Option<u64>,
     /// The last completed checkpoint epoch (restored or new).
     pub last_completed_epoch: Option<u64>,
+    /// The lowest input watermark of this process's sink subtasks at the end (ms since
+    /// the Unix epoch), when every one of them had one.
+    pub watermark_ms: Option<u64>,
 }
 
 impl fmt::Display for JobSummary {
@@ -101,6 +104,14 @@ impl fmt::Display for JobSummary {
         }
         for (name, n) in &self.other_counters {
             write!(f, ", {}: {n}", name.replace('_', " "))?;
+        }
+        if let Some(ms) = self.watermark_ms {
+            let at = i64::try_from(ms)
+                .ok()
+                .and_then(chrono::DateTime::from_timestamp_millis)
+                .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+                .unwrap_or_default();
+            write!(f, ", watermark: {ms} ms ({at})")?;
         }
         Ok(())
     }
@@ -589,6 +600,13 @@ pub async fn run_pipeline(
             summary.other_counters.insert(name, n);
         }
     }
+    let marks: Vec<u64> = metrics
+        .gauge_samples()
+        .into_iter()
+        .filter(|m| m.name == crate::spi::INPUT_WATERMARK_MS)
+        .map(|m| m.value)
+        .collect();
+    summary.watermark_ms = marks.iter().min().copied().filter(|ms| *ms > 0);
     match result {
         Ok(()) => {
             if let Some(log) = &job_log {

@@ -19,7 +19,8 @@ use timely::dataflow::ProbeHandle;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::control::{Control, Report};
-use super::route::{split_by_key, Routed};
+use super::route::{split_by_key, Payload, Routed};
+use super::watermarks::{InputWatermarks, Mark};
 use super::{ActivatorSlot, CoordEvent, Flow, Permits, Rows, SinkEvent, SourceEvent};
 use crate::spi::CheckpointBarrier;
 use crate::sql::PlannedQuery;
@@ -197,7 +198,7 @@ pub(crate) fn run_worker(
                 source_activator,
             } = src;
             let worker_ref = scope.worker();
-            let rows = source::<u64, CapacityContainerBuilder<Vec<Rows>>, _, _>(
+            let rows = source::<u64, CapacityContainerBuilder<Vec<Payload>>, _, _>(
                 scope.clone(),
                 &id,
                 move |cap, info| {
@@ -207,7 +208,15 @@ pub(crate) fn run_worker(
                     move |output| {
                         while let Some(c) = cap.as_mut() {
                             match source_rx.try_recv() {
-                                Ok(SourceEvent::Batch(rows)) => output.session(&*c).give(rows),
+                                Ok(SourceEvent::Batch(rows)) => {
+                                    output.session(&*c).give(Payload::Rows(rows))
+                                }
+                                Ok(SourceEvent::Watermark(watermark)) => {
+                                    output.session(&*c).give(Payload::Mark(Mark {
+                                        from: index as u32,
+                                        watermark,
+                                    }))
+                                }
                                 Ok(SourceEvent::Barrier(e)) => {
                                     if e + 1 > *c.time() {
                                         c.downgrade(&(e + 1));
@@ -236,6 +245,21 @@ pub(crate) fn run_worker(
             let flow_r = flow.clone();
             let worker_ref = scope.worker();
             let processes = (peers as usize).div_ceil(flow.workers);
+            // The sink subtasks a source subtask's rows (and so its watermarks) may reach:
+            // every one under a keyed exchange, else the one on its own worker.
+            let keyed = sink.query.route_by.is_some();
+            let upstream_of = move |w: u64| -> Vec<u64> {
+                if keyed {
+                    (0..peers).collect()
+                } else {
+                    vec![w]
+                }
+            };
+            // Symmetric: the source subtasks whose watermarks a sink subtask gets.
+            let upstream: Vec<u32> = upstream_of(index as u64)
+                .into_iter()
+                .map(|w| w as u32)
+                .collect();
             let routed = streams[sink.source_index]
                 .clone()
                 .unary::<CapacityContainerBuilder<Vec<Routed>>, _, _, _>(
@@ -250,7 +274,7 @@ pub(crate) fn run_worker(
                         move |input, output| {
                             for (to, queue) in waiting.iter_mut().enumerate() {
                                 while let Some((_, r)) = queue.front() {
-                                    if !flow_r.try_send(to, r.rows.batch.num_rows() as u32) {
+                                    if !flow_r.try_send(to, r.num_rows() as u32) {
                                         break;
                                     }
                                     let (cap, r) = queue.pop_front().expect("front exists");
@@ -262,10 +286,31 @@ pub(crate) fn run_worker(
                                     return;
                                 };
                                 let mut session = output.session(&cap);
-                                for rows in data.drain(..) {
+                                for payload in data.drain(..) {
                                     if failed {
                                         continue;
                                     }
+                                    let rows = match payload {
+                                        Payload::Rows(rows) => rows,
+                                        Payload::Mark(mark) => {
+                                            // To every sink subtask this one may send rows
+                                            // to, behind the rows waiting for credits.
+                                            for target in upstream_of(index as u64) {
+                                                let routed = Routed {
+                                                    target,
+                                                    origin: process,
+                                                    payload: Payload::Mark(mark),
+                                                };
+                                                let to = flow_r.process_of(target);
+                                                if to == flow_r.process || waiting[to].is_empty() {
+                                                    session.give(routed);
+                                                } else {
+                                                    waiting[to].push_back((cap.clone(), routed));
+                                                }
+                                            }
+                                            continue;
+                                        }
+                                    };
                                     let parts = query.project(&rows.batch).and_then(|batch| {
                                         match query.route_by {
                                             Some(col) => {
@@ -297,10 +342,10 @@ pub(crate) fn run_worker(
                                         let routed = |batch| Routed {
                                             target,
                                             origin: process,
-                                            rows: Rows {
+                                            payload: Payload::Rows(Rows {
                                                 batch,
                                                 permits: rows.permits.clone(),
-                                            },
+                                            }),
                                         };
                                         if to == flow_r.process {
                                             session.give(routed(batch));
@@ -327,9 +372,10 @@ pub(crate) fn run_worker(
                     sink,
                     &probe,
                     flow.clone(),
+                    upstream,
                 );
             } else {
-                sink_operator(routed, Pipeline, sink, &probe, flow.clone());
+                sink_operator(routed, Pipeline, sink, &probe, flow.clone(), upstream);
             }
         }
     });
@@ -436,6 +482,7 @@ fn sink_operator<'scope, P>(
     sink: SinkPlumbing,
     probe: &ProbeHandle<u64>,
     flow: Arc<Flow>,
+    upstream: Vec<u32>,
 ) where
     P: timely::dataflow::channels::pact::ParallelizationContract<u64, Vec<Routed>>,
 {
@@ -455,6 +502,7 @@ fn sink_operator<'scope, P>(
                 Some(worker_ref.sync_activator_for(info.address.to_vec()));
             let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
             let mut requested: BTreeSet<u64> = BTreeSet::new();
+            let mut watermarks = InputWatermarks::new(upstream);
             move |(input, frontier), _output| {
                 input.for_each(|cap, data| {
                     let Some(&t) = cap.least() else { return };
@@ -463,14 +511,23 @@ fn sink_operator<'scope, P>(
                             held.insert(t, c);
                         }
                     }
-                    for mut r in data.drain(..) {
+                    for r in data.drain(..) {
+                        let mut rows = match r.payload {
+                            Payload::Rows(rows) => rows,
+                            Payload::Mark(mark) => {
+                                if let Some(w) = watermarks.update(mark) {
+                                    let _ = sink_tx.send(SinkEvent::Watermark(w));
+                                }
+                                continue;
+                            }
+                        };
                         if r.origin != flow.process as u32 {
                             // From another process: held here until the sink task took it,
                             // then its credits go back to the origin.
-                            let n = r.rows.batch.num_rows() as u32;
-                            r.rows.permits = Permits::peer(flow.clone(), r.origin as usize, n);
+                            let n = rows.batch.num_rows() as u32;
+                            rows.permits = Permits::peer(flow.clone(), r.origin as usize, n);
                         }
-                        let _ = sink_tx.send(SinkEvent::Batch(r.rows));
+                        let _ = sink_tx.send(SinkEvent::Batch(rows));
                     }
                 });
                 // Every row of epoch e has arrived once the frontier passed e.

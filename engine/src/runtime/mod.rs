@@ -15,6 +15,7 @@ mod process;
 mod route;
 mod state;
 mod tasks;
+mod watermarks;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -164,6 +165,8 @@ impl Drop for Permits {
 /// From a source task to its Timely source operator.
 pub(crate) enum SourceEvent {
     Batch(Rows),
+    /// The subtask's watermark, after every row it emitted before.
+    Watermark(crate::spi::Watermark),
     /// Close epoch `e`: downgrade the capability to `e + 1`.
     Barrier(u64),
     /// No more output (after a `then_stop` barrier).
@@ -173,6 +176,8 @@ pub(crate) enum SourceEvent {
 /// From a Timely sink operator (and the coordinator) to its sink task.
 pub(crate) enum SinkEvent {
     Batch(Rows),
+    /// The sink operator's input watermark changed (after every row it covers).
+    Watermark(crate::spi::Watermark),
     Checkpoint(CheckpointBarrier),
     Commit(u64),
     Close,

@@ -12,9 +12,18 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::util::display::array_value_to_string;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::watermarks::Mark;
 use super::{Permits, Rows};
 
-/// Projected rows and the worker (global index) whose sink subtask writes them.
+/// What flows from a source operator on: rows, or its subtask's watermark after them.
+#[derive(Clone)]
+pub(crate) enum Payload {
+    Rows(Rows),
+    Mark(Mark),
+}
+
+/// Projected rows (or a watermark) and the worker (global index) whose sink subtask
+/// takes them.
 #[derive(Clone)]
 pub(crate) struct Routed {
     pub target: u64,
@@ -23,8 +32,19 @@ pub(crate) struct Routed {
     /// that ack the rows back to it (see `flow.rs`).
     pub origin: u32,
     /// Within a process the rows keep their back-pressure permits until the sink task
-    /// took them; rows sent to another process give theirs back when serialized.
-    pub rows: Rows,
+    /// took them; rows sent to another process give theirs back when serialized. A
+    /// watermark takes no permit and no credit.
+    pub payload: Payload,
+}
+
+impl Routed {
+    /// Rows it carries (0 for a watermark).
+    pub fn num_rows(&self) -> usize {
+        match &self.payload {
+            Payload::Rows(r) => r.batch.num_rows(),
+            Payload::Mark(_) => 0,
+        }
+    }
 }
 
 /// Splits `batch` by the value of column `key`: rows with equal values go to the same
@@ -71,11 +91,13 @@ pub(crate) fn split_by_key(
     Ok(out)
 }
 
-/// What crosses the network: the target and the batch as one Arrow IPC stream.
+/// What crosses the network: the target and the batch as one Arrow IPC stream, or a
+/// watermark (then `ipc` is empty).
 #[derive(Serialize, Deserialize)]
 struct Wire {
     target: u64,
     origin: u32,
+    mark: Option<Mark>,
     #[serde(with = "ipc_bytes")]
     ipc: Vec<u8>,
 }
@@ -83,17 +105,24 @@ struct Wire {
 impl Serialize for Routed {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::Error;
-        let batch = &self.rows.batch;
-        let mut ipc = Vec::new();
-        {
-            let mut w =
-                StreamWriter::try_new(&mut ipc, &batch.schema()).map_err(S::Error::custom)?;
-            w.write(batch).map_err(S::Error::custom)?;
-            w.finish().map_err(S::Error::custom)?;
-        }
+        let (mark, ipc) = match &self.payload {
+            Payload::Mark(m) => (Some(*m), Vec::new()),
+            Payload::Rows(rows) => {
+                let batch = &rows.batch;
+                let mut ipc = Vec::new();
+                {
+                    let mut w = StreamWriter::try_new(&mut ipc, &batch.schema())
+                        .map_err(S::Error::custom)?;
+                    w.write(batch).map_err(S::Error::custom)?;
+                    w.finish().map_err(S::Error::custom)?;
+                }
+                (None, ipc)
+            }
+        };
         Wire {
             target: self.target,
             origin: self.origin,
+            mark,
             ipc,
         }
         .serialize(serializer)
@@ -104,19 +133,25 @@ impl<'de> Deserialize<'de> for Routed {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         let wire = Wire::deserialize(deserializer)?;
-        let mut reader = StreamReader::try_new(std::io::Cursor::new(wire.ipc), None)
-            .map_err(D::Error::custom)?;
-        let batch = reader
-            .next()
-            .ok_or_else(|| D::Error::custom("an empty Arrow IPC stream"))?
-            .map_err(D::Error::custom)?;
+        let payload = match wire.mark {
+            Some(m) => Payload::Mark(m),
+            None => {
+                let mut reader = StreamReader::try_new(std::io::Cursor::new(wire.ipc), None)
+                    .map_err(D::Error::custom)?;
+                let batch = reader
+                    .next()
+                    .ok_or_else(|| D::Error::custom("an empty Arrow IPC stream"))?
+                    .map_err(D::Error::custom)?;
+                Payload::Rows(Rows {
+                    batch,
+                    permits: Arc::new(Permits::none()),
+                })
+            }
+        };
         Ok(Routed {
             target: wire.target,
             origin: wire.origin,
-            rows: Rows {
-                batch,
-                permits: Arc::new(Permits::none()),
-            },
+            payload,
         })
     }
 }
@@ -159,6 +194,7 @@ mod ipc_bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spi::Watermark;
     use arrow::array::Int64Array;
     use arrow::datatypes::{DataType, Field, Schema};
 
@@ -212,19 +248,32 @@ mod tests {
     }
 
     #[test]
-    fn routed_rows_survive_serialization() {
+    fn routed_rows_and_watermarks_survive_serialization() {
         let b = batch(vec![Some("x"), None, Some("y")]);
         let r = Routed {
             target: 2,
             origin: 1,
-            rows: Rows {
+            payload: Payload::Rows(Rows {
                 batch: b.clone(),
                 permits: Arc::new(Permits::none()),
-            },
+            }),
         };
         let bytes = bincode::serialize(&r).unwrap();
         let back: Routed = bincode::deserialize(&bytes).unwrap();
         assert_eq!((back.target, back.origin), (2, 1));
-        assert_eq!(back.rows.batch, b);
+        let Payload::Rows(rows) = back.payload else {
+            panic!("rows came back as a watermark")
+        };
+        assert_eq!(rows.batch, b);
+        for watermark in [Watermark::EventTime(-5), Watermark::Idle] {
+            let mark = Mark { from: 3, watermark };
+            let r = Routed {
+                target: 0,
+                origin: 1,
+                payload: Payload::Mark(mark),
+            };
+            let back: Routed = bincode::deserialize(&bincode::serialize(&r).unwrap()).unwrap();
+            assert!(matches!(back.payload, Payload::Mark(m) if m == mark));
+        }
     }
 }

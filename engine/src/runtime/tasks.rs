@@ -6,7 +6,9 @@ use std::sync::mpsc::Sender;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::{activate, ActivatorSlot, CoordEvent, JobShared, SinkEvent};
-use crate::spi::{ArrowOperator, OperatorContext, SourceCollector, SourceContext, SourceOperator};
+use crate::spi::{
+    ArrowOperator, OperatorContext, SourceCollector, SourceContext, SourceOperator, Watermark,
+};
 
 pub(crate) async fn run_source(
     mut op: Box<dyn SourceOperator>,
@@ -64,6 +66,7 @@ pub(crate) async fn run_sink(
             permanent: crate::restart_cannot_fix(e),
         });
     };
+    let input_watermark = ctx.gauge(crate::spi::INPUT_WATERMARK_MS);
     let mut ok = true;
     // Rows were dropped unpublished (after an abort): no checkpoint may complete after
     // them, or the leader could commit rows this sink never wrote.
@@ -103,6 +106,17 @@ pub(crate) async fn run_sink(
                     }
                     Err(e) => {
                         fail(format!("checkpoint {} failed: {e:#}", barrier.epoch), &e);
+                        ok = false;
+                    }
+                }
+            }
+            SinkEvent::Watermark(w) => {
+                if let Watermark::EventTime(ns) = w {
+                    input_watermark.set(ns.div_euclid(1_000_000).max(0) as u64);
+                }
+                if ok && !shared.is_aborted() {
+                    if let Err(e) = op.handle_watermark(w, &mut ctx).await {
+                        fail(format!("{e:#}"), &e);
                         ok = false;
                     }
                 }

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::metrics::{Counter, Gauge, Metrics};
-use super::types::{CheckpointBarrier, ConnectionSchema, ControlMessage, TaskInfo};
+use super::types::{CheckpointBarrier, ConnectionSchema, ControlMessage, TaskInfo, Watermark};
 use crate::format::avro::{AvroEncoding, AvroSchema};
 use crate::format::{DeserializeError, Deserializer, FieldValue};
 use crate::runtime::{CoordEvent, Rows, SourceEvent};
@@ -184,6 +184,10 @@ pub struct SourceCollector {
     batch_size: usize,
     linger: Duration,
     buffer_started: Option<Instant>,
+    /// A watermark given while rows were buffered: it goes out after them.
+    pending_watermark: Option<Watermark>,
+    /// The last watermark sent (a repeat is not sent again).
+    sent_watermark: Option<Watermark>,
 }
 
 impl SourceCollector {
@@ -206,6 +210,8 @@ impl SourceCollector {
             batch_size: 512,
             linger: Duration::from_millis(100),
             buffer_started: None,
+            pending_watermark: None,
+            sent_watermark: None,
         }
     }
 
@@ -317,6 +323,29 @@ impl SourceCollector {
         self.checking = on;
     }
 
+    /// Sends this subtask's watermark into the dataflow (issue 32, decision 0036), after
+    /// every row emitted before it and every row still in the buffer (those go first, with
+    /// the next flush: the watermark was computed with their event times). The source
+    /// keeps it from going backwards; the same watermark twice is sent once. Fails only
+    /// when the dataflow is gone.
+    pub fn emit_watermark(&mut self, watermark: Watermark) -> anyhow::Result<()> {
+        if self.buffered_messages() > 0 {
+            self.pending_watermark = Some(watermark);
+            return Ok(());
+        }
+        self.pending_watermark = None;
+        self.send_watermark(watermark)
+    }
+
+    fn send_watermark(&mut self, watermark: Watermark) -> anyhow::Result<()> {
+        if self.sent_watermark == Some(watermark) {
+            return Ok(());
+        }
+        self.send(SourceEvent::Watermark(watermark))?;
+        self.sent_watermark = Some(watermark);
+        Ok(())
+    }
+
     /// Emits the buffered rows as one batch. Returns the number of rows emitted.
     /// Decoding errors are all reported by `deserialize_slice`; this fails only when the
     /// dataflow is gone. With `check_rows(true)`, use `flush_buffer_checked`: this one
@@ -340,6 +369,9 @@ impl SourceCollector {
         };
         let starts = d.message_starts().to_vec();
         let Some(batch) = d.flush()? else {
+            if let Some(w) = self.pending_watermark.take() {
+                self.send_watermark(w)?;
+            }
             return Ok(Flushed::default());
         };
         let (batch, rejected) = if self.checking && !self.row_checks.is_empty() {
@@ -350,6 +382,9 @@ impl SourceCollector {
         let rows = batch.num_rows();
         if rows > 0 {
             self.collect(batch).await?;
+        }
+        if let Some(w) = self.pending_watermark.take() {
+            self.send_watermark(w)?;
         }
         Ok(Flushed { rows, rejected })
     }
@@ -398,3 +433,7 @@ impl SourceCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "context_tests.rs"]
+mod tests;

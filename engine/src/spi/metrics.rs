@@ -23,6 +23,11 @@ pub const ROWS_WRITTEN: &str = "rows_written";
 /// committed (decision 0032).
 pub const PENDING_ACKS: &str = "pending_acks";
 
+/// Gauge of an operator subtask (a sink): its input watermark, milliseconds since the Unix
+/// epoch: the lowest watermark over the source subtasks upstream of it that are not idle
+/// (0: none yet, or not every upstream subtask sent one). Never goes backwards.
+pub const INPUT_WATERMARK_MS: &str = "input_watermark_ms";
+
 /// The operator id of the runtime's own metrics; their subtask is the process index.
 pub const RUNTIME_OPERATOR: &str = "runtime";
 /// Runtime counter: checkpoints whose commit reached this process.

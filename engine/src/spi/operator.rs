@@ -4,7 +4,7 @@ use arrow::array::RecordBatch;
 use async_trait::async_trait;
 
 use super::context::{OperatorContext, SourceCollector, SourceContext};
-use super::types::{CheckpointBarrier, SourceFinishType};
+use super::types::{CheckpointBarrier, SourceFinishType, Watermark};
 
 /// A source subtask. `run` owns the read loop: it must watch `ctx.control_rx` and handle
 /// `Checkpoint` (bind in-flight work to the epoch, then `ctx.start_checkpoint`), `Commit`
@@ -50,6 +50,19 @@ pub trait ArrowOperator: Send {
         batch: RecordBatch,
         ctx: &mut OperatorContext,
     ) -> anyhow::Result<()>;
+
+    /// The operator's input watermark advanced, or every upstream subtask turned idle, or
+    /// one came back (issue 32, decision 0036). Rows given to `process_batch` after it
+    /// with an event time at or below the last `Watermark::EventTime` are late (sources
+    /// still emit them: a redelivery, a subtask back from idle); the operator decides what
+    /// they mean. It comes after every row it covers. An error fails the job.
+    async fn handle_watermark(
+        &mut self,
+        _watermark: Watermark,
+        _ctx: &mut OperatorContext,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
 
     /// Every input row of epochs `<= barrier.epoch` has been given to `process_batch`.
     /// A sink makes them durable before returning; an error fails the checkpoint and the

@@ -18,6 +18,18 @@ pub struct CheckpointBarrier {
     pub then_stop: bool,
 }
 
+/// A subtask's event-time progress, sent in-band after its rows (Arroyo's `Watermark`;
+/// issue 32, decision 0036).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Watermark {
+    /// Every row this subtask emits from now on has an event time above this one
+    /// (nanoseconds since the Unix epoch).
+    EventTime(i64),
+    /// The subtask has no input for now (`scan.watermark.idle-timeout`): it does not hold
+    /// a downstream operator's watermark back until it sends an `EventTime` again.
+    Idle,
+}
+
 /// How an operator is asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopMode {

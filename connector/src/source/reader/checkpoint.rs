@@ -44,6 +44,12 @@ impl SourceReader {
         }
         if let Some(w) = self.watermarks.as_mut() {
             let status = w.advance(Instant::now());
+            // The watermark of the checkpoint goes ahead of its barrier: an operator's
+            // checkpointed watermark then never lags the sources' one.
+            self.watermark_out = None;
+            if let Some(mark) = status.to_emit() {
+                collector.emit_watermark(mark)?;
+            }
             ctx.state.values.insert(
                 watermark::STATE_KEY.to_string(),
                 watermark::snapshot(status.watermark_ns),

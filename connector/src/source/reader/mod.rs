@@ -142,6 +142,8 @@ pub struct SourceReader {
     watermarks: Option<watermark::Watermarks>,
     /// When the run loop last advanced the watermarks (their clock for idleness).
     watermark_at: Instant,
+    /// The watermark to send into the dataflow (the collector sends a repeat once).
+    watermark_out: Option<pubsub_engine::Watermark>,
     /// `scan.max-consecutive-failures`: the messages that failed in a row.
     failures: FailureRun,
     /// The latest failed message and why (for the error when the run passes its bound).
@@ -190,6 +192,7 @@ impl SourceReader {
                 .then(|| crate::avro::Revisions::new(profile.clone())),
             watermarks: None,
             watermark_at: Instant::now(),
+            watermark_out: None,
             failures: FailureRun::new(config.max_consecutive_failures),
             last_failure: String::new(),
             profile,
@@ -234,6 +237,9 @@ impl SourceOperator for SourceReader {
         loop {
             if self.counters.is_some() {
                 self.update_gauges();
+            }
+            if let Some(w) = self.watermark_out.take() {
+                collector.emit_watermark(w)?;
             }
             // Deliveries taken while the subtask could not take them come first.
             if self.any_paused()

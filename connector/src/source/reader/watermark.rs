@@ -45,6 +45,17 @@ pub struct WatermarkStatus {
     pub idle: bool,
 }
 
+impl WatermarkStatus {
+    /// What goes into the dataflow: nothing before the subtask has a watermark (its
+    /// downstream operators wait for one), `Idle` while every split is idle.
+    pub fn to_emit(self) -> Option<pubsub_engine::Watermark> {
+        if self.idle {
+            return Some(pubsub_engine::Watermark::Idle);
+        }
+        self.watermark_ns.map(pubsub_engine::Watermark::EventTime)
+    }
+}
+
 /// The watermarks of one subtask's splits.
 #[derive(Debug)]
 pub struct Watermarks {
@@ -197,6 +208,7 @@ impl super::SourceReader {
         }
         self.watermark_at = now;
         let status = w.advance(now);
+        self.watermark_out = status.to_emit();
         let c = self.counters();
         let ms = status.watermark_ns.map(|ns| ns.div_euclid(1_000_000));
         c.watermark_ms.set(ms.map_or(0, |ms| ms.max(0) as u64));
