@@ -103,3 +103,78 @@ async fn the_watermark_follows_publish_times_survives_a_restart_and_counts_a_rep
     );
     let _ = subs.delete_snapshot().set_snapshot(&snapshot).send().await;
 }
+
+/// Issue 32, item 1: `WATERMARK FOR ts AS ts - INTERVAL '10' SECOND` takes event time from a
+/// payload column, out of order, with that bound: the watermark (checkpointed, and at the
+/// sink) is the greatest `ts` less 10 s, whatever the publish times. A message whose `ts`
+/// is NULL or missing is a row failure under `scan.deserialization-failure-policy`: dropped
+/// (counted) under `drop`, the job fails naming the column under `fail`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watermark_for_a_payload_column_follows_its_values_and_a_null_event_time_is_a_row_failure()
+{
+    const BASE: i64 = 1_796_342_400; // 2026-12-04T00:00:00Z, seconds
+    let ts = |s: i64| format!("2026-12-04T00:00:{s:02}Z");
+    let sql = |t: &Topics, policy: &str| {
+        format!(
+            "CREATE TABLE src (seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '10' SECOND) WITH (
+                'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+                'emulator-endpoint' = '{e}', 'scan.deserialization-failure-policy' = '{policy}');
+             CREATE TABLE dst (seq BIGINT, ts TIMESTAMP) WITH (
+                'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+                'emulator-endpoint' = '{e}');
+             INSERT INTO dst SELECT seq, ts FROM src;",
+            sub = t.input_sub,
+            out = t.output,
+            e = endpoint()
+        )
+    };
+    let args = [
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "500ms",
+        "--stop-when-idle",
+        "3s",
+    ];
+    // Event times out of order (a permutation of 0..50 s), unrelated to publish order;
+    // the greatest, 49 s, is published first.
+    let mut payloads: Vec<Vec<u8>> = (0..50i64)
+        .map(|i| {
+            format!(
+                r#"{{"seq": {i}, "ts": "{}"}}"#,
+                ts((49 - i * 7).rem_euclid(50))
+            )
+            .into_bytes()
+        })
+        .collect();
+    payloads.push(br#"{"seq": 50, "ts": null}"#.to_vec());
+    payloads.push(br#"{"seq": 51}"#.to_vec());
+    let t = topics("event-col", 10).await;
+    admin::publish_all(&profile(), &t.input, payloads.clone(), 100)
+        .await
+        .unwrap();
+    let w = Workdir::new(&sql(&t, "drop"));
+    let out = w.run_ok(&args).await;
+    let expected_ns = (BASE + 49 - 10) * S;
+    assert_eq!(checkpointed_watermarks(&w), vec![expected_ns], "{out}");
+    assert_eq!(
+        summary_watermark_ms(&out),
+        Some((expected_ns / 1_000_000) as u64),
+        "{out}"
+    );
+    assert_eq!(summary_count(&out, "records in error:"), 2, "{out}");
+    assert_eq!(summary_count(&out, "rows written:"), 50, "{out}");
+
+    // Under `fail`, the first message without an event time fails the job.
+    let t = topics("event-col-fail", 10).await;
+    admin::publish_all(&profile(), &t.input, payloads[48..].to_vec(), 100)
+        .await
+        .unwrap();
+    let w = Workdir::new(&sql(&t, "fail"));
+    let (code, _, stderr) = finish(w.spawn(&args), Duration::from_secs(120)).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("the event-time column 'ts' is NULL"),
+        "{stderr}"
+    );
+}

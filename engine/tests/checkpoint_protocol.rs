@@ -1098,6 +1098,30 @@ async fn watermarks_cross_processes_behind_their_rows_and_the_lowest_non_idle_on
     }
 }
 
+/// Issue 32, item 1: event time is a property of a table that is read; on a sink table
+/// it is refused by name, and a source table's reaches its operator's schema.
+#[test]
+fn an_event_time_on_a_sink_table_is_refused_and_a_source_tables_is_planned() {
+    let sql = |src: &str, dst: &str| {
+        format!(
+            "CREATE TABLE src (seq BIGINT, ts TIMESTAMP{src}) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'et');
+             CREATE TABLE dst (seq BIGINT, ts TIMESTAMP{dst}) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'et');
+             INSERT INTO dst SELECT seq, ts FROM src;"
+        )
+    };
+    let e = plan_err(&sql("", ", WATERMARK FOR ts"));
+    assert!(e.contains("table 'dst': is a sink: WATERMARK FOR"), "{e}");
+    let p = plan(&sql(", WATERMARK FOR ts AS ts - INTERVAL '3' SECOND", "")).unwrap();
+    let schema = p.queries[0].source.operator_config().schema;
+    assert_eq!(
+        schema.event_time,
+        Some(EventTime {
+            column: "ts".into(),
+            out_of_orderness: Duration::from_secs(3)
+        })
+    );
+}
+
 /// The `OnStart` events of `events`, sorted; panics naming any other event.
 fn starts(events: &[Event]) -> Vec<(String, usize)> {
     let mut out: Vec<(String, usize)> = events

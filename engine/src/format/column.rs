@@ -102,6 +102,23 @@ impl Column {
         }
     }
 
+    /// The greatest TIMESTAMP (nanoseconds) of rows `from..` (`Ok(None)`: no rows), or
+    /// the first of them that is NULL (`Err(row)`, counted from `from`).
+    pub(crate) fn max_nanos_from(&self, from: usize) -> Result<Option<i64>, usize> {
+        let Values::Nanos(b) = &self.values else {
+            unreachable!("max_nanos_from on a column that is not TIMESTAMP");
+        };
+        let nulls = self.nulls.as_slice();
+        let mut max: Option<i64> = None;
+        for (row, v) in b.as_slice().iter().enumerate().skip(from) {
+            if nulls.is_some_and(|n| !arrow::util::bit_util::get_bit(n, row)) {
+                return Err(row - from);
+            }
+            max = Some(max.map_or(*v, |m| m.max(*v)));
+        }
+        Ok(max)
+    }
+
     /// Appends a BIGINT or TIMESTAMP (nanoseconds) value.
     pub(crate) fn push_i64(&mut self, v: i64) {
         match &mut self.values {

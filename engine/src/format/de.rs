@@ -76,6 +76,10 @@ pub struct Deserializer {
     rows: usize,
     /// The first row of each buffered message (a message of 0 rows shares its start).
     starts: Vec<usize>,
+    /// The event-time column (`ConnectionSchema::event_time`): its position and name.
+    event_time: Option<(usize, String)>,
+    /// The greatest event time of the last message decoded (ns), if it had rows.
+    last_event_ns: Option<i64>,
 }
 
 impl Deserializer {
@@ -142,6 +146,22 @@ impl Deserializer {
             Format::Avro => payload,
             _ => Vec::new(),
         };
+        let event_time = match &schema.event_time {
+            None => None,
+            Some(e) => {
+                let at = schema
+                    .fields
+                    .iter()
+                    .position(|f| f.name == e.column && f.field_type == FieldType::Timestamp)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "the event-time column '{}' is not a TIMESTAMP column of the table",
+                            e.column
+                        )
+                    })?;
+                Some((at, e.column.clone()))
+            }
+        };
         Ok(Deserializer {
             format: schema.format,
             schema: schema.arrow_schema(),
@@ -157,6 +177,8 @@ impl Deserializer {
             messages: 0,
             rows: 0,
             starts: Vec::new(),
+            event_time,
+            last_event_ns: None,
         })
     }
 
@@ -212,7 +234,11 @@ impl Deserializer {
         metadata: &[FieldValue],
     ) -> Result<usize, DeserializeError> {
         let mark = self.rows;
-        match self.decode(payload, writer, metadata) {
+        self.last_event_ns = None;
+        match self
+            .decode(payload, writer, metadata)
+            .and_then(|rows| self.event_time_of(mark).map(|_| rows))
+        {
             Ok(rows) => {
                 self.messages += 1;
                 self.starts.push(self.rows);
@@ -299,6 +325,30 @@ impl Deserializer {
             }
         }
         Ok(rows)
+    }
+
+    /// The greatest event time (ns) of the last message decoded without error, from the
+    /// table's event-time column; `None` without one, or when the message had no rows.
+    pub fn last_event_time(&self) -> Option<i64> {
+        self.last_event_ns
+    }
+
+    /// Reads the event time of the rows from `mark` on into `last_event_ns`. A NULL is a
+    /// failure of the message (issue 32, item 1: never a default).
+    fn event_time_of(&mut self, mark: usize) -> Result<(), String> {
+        let Some((at, name)) = &self.event_time else {
+            return Ok(());
+        };
+        match self.columns[*at].max_nanos_from(mark) {
+            Ok(t) => {
+                self.last_event_ns = t;
+                Ok(())
+            }
+            Err(row) => Err(format!(
+                "the event-time column '{name}' is NULL (row {} of the message): a row needs an event time",
+                row + 1
+            )),
+        }
     }
 
     /// Builds the buffered rows into one batch of the table's schema (None if no rows) and

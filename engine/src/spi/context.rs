@@ -277,6 +277,13 @@ impl SourceCollector {
         Ok(rows)
     }
 
+    /// The greatest event time (ns since the Unix epoch) of the last message decoded
+    /// without error, from the table's event-time column (`ConnectionSchema::event_time`);
+    /// `None` without one or when the message yielded no rows.
+    pub fn last_event_time(&self) -> Option<i64> {
+        self.deserializer.as_ref().and_then(|d| d.last_event_time())
+    }
+
     /// The decode failure of the next message for `reason`, found outside the decoder
     /// (e.g. the schema revision it names cannot be read).
     pub fn failure(&self, reason: String) -> DeserializeError {

@@ -269,6 +269,19 @@ pub struct ConnectionSchema {
     pub timestamp_format: TimestampFormat,
     pub bad_data: BadData,
     pub fields: Vec<SourceField>,
+    /// Event time from a column (`WATERMARK FOR`; issue 32, decision 0037); `None`: the
+    /// connector's own timestamp (Pub/Sub: the publish time).
+    #[serde(default)]
+    pub event_time: Option<EventTime>,
+}
+
+/// A table's event time from a `TIMESTAMP` column (`WATERMARK FOR col AS col - INTERVAL`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventTime {
+    /// The column (declared, `TIMESTAMP`; a payload or metadata column).
+    pub column: String,
+    /// How far behind the highest event time seen the watermark stays.
+    pub out_of_orderness: std::time::Duration,
 }
 
 impl ConnectionSchema {
@@ -276,6 +289,7 @@ impl ConnectionSchema {
     /// failing on bad data.
     pub fn new(format: Format, fields: Vec<SourceField>) -> Self {
         ConnectionSchema {
+            event_time: None,
             format,
             timestamp_format: TimestampFormat::default(),
             bad_data: BadData::Fail,

@@ -27,6 +27,7 @@ fn field(name: &str, t: FieldType, required: bool, key: Option<&str>) -> SourceF
 /// j JSON, ok BOOLEAN.
 fn src() -> ConnectionSchema {
     ConnectionSchema {
+        event_time: None,
         format: Format::Json,
         timestamp_format: TimestampFormat::default(),
         bad_data: BadData::Fail,

@@ -20,6 +20,7 @@ mod select;
 mod temporal;
 mod temporal_fns;
 mod type_words;
+mod watermark;
 
 #[cfg(test)]
 mod expr_tests;
@@ -36,3 +37,4 @@ pub use plan::{plan_pipeline, plan_tables, PlannedPipeline, PlannedQuery, Planne
 pub use sample::plan_sample_select;
 pub use schemas::resolve_schemas;
 pub use select::SelectPlan;
+pub use watermark::{WatermarkDef, DEFAULT_DELAY as DEFAULT_OUT_OF_ORDERNESS};

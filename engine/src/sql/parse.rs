@@ -36,6 +36,8 @@ pub struct TableDef {
     pub name: String,
     pub fields: Vec<SourceField>,
     pub options: ConnectorOptions,
+    /// `WATERMARK FOR col [AS ...]`, if written (checked when the table is planned).
+    pub watermark: Option<super::watermark::WatermarkDef>,
 }
 
 /// `INSERT INTO sink [(columns)] SELECT ... FROM source [WHERE ...]`: one per SELECT of
@@ -114,6 +116,8 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
     let tokens = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
         .map_err(|e| SqlError(format!("SQL syntax error: {e}")))?;
+    let (tokens, mut watermarks) = super::watermark::extract(tokens)?;
+    watermarks.reverse();
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens.clone());
     let syntax = |e: sqlparser::parser::ParserError| SqlError(format!("SQL syntax error: {e}"));
     let mut out = PipelineSql::default();
@@ -138,10 +142,31 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                 ),
             ));
         }
+        if let Some(w) = watermarks.last().filter(|w| w.at < tokens.start()) {
+            return Err(at(
+                w.at,
+                "WATERMARK FOR belongs inside a CREATE TABLE's column list".into(),
+            ));
+        }
         match st {
             Statement::CreateTable(ct) => {
                 check_create_table(&ct, &tokens)?;
-                out.tables.push(create_table(&ct, &out.tables)?);
+                let mut table = create_table(&ct, &out.tables)?;
+                // Its clause: the next one, if it lies within this statement.
+                let end = tokens.tokens.last().map(|t| t.span.end);
+                if watermarks.last().is_some_and(|w| {
+                    end.is_some_and(|e| (w.at.line, w.at.column) < (e.line, e.column))
+                }) {
+                    let w = watermarks.pop().expect("checked");
+                    if w.at < tokens.start() {
+                        return Err(at(
+                            w.at,
+                            "WATERMARK FOR belongs inside a CREATE TABLE's column list".into(),
+                        ));
+                    }
+                    table.watermark = Some(w);
+                }
+                out.tables.push(table);
             }
             Statement::Insert(ins) => {
                 check_insert(&ins, &tokens)?;
@@ -156,6 +181,12 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                 ));
             }
         }
+    }
+    if let Some(w) = watermarks.pop() {
+        return Err(at(
+            w.at,
+            "WATERMARK FOR belongs inside a CREATE TABLE's column list".into(),
+        ));
     }
     Ok(out)
 }
@@ -188,6 +219,7 @@ fn create_table(ct: &CreateTable, tables: &[TableDef]) -> Result<TableDef, SqlEr
         name,
         fields,
         options,
+        watermark: None,
     })
 }
 

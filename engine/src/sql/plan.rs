@@ -586,6 +586,12 @@ fn plan_table(
     let connection = connector
         .from_options(&t.name, &mut options, &schema)
         .map_err(|x| e(format!("{x:#}")))?;
+    if connection.connection_type == ConnectionType::Sink && connection.schema.event_time.is_some()
+    {
+        return Err(e(
+            "is a sink: WATERMARK FOR, 'event_time_field' and 'watermark_field' apply to a table that is read".into(),
+        ));
+    }
     let mut known = vec!["connector", "format", "json.timestamp-format"];
     known.extend_from_slice(connector.known_options());
     options.finish(&known).map_err(|x| e(x.to_string()))?;
@@ -655,11 +661,13 @@ pub(crate) fn table_head(
             })?
         }
     };
+    let event_time = super::watermark::event_time(t, &mut options)?;
     let schema = ConnectionSchema {
         format,
         timestamp_format,
         bad_data: BadData::Fail,
         fields: t.fields.clone(),
+        event_time,
     };
     Ok((connector, options, schema))
 }

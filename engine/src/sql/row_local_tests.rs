@@ -22,6 +22,7 @@ fn src() -> ConnectionSchema {
         metadata_key: key.map(str::to_string),
     };
     ConnectionSchema {
+        event_time: None,
         format: Format::Json,
         timestamp_format: TimestampFormat::default(),
         bad_data: BadData::Fail,

@@ -88,6 +88,7 @@ mod tests {
 
     fn schema() -> ConnectionSchema {
         ConnectionSchema {
+            event_time: None,
             format: Format::Json,
             timestamp_format: TimestampFormat::default(),
             bad_data: BadData::Fail,

@@ -30,6 +30,7 @@ fn field(name: &str, t: FieldType, key: Option<&str>) -> SourceField {
 /// id TEXT (message-id), a BIGINT, i INT, d DOUBLE, s TEXT, ts TIMESTAMP.
 fn src() -> ConnectionSchema {
     ConnectionSchema {
+        event_time: None,
         format: Format::Json,
         timestamp_format: TimestampFormat::default(),
         bad_data: BadData::Fail,

@@ -26,7 +26,11 @@ impl SourceReader {
         held: Held,
         collector: &mut SourceCollector,
     ) -> anyhow::Result<()> {
-        self.observe_event_time(split, held.event_ns);
+        // Event time from a column is known once the message is decoded.
+        let from_column = self.op.schema.event_time.is_some();
+        if !from_column {
+            self.observe_event_time(split, held.event_ns);
+        }
         // A copy of a record already seen is acknowledged with the next checkpoint and
         // yields no row; a first copy holds its id from now (its rows go out before the
         // next barrier, so the checkpoint that covers them holds the id).
@@ -56,6 +60,9 @@ impl SourceReader {
             Ok(rows) => {
                 if rows == 0 {
                     self.counters().skipped.add(1);
+                }
+                if from_column {
+                    self.observe_event_time(split, collector.last_event_time());
                 }
                 // A dead letter for a row failure needs the payload (kept, like the
                 // context, only under the `dead-letter` policy).

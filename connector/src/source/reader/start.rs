@@ -130,10 +130,16 @@ impl SourceReader {
                 .iter()
                 .map(|(_, state)| state.values.get(watermark::STATE_KEY)),
         )?;
+        // `WATERMARK FOR col AS col - INTERVAL`: that column's bound; else publish time's.
+        let bound = self
+            .op
+            .schema
+            .event_time
+            .as_ref()
+            .map_or(watermark::DEFAULT_OUT_OF_ORDERNESS, |e| e.out_of_orderness);
         let idle = (c.watermark_idle_timeout_ms > 0)
             .then(|| Duration::from_millis(c.watermark_idle_timeout_ms));
-        let mut marks =
-            watermark::Watermarks::new(watermark::DEFAULT_OUT_OF_ORDERNESS, idle, restored)?;
+        let mut marks = watermark::Watermarks::new(bound, idle, restored)?;
         let now = Instant::now();
         self.watermark_at = now;
         for _ in &self.splits {

@@ -218,3 +218,50 @@ fn raw_formats() {
         "{e}"
     );
 }
+
+/// Issue 32, item 1: the event time of a message is the greatest of its rows' event-time
+/// column; a NULL there (or a value that is no timestamp) fails the message, nothing of it
+/// stays buffered, and the next message decodes.
+#[test]
+fn event_time_from_a_column_is_the_greatest_of_the_message_and_never_null() {
+    let mut t = json_table(vec![req("id", Bigint), col("ts", Timestamp)]);
+    t.event_time = Some(crate::spi::EventTime {
+        column: "ts".into(),
+        out_of_orderness: std::time::Duration::ZERO,
+    });
+    let mut d = Deserializer::new(&t).unwrap();
+    let msg = |p: &str| Bytes::copy_from_slice(p.as_bytes());
+    let rows = d
+        .deserialize(
+            &msg(r#"{"id": 1, "ts": "2026-12-04T10:00:02Z"} {"id": 2, "ts": "2026-12-04T10:00:05Z"} {"id": 3, "ts": "2026-12-04T10:00:01Z"}"#),
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows, 3);
+    let at = |s: &str| crate::format::timestamp::parse_rfc3339(s).unwrap();
+    assert_eq!(d.last_event_time(), Some(at("2026-12-04T10:00:05Z")));
+    for (payload, want) in [
+        (
+            r#"{"id": 4, "ts": null}"#,
+            "the event-time column 'ts' is NULL (row 1 of the message)",
+        ),
+        (
+            r#"{"id": 5, "ts": "2026-12-04T10:00:07Z"} {"id": 6}"#,
+            "the event-time column 'ts' is NULL (row 2 of the message)",
+        ),
+        (r#"{"id": 7, "ts": "tomorrow"}"#, "column 'ts'"),
+    ] {
+        let e = d.deserialize(&msg(payload), &[]).unwrap_err();
+        assert!(e.reason.contains(want), "{payload}: {}", e.reason);
+        assert_eq!(d.last_event_time(), None, "{payload}");
+    }
+    d.deserialize(&msg(r#"{"id": 8, "ts": "2026-12-04T09:00:00Z"}"#), &[])
+        .unwrap();
+    assert_eq!(d.last_event_time(), Some(at("2026-12-04T09:00:00Z")));
+    let b = d.flush().unwrap().unwrap();
+    assert_eq!(b.num_rows(), 4, "the failed messages left nothing behind");
+    // A table whose event-time column is not TIMESTAMP is refused when set up.
+    t.event_time.as_mut().unwrap().column = "id".into();
+    let e = Deserializer::new(&t).err().expect("refused").to_string();
+    assert!(e.contains("'id' is not a TIMESTAMP column"), "{e}");
+}

@@ -45,6 +45,7 @@ fn meta(name: &str, ty: FieldType, key: &str, required: bool) -> SourceField {
 
 fn table(format: Format, tf: TimestampFormat, fields: Vec<SourceField>) -> ConnectionSchema {
     ConnectionSchema {
+        event_time: None,
         format,
         timestamp_format: tf,
         bad_data: BadData::Fail,
