@@ -946,33 +946,18 @@ async fn rows_with_one_key_are_written_by_one_sink_subtask() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_routed_to_a_slow_sink_on_another_process_stay_within_max_inflight_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let hosts = free_hosts(2);
     let sql = "CREATE TABLE src (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'slowroute', 'rows' = '1500');
          CREATE TABLE dst (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'slowroute', 'route-by' = 'k', 'batch-delay-ms' = '5', 'slow-subtask' = '1');
          INSERT INTO dst SELECT seq, k FROM src;";
     const MAX: u64 = 100;
     let metrics = [Metrics::default(), Metrics::default()];
-    let run = |process: usize| {
-        let cfg = RuntimeConfig {
-            workers: 1,
-            max_inflight_rows: MAX as usize,
-            metrics: metrics[process].clone(),
-            cluster: Some(pubsub_engine::runtime::ClusterConfig {
-                process,
-                hosts: hosts.clone(),
-                connect_timeout: Duration::from_secs(60),
-            }),
-            ..config(dir.path())
-        };
-        tokio::spawn(run_pipeline(plan(sql).unwrap(), cfg, StopHandle::new()))
-    };
-    let (one, zero) = (run(1), run(0));
-    let (zero, one) = tokio::time::timeout(Duration::from_secs(300), async {
-        (zero.await.unwrap(), one.await.unwrap())
+    let (zero, one) = cluster_here(sql, dir.path(), |process, cfg| RuntimeConfig {
+        workers: 1,
+        max_inflight_rows: MAX as usize,
+        metrics: metrics[process].clone(),
+        ..cfg
     })
-    .await
-    .expect("the cluster must end by itself");
-    let (zero, one) = (zero.unwrap(), one.unwrap());
+    .await;
     let peaks: Vec<u64> = metrics
         .iter()
         .map(|m| m.gauge_total(INFLIGHT_ROWS_PEAK))
@@ -1028,32 +1013,17 @@ async fn watermarks_cross_processes_behind_their_rows_and_the_lowest_non_idle_on
     const ROWS: i64 = 600;
     for (name, idle) in [("marks", None), ("marks-idle", Some(0))] {
         let dir = tempfile::tempdir().unwrap();
-        let hosts = free_hosts(2);
         let idle_opt = idle.map_or(String::new(), |s| format!(", 'idle-subtask' = '{s}'"));
         let sql = format!(
             "CREATE TABLE src (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = '{name}', 'rows' = '{ROWS}', 'watermarks' = 'true' {idle_opt});
              CREATE TABLE dst (seq BIGINT, k TEXT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = '{name}', 'route-by' = 'k');
              INSERT INTO dst SELECT seq, k FROM src;"
         );
-        let run = |process: usize| {
-            let cfg = RuntimeConfig {
-                workers: 1,
-                cluster: Some(pubsub_engine::runtime::ClusterConfig {
-                    process,
-                    hosts: hosts.clone(),
-                    connect_timeout: Duration::from_secs(60),
-                }),
-                ..config(dir.path())
-            };
-            tokio::spawn(run_pipeline(plan(&sql).unwrap(), cfg, StopHandle::new()))
-        };
-        let (one, zero) = (run(1), run(0));
-        let (zero, one) = tokio::time::timeout(Duration::from_secs(300), async {
-            (zero.await.unwrap(), one.await.unwrap())
+        let (zero, one) = cluster_here(&sql, dir.path(), |_, cfg| RuntimeConfig {
+            workers: 1,
+            ..cfg
         })
-        .await
-        .expect("the cluster must end by itself");
-        let (zero, one) = (zero.unwrap(), one.unwrap());
+        .await;
         let l = log(name);
         assert!(
             l.violations.lock().unwrap().is_empty(),
@@ -1361,6 +1331,39 @@ async fn a_table_config_that_does_not_deserialize_fails_the_prepare_future() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("invalid type"), "{err}");
+}
+
+/// Runs `sql` as a 2-process cluster on this test's runtime: each process's config is
+/// `config(dir)` on fresh loopback hosts, then `tweak(process, config)`. Panics unless
+/// both processes end by themselves within 300 s and succeed; returns their summaries,
+/// process 0's first.
+async fn cluster_here(
+    sql: &str,
+    dir: &std::path::Path,
+    tweak: impl Fn(usize, RuntimeConfig) -> RuntimeConfig,
+) -> (JobSummary, JobSummary) {
+    let hosts = free_hosts(2);
+    let run = |process: usize| {
+        let cfg = tweak(
+            process,
+            RuntimeConfig {
+                cluster: Some(pubsub_engine::runtime::ClusterConfig {
+                    process,
+                    hosts: hosts.clone(),
+                    connect_timeout: Duration::from_secs(60),
+                }),
+                ..config(dir)
+            },
+        );
+        tokio::spawn(run_pipeline(plan(sql).unwrap(), cfg, StopHandle::new()))
+    };
+    let (one, zero) = (run(1), run(0));
+    let (zero, one) = tokio::time::timeout(Duration::from_secs(300), async {
+        (zero.await.unwrap(), one.await.unwrap())
+    })
+    .await
+    .expect("the cluster must end by itself");
+    (zero.unwrap(), one.unwrap())
 }
 
 /// Runs `sql` as a 2-process cluster in this process, each process on its own thread and
@@ -1719,30 +1722,15 @@ async fn an_idle_stop_waits_until_every_row_read_is_durable_in_the_sinks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_an_idle_stop_waits_for_the_sinks_of_every_process() {
     let dir = tempfile::tempdir().unwrap();
-    let hosts = free_hosts(2);
     let name = "idle-gated-cluster";
     // 2 workers per process: sink subtasks 2 and 3 run on process 1.
     let sql = gated_sql(name, 200, Some(3));
     gate_for(name, 800, Duration::from_secs(2));
-    let run = |process: usize| {
-        let cfg = RuntimeConfig {
-            cluster: Some(pubsub_engine::runtime::ClusterConfig {
-                process,
-                hosts: hosts.clone(),
-                connect_timeout: Duration::from_secs(60),
-            }),
-            max_inflight_rows: 10_000,
-            ..config(dir.path())
-        };
-        tokio::spawn(run_pipeline(plan(&sql).unwrap(), cfg, StopHandle::new()))
-    };
-    let (one, zero) = (run(1), run(0));
-    let (zero, one) = tokio::time::timeout(Duration::from_secs(300), async {
-        (zero.await.unwrap(), one.await.unwrap())
+    let (zero, one) = cluster_here(&sql, dir.path(), |_, cfg| RuntimeConfig {
+        max_inflight_rows: 10_000,
+        ..cfg
     })
-    .await
-    .expect("the cluster must end by itself");
-    let (zero, one) = (zero.unwrap(), one.unwrap());
+    .await;
     caught_up_at_stop(name, 4, 800);
     assert_eq!(zero.messages_acked + one.messages_acked, 800);
     assert!(log(name).violations.lock().unwrap().is_empty());
