@@ -266,6 +266,11 @@ impl pubsub_engine::Connector for PubSubConnector {
         true
     }
 
+    /// A source table's `WATERMARK FOR` column is its event time (decision 0037).
+    fn event_time_column(&self) -> bool {
+        true
+    }
+
     /// Format `avro`: the columns of the topic's Avro schema
     /// ([`crate::avro_columns::derived_columns`]). Other formats derive none.
     fn derive_fields(

@@ -430,6 +430,34 @@ mod tests {
         }
     }
 
+    /// Issue 32, item 1: a connector that does not read an event-time column refuses a
+    /// table that names one (a newcomer's `nexmark` table took the clause and never made
+    /// a watermark), with the clause's position.
+    #[test]
+    fn a_connector_without_event_time_refuses_watermark_for() {
+        let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(Mem)];
+        for (clause, option) in [
+            (", WATERMARK FOR ts", ""),
+            ("", ", 'event_time_field' = 'ts'"),
+        ] {
+            let sql = parse_pipeline(&format!(
+                "CREATE TABLE src (n INT, ts TIMESTAMP{clause}) WITH ('connector' = 'mem', 'role' = 'source'{option});
+                 CREATE TABLE out (n INT) WITH ('connector' = 'mem', 'role' = 'sink');
+                 INSERT INTO out SELECT n FROM src;"
+            ))
+            .unwrap();
+            let e = plan_pipeline(&sql, &connectors)
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(
+                e.contains("table 'src': connector 'mem' does not read an event-time column"),
+                "{e}"
+            );
+            assert_eq!(e.contains("(line 1, column 40)"), !clause.is_empty(), "{e}");
+        }
+    }
+
     /// A sink that stamps record ids gets each row's id as its trailing column, derived
     /// from the query and the source's hidden record key, which SQL does not see (`*`).
     #[test]

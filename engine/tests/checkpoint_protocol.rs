@@ -220,6 +220,11 @@ impl Connector for MemoryConnector {
     fn sink_key(&self, _: &(), t: &MemTable, _: &ConnectionSchema) -> Option<String> {
         t.route_by.clone().filter(|_| t.sink)
     }
+    /// Its sources emit their own watermarks (`'watermarks'`); accepting the clause lets
+    /// the planner's checks of it be tested here.
+    fn event_time_column(&self) -> bool {
+        true
+    }
     fn table_type(&self, _: &(), t: &MemTable) -> ConnectionType {
         if t.sink {
             ConnectionType::Sink

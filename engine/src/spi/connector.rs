@@ -299,6 +299,14 @@ pub trait Connector: Send + Sync + 'static {
     fn source_record_keys(&self) -> bool {
         false
     }
+
+    /// Whether this connector's sources read `ConnectionSchema::event_time` (a table's
+    /// `WATERMARK FOR` column) and emit watermarks from it. `false` by default: the
+    /// planner then refuses a table of this connector that names an event-time column,
+    /// rather than accept a setting nothing would honour.
+    fn event_time_column(&self) -> bool {
+        false
+    }
 }
 
 /// A connector behind JSON configs, so the planner can hold any connector.
@@ -355,6 +363,8 @@ pub trait ErasedConnector: Send + Sync {
     fn sink_record_ids(&self, connection: &Connection) -> bool;
     /// See [`Connector::source_record_keys`].
     fn source_record_keys(&self) -> bool;
+    /// See [`Connector::event_time_column`].
+    fn event_time_column(&self) -> bool;
     /// See [`Connector::derive_fields`]; `profile` and `table` in the connector's JSON
     /// shape (a [`Connection`]'s `config` members). Configs that do not deserialize make
     /// a future that fails, saying which.
@@ -478,6 +488,10 @@ impl<C: Connector> ErasedConnector for C {
 
     fn source_record_keys(&self) -> bool {
         Connector::source_record_keys(self)
+    }
+
+    fn event_time_column(&self) -> bool {
+        Connector::event_time_column(self)
     }
 
     fn derive_fields(

@@ -152,16 +152,14 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
             Statement::CreateTable(ct) => {
                 check_create_table(&ct, &tokens)?;
                 let mut table = create_table(&ct, &out.tables)?;
-                // Its clause: the next one, if it lies within this statement.
+                // Its clause: the next one, if it lies within this statement (one that
+                // lies before it was refused above).
                 let end = tokens.tokens.last().map(|t| t.span.end);
-                if watermarks.last().is_some_and(|w| {
-                    end.is_some_and(|e| (w.at.line, w.at.column) < (e.line, e.column))
-                }) {
-                    let w = watermarks.pop().expect("checked");
-                    if w.at < tokens.start() {
+                while let Some(w) = watermarks.pop_if(|w| end.is_some_and(|e| w.at < e)) {
+                    if table.watermark.is_some() {
                         return Err(at(
                             w.at,
-                            "WATERMARK FOR belongs inside a CREATE TABLE's column list".into(),
+                            format!("table '{}' has a second WATERMARK FOR clause", table.name),
                         ));
                     }
                     table.watermark = Some(w);

@@ -586,11 +586,21 @@ fn plan_table(
     let connection = connector
         .from_options(&t.name, &mut options, &schema)
         .map_err(|x| e(format!("{x:#}")))?;
-    if connection.connection_type == ConnectionType::Sink && connection.schema.event_time.is_some()
-    {
-        return Err(e(
-            "is a sink: WATERMARK FOR, 'event_time_field' and 'watermark_field' apply to a table that is read".into(),
-        ));
+    if connection.schema.event_time.is_some() {
+        let place = t.watermark.as_ref().map_or(String::new(), |w| {
+            format!(" (line {}, column {})", w.at.line, w.at.column)
+        });
+        if connection.connection_type == ConnectionType::Sink {
+            return Err(e(format!(
+                "is a sink: WATERMARK FOR, 'event_time_field' and 'watermark_field' apply to a table that is read{place}"
+            )));
+        }
+        if !connector.event_time_column() {
+            return Err(e(format!(
+                "connector '{}' does not read an event-time column: WATERMARK FOR, 'event_time_field' and 'watermark_field' are refused{place}",
+                connector.name()
+            )));
+        }
     }
     let mut known = vec!["connector", "format", "json.timestamp-format"];
     known.extend_from_slice(connector.known_options());

@@ -38,8 +38,9 @@ fn is_word(t: &Token, word: &str) -> bool {
     matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
 }
 
-/// Cuts every `, WATERMARK FOR ...` out of the column lists of `tokens` (up to the next
-/// comma or the list's closing parenthesis) and parses each. Returns the tokens left and
+/// Cuts every `WATERMARK FOR ...` out of the column lists of `tokens` (from the comma
+/// before it, or to the comma after it when it comes first, up to the next comma or the
+/// list's closing parenthesis) and parses each. Returns the tokens left and
 /// the clauses, in order; each belongs to the statement its location falls in.
 pub(crate) fn extract(
     tokens: Vec<TokenWithSpan>,
@@ -48,20 +49,40 @@ pub(crate) fn extract(
     let mut out = Vec::with_capacity(tokens.len());
     let mut defs = Vec::new();
     let mut depth = 0usize;
+    // Within a statement: whether it is a CREATE, and whether its first parenthesis (a
+    // CREATE TABLE's column list) is the one open now.
+    let mut first_word: Option<bool> = None;
+    let mut parens = 0usize;
+    let mut in_columns = false;
     let mut i = 0;
     while i < tokens.len() {
-        match tokens[i].token {
-            Token::LParen => depth += 1,
+        match &tokens[i].token {
+            Token::LParen => {
+                if depth == 0 {
+                    parens += 1;
+                    in_columns = first_word == Some(true) && parens == 1;
+                }
+                depth += 1
+            }
             Token::RParen => depth = depth.saturating_sub(1),
+            Token::SemiColon if depth == 0 => {
+                first_word = None;
+                parens = 0;
+            }
+            Token::Word(w) if first_word.is_none() => {
+                first_word = Some(w.keyword == sqlparser::keywords::Keyword::CREATE)
+            }
             _ => {}
         }
-        // `, WATERMARK FOR` directly inside a parenthesis.
+        // `, WATERMARK FOR` or `( WATERMARK FOR` directly inside a parenthesis.
         let next: Vec<usize> = (i + 1..tokens.len())
             .filter(|&j| significant(j))
             .take(2)
             .collect();
+        let first = tokens[i].token == Token::LParen;
         let starts = depth == 1
-            && tokens[i].token == Token::Comma
+            && in_columns
+            && (first || tokens[i].token == Token::Comma)
             && next.len() == 2
             && is_word(&tokens[next[0]].token, "WATERMARK")
             && is_word(&tokens[next[1]].token, "FOR");
@@ -69,6 +90,9 @@ pub(crate) fn extract(
             out.push(tokens[i].clone());
             i += 1;
             continue;
+        }
+        if first {
+            out.push(tokens[i].clone());
         }
         let from = next[0];
         let mut end = from;
@@ -85,7 +109,12 @@ pub(crate) fn extract(
             end += 1;
         }
         defs.push(parse_clause(&tokens[from..end])?);
-        i = end;
+        // First in the list: its comma goes with it, the next column comes first.
+        i = if first && tokens.get(end).is_some_and(|t| t.token == Token::Comma) {
+            end + 1
+        } else {
+            end
+        };
     }
     Ok((out, defs))
 }

@@ -59,6 +59,11 @@ fn the_clause_gives_the_column_and_its_out_of_orderness() {
         ),
         ("pt".into(), s(3))
     );
+    // First in the list.
+    assert_eq!(
+        ok("WATERMARK FOR ts AS ts, n BIGINT, ts TIMESTAMP", ""),
+        ("ts".into(), Duration::ZERO)
+    );
     // No clause, no option: the connector's own timestamp.
     assert_eq!(event(&table("n BIGINT", "")).unwrap(), None);
 }
@@ -146,6 +151,15 @@ fn what_is_not_an_event_time_or_a_bound_is_refused_by_name_and_position() {
         assert!(e.contains(want), "{columns}: {e}");
         assert!(e.contains("(line 1, column "), "{columns}: {e}");
     }
+    let e = refused("ts TIMESTAMP, WATERMARK FOR ts, WATERMARK FOR ts AS ts", "");
+    assert!(
+        e.contains("table 'src' has a second WATERMARK FOR clause (line 1, column 51)"),
+        "{e}"
+    );
+    let e = event("CREATE TABLE src (ts TIMESTAMP) WITH ('connector' = 'c', WATERMARK FOR ts);")
+        .expect_err("refused");
+    // Only a column list takes the clause: in WITH it is a syntax error at its place.
+    assert!(e.contains("found: FOR at Line: 1, Column: 68"), "{e}");
     let e = refused("n BIGINT, WATERMARK FOR ts", "");
     assert!(
         e.contains("no column 'ts'") && e.contains("table 'src'"),

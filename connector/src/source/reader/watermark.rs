@@ -31,8 +31,12 @@ const ADVANCE_EVERY: Duration = Duration::from_millis(100);
 struct SplitTime {
     /// The highest event time it delivered (ns), if any.
     max_ns: Option<i64>,
-    /// When it last delivered a message (or was added).
+    /// When it last delivered a message (or was added), by the clock its caller passed:
+    /// the run loop's, which may be one advance old.
     last: Instant,
+    /// It delivered since the last advance: never idle at the next one, whatever `last`
+    /// says (a burst after a quiet spell is stamped with a clock from before it).
+    fresh: bool,
 }
 
 /// What the subtask's watermark is now.
@@ -95,6 +99,7 @@ impl Watermarks {
         self.splits.push(SplitTime {
             max_ns: None,
             last: now,
+            fresh: false,
         });
     }
 
@@ -106,13 +111,16 @@ impl Watermarks {
         if let Some(s) = self.splits.get_mut(split) {
             s.max_ns = Some(s.max_ns.map_or(event_ns, |m| m.max(event_ns)));
             s.last = now;
+            s.fresh = true;
         }
         behind
     }
 
     fn is_idle(&self, s: &SplitTime, now: Instant) -> bool {
-        self.idle_timeout
-            .is_some_and(|t| now.saturating_duration_since(s.last) >= t)
+        !s.fresh
+            && self
+                .idle_timeout
+                .is_some_and(|t| now.saturating_duration_since(s.last) >= t)
     }
 
     /// Advances the watermark to what the splits allow at `now` (never lowers it).
@@ -135,6 +143,9 @@ impl Watermarks {
         }
         if let (false, Some(w)) = (unknown, min) {
             self.current = Some(self.current.map_or(w, |c| c.max(w)));
+        }
+        for s in &mut self.splits {
+            s.fresh = false;
         }
         WatermarkStatus {
             watermark_ns: self.current,

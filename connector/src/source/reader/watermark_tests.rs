@@ -110,6 +110,35 @@ fn an_idle_split_stops_holding_the_watermark_back_and_all_idle_is_idle() {
     );
 }
 
+/// Found by a newcomer's run with `scan.watermark.idle-timeout` = 1 s: the run loop stamps
+/// a delivery with the clock of its last advance, which after a quiet spell is older than
+/// the timeout, so the split counted as idle at the very advance after it delivered and
+/// its event times were never taken (no watermark at all). A split that delivered since
+/// the last advance is never idle at the next one.
+#[test]
+fn a_split_that_just_delivered_is_not_idle_however_old_the_clock_it_was_stamped_with() {
+    let t0 = Instant::now();
+    let mut w = marks(1, Some(1), 1, t0);
+    assert!(w.advance(t0 + Duration::from_secs(5)).idle);
+    // Delivered at t0 + 5 s, stamped with the clock of the advance before (t0).
+    w.observe(0, 100 * S, t0);
+    assert_eq!(
+        w.advance(t0 + Duration::from_secs(5)),
+        WatermarkStatus {
+            watermark_ns: Some(99 * S),
+            idle: false
+        }
+    );
+    // Nothing more: idle again at the next advance, keeping its watermark.
+    assert_eq!(
+        w.advance(t0 + Duration::from_secs(6)),
+        WatermarkStatus {
+            watermark_ns: Some(99 * S),
+            idle: true
+        }
+    );
+}
+
 #[test]
 fn a_message_at_or_below_the_watermark_is_behind_it() {
     let t0 = Instant::now();
