@@ -178,3 +178,108 @@ async fn watermark_for_a_payload_column_follows_its_values_and_a_null_event_time
         "{stderr}"
     );
 }
+
+/// Issue 32, item 1: `scan.event-time.attribute` takes event time from an attribute, as
+/// Cloud Storage notifications carry it (`eventTime`, RFC 3339 with microseconds; epoch
+/// milliseconds work too), with `scan.watermark.out-of-orderness` as the bound. A message
+/// without the attribute, or whose value is no timestamp, is a row failure under the
+/// policy: dropped and counted under `drop`, dead-lettered quoting the value under
+/// `dead-letter`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_time_attribute_gives_event_time_and_a_missing_or_bad_one_is_a_row_failure() {
+    let payload = fixture("gcs-notification-json-api-v1.json");
+    let base = fixture_attributes("gcs-notification-json-api-v1.attrs.json");
+    // 2020-12-08T11:51:26.395668Z, the fixture's own event time.
+    const FIXTURE_NS: i64 = 1_607_428_286_395_668_000;
+    let with_time = |time: Option<&str>| {
+        let mut a = base.clone();
+        match time {
+            Some(t) => a.insert("eventTime".into(), t.into()),
+            None => a.remove("eventTime"),
+        };
+        a
+    };
+    let t = topics("event-attr", 10).await;
+    // Out of order: the fixture's time, a minute later as epoch ms, 30 s earlier.
+    let later_ms = FIXTURE_NS / 1_000_000 + 60_000;
+    for time in [
+        Some("2020-12-08T11:51:26.395668Z".to_string()),
+        Some(later_ms.to_string()),
+        Some("2020-12-08T11:50:56Z".to_string()),
+        None,
+        Some("yesterday".to_string()),
+    ] {
+        publish_with_attributes(&t.input, payload.clone(), with_time(time.as_deref())).await;
+    }
+    let dead = topics("event-attr-dead", 10).await;
+    let sql = |policy: &str| {
+        format!(
+            "CREATE TABLE gcs (name TEXT, bucket TEXT) WITH (
+                'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+                'emulator-endpoint' = '{e}', 'scan.event-time.attribute' = 'eventTime',
+                'scan.watermark.out-of-orderness' = '5s',
+                'scan.deserialization-failure-policy' = '{policy}'{dl});
+             CREATE TABLE dst (name TEXT, bucket TEXT) WITH (
+                'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+                'emulator-endpoint' = '{e}');
+             INSERT INTO dst SELECT name, bucket FROM gcs;",
+            sub = t.input_sub,
+            out = t.output,
+            e = endpoint(),
+            dl = if policy == "dead-letter" {
+                format!(
+                    ", 'scan.dead-letter.topic' = '{}', 'scan.dead-letter.emulator-endpoint' = '{}'",
+                    dead.input,
+                    endpoint()
+                )
+            } else {
+                String::new()
+            }
+        )
+    };
+    let args = [
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "500ms",
+        "--stop-when-idle",
+        "3s",
+    ];
+    let w = Workdir::new(&sql("drop"));
+    let out = w.run_ok(&args).await;
+    // The greatest event time (the epoch-ms one) less 5 s.
+    let expected_ns = later_ms * 1_000_000 - 5 * S;
+    assert_eq!(checkpointed_watermarks(&w), vec![expected_ns], "{out}");
+    assert_eq!(
+        summary_watermark_ms(&out),
+        Some((expected_ns / 1_000_000) as u64),
+        "{out}"
+    );
+    assert_eq!(summary_count(&out, "records in error:"), 2, "{out}");
+    assert_eq!(summary_count(&out, "rows written:"), 3, "{out}");
+    // Under `dead-letter`, each letter says why, quoting the bad value.
+    let t2 = topics("event-attr-dl", 10).await;
+    publish_with_attributes(&t2.input, payload.clone(), with_time(None)).await;
+    publish_with_attributes(&t2.input, payload.clone(), with_time(Some("12.5"))).await;
+    let w = Workdir::new(&sql("dead-letter").replace(&t.input_sub, &t2.input_sub));
+    let out = w.run_ok(&args).await;
+    assert_eq!(summary_count(&out, "records in error:"), 2, "{out}");
+    let letters =
+        admin::drain_messages(&profile(), &dead.input_sub, 1, Some(2), Duration::from_secs(30))
+            .await
+            .unwrap();
+    let mut errors: Vec<String> = letters
+        .iter()
+        .map(|m| m.attributes.get("dlq-error").cloned().unwrap_or_default())
+        .collect();
+    errors.sort();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("has no event-time attribute 'eventTime'")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("'eventTime' = '12.5' is neither epoch milliseconds nor RFC 3339")),
+        "{errors:?}"
+    );
+}

@@ -113,7 +113,7 @@ pub const CATALOG: &[(&str, Described)] = &[
     (src::PENDING_CHECKPOINTS, d(Gauge, "pending_checkpoints", None, "Checkpoints with messages bound to them, not yet committed.")),
     (src::CHECKPOINT_LAG_MS, d(Gauge, "checkpoint_lag", Some("ms"), "Milliseconds since the source subtask's last commit (or its start).")),
     (src::OLDEST_UNACKED_MESSAGE_AGE_MS, seconds("oldest_unacked_message_age", "Seconds since the publish time of the oldest message a source subtask holds from a subscription (received, not yet acknowledged; 0: none held).")),
-    (src::MESSAGES_BEHIND_WATERMARK, d(Counter, "messages_behind_watermark", None, "Messages whose event time (publish time, or the table's WATERMARK FOR column) was at or behind their source subtask's watermark when they arrived (rows a window would count as late).")),
+    (src::MESSAGES_BEHIND_WATERMARK, d(Counter, "messages_behind_watermark", None, "Messages whose event time (publish time, the scan.event-time.attribute, or the table's WATERMARK FOR column) was at or behind their source subtask's watermark when they arrived (rows a window would count as late).")),
     (src::WATERMARK_MS, seconds("watermark_timestamp", "A source subtask's watermark, in seconds since the Unix epoch: the highest event time (publish time, or the table's WATERMARK FOR column) each of its splits delivered less the out-of-orderness, lowest over the splits that are not idle (0: none yet).")),
     (src::WATERMARK_LAG_MS, seconds("watermark_lag", "Seconds from a source subtask's watermark to now (0: no watermark yet).")),
     (src::SOURCE_IDLE, d(Gauge, "source_idle", None, "1 while every split of a source subtask is idle (scan.watermark.idle-timeout): it does not hold watermarks back.")),

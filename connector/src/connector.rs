@@ -65,6 +65,35 @@ fn sink_sql_error(e: BuildError, written: &ConnectorOptions) -> OptionError {
 /// A sink table writes `attributes` (TEXT or JSON) and `ordering-key` (TEXT) metadata,
 /// each from at most one column, the ordering key only with message ordering on; the
 /// other metadata keys are only readable.
+/// Event time comes from one place: a `WATERMARK FOR` column (with its own
+/// out-of-orderness) or the publish time / an attribute (with
+/// `scan.watermark.out-of-orderness`), never both.
+fn check_event_time(config: &pubsub_schema::SourceConfig, schema: &ConnectionSchema) -> anyhow::Result<()> {
+    let Some(e) = &schema.event_time else {
+        return Ok(());
+    };
+    let clash = [
+        (
+            pubsub_table_options::EVENT_TIME_ATTRIBUTE,
+            config.event_time_attribute.clone(),
+        ),
+        (
+            pubsub_table_options::WATERMARK_OUT_OF_ORDERNESS,
+            config
+                .subscriber
+                .watermark_out_of_orderness_ms
+                .map(|ms| format!("{ms}ms")),
+        ),
+    ];
+    if let Some((key, Some(value))) = clash.into_iter().find(|(_, v)| v.is_some()) {
+        anyhow::bail!(
+            "option '{key}' ('{value}') and the table's event-time column '{}' (WATERMARK FOR or 'event_time_field') cannot both be set: the column is the event time and its clause the out-of-orderness",
+            e.column
+        );
+    }
+    Ok(())
+}
+
 fn check_sink_metadata(schema: &ConnectionSchema, ordering: bool) -> anyhow::Result<()> {
     let mut seen: Vec<(&str, &str)> = Vec::new();
     for f in &schema.fields {
@@ -215,6 +244,7 @@ impl pubsub_engine::Connector for PubSubConnector {
         match table {
             PubSubTable::Source(config) => {
                 PubSubSource::from_config(profile.clone(), config.clone())?;
+                check_event_time(config, schema)?;
             }
             PubSubTable::Sink(config) => {
                 PubSubSink::from_config(profile.clone(), config.clone())?;
@@ -494,5 +524,54 @@ mod tests {
         assert!(source_error(&[("project", "p"), ("subscription", "a/b")])
             .starts_with("option 'subscription' is invalid"));
         assert!(source_error(&[("project", "p"), ("subscription", "a;a")]).contains("listed twice"));
+    }
+
+    /// Event time comes from one place: a `WATERMARK FOR` column, or the publish time / an
+    /// attribute with `scan.watermark.out-of-orderness`; both together are refused,
+    /// naming the option, its value and the column.
+    #[test]
+    fn an_event_time_column_refuses_the_attribute_and_the_out_of_orderness_option() {
+        let schema = |column: bool| {
+            let mut s = ConnectionSchema::new(
+                Format::Json,
+                vec![pubsub_engine::SourceField::new("ts", FieldType::Timestamp)],
+            );
+            s.event_time = column.then(|| pubsub_engine::EventTime {
+                column: "ts".into(),
+                out_of_orderness: std::time::Duration::from_secs(1),
+            });
+            s
+        };
+        let plan = |extra: (&str, &str), column: bool| {
+            let mut o = ConnectorOptions::new(
+                [
+                    ("project", "p"),
+                    ("subscription", "s"),
+                    ("emulator-endpoint", "localhost:1"),
+                    extra,
+                ]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+            );
+            pubsub_engine::Connector::from_options(
+                &super::PubSubConnector,
+                "t",
+                &mut o,
+                &schema(column),
+            )
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        for (key, value, shown) in [
+            ("scan.event-time.attribute", "eventTime", "eventTime"),
+            ("scan.watermark.out-of-orderness", "5s", "5000ms"),
+        ] {
+            assert_eq!(plan((key, value), false), Ok(()), "{key} alone");
+            let e = plan((key, value), true).unwrap_err();
+            assert!(
+                e.contains(&format!("option '{key}' ('{shown}') and the table's event-time column 'ts'")),
+                "{e}"
+            );
+        }
     }
 }

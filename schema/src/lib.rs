@@ -125,6 +125,17 @@ pub struct SourceConfig {
     #[serde(default)]
     #[schemars(title = "Deduplication")]
     pub dedup: Option<DedupConfig>,
+    /// The attribute holding each message's event time, as RFC 3339 text or epoch
+    /// milliseconds (Beam's `timestampAttribute`); a message without it, or with a value
+    /// that is neither, fails under the failure policy. Default: none (event time is the
+    /// publish time).
+    #[serde(default)]
+    #[schemars(
+        title = "Event-time attribute",
+        example = "event-time",
+        length(min = 1, max = 256)
+    )]
+    pub event_time_attribute: Option<String>,
 }
 
 /// Deduplication by a record id attribute (docs/guarantees.md): a
@@ -197,6 +208,7 @@ impl SourceConfig {
             subscriber: SubscriberOptionsConfig::default(),
             dead_letter: None,
             dedup: None,
+            event_time_attribute: None,
         }
     }
 }
@@ -392,6 +404,12 @@ pub struct SubscriberOptionsConfig {
     #[serde(default = "default_watermark_idle_timeout_ms")]
     #[schemars(title = "Watermark idle timeout (ms)")]
     pub watermark_idle_timeout_ms: u64,
+    /// How far behind the greatest event time seen a split's watermark stays (ms), when
+    /// event time is the publish time or an attribute (a `WATERMARK FOR` column carries its
+    /// own). Default 1 s.
+    #[serde(default)]
+    #[schemars(title = "Watermark out-of-orderness (ms)")]
+    pub watermark_out_of_orderness_ms: Option<u64>,
 }
 
 fn default_watermark_idle_timeout_ms() -> u64 {
@@ -418,6 +436,7 @@ impl Default for SubscriberOptionsConfig {
             first_checkpoint_timeout_ms: 600_000,
             rate_limit_messages_per_second: None,
             watermark_idle_timeout_ms: default_watermark_idle_timeout_ms(),
+            watermark_out_of_orderness_ms: None,
         }
     }
 }

@@ -47,6 +47,10 @@ pub const MAX_RECORDS_PER_FETCH: &str = "scan.max-records-per-fetch";
 pub const FIRST_CHECKPOINT_TIMEOUT: &str = "scan.first-checkpoint-timeout";
 pub const RATE_LIMIT: &str = "scan.rate-limit.messages-per-second";
 pub const WATERMARK_IDLE_TIMEOUT: &str = "scan.watermark.idle-timeout";
+/// Out-of-orderness of publish-time or attribute event time (issue 32).
+pub const WATERMARK_OUT_OF_ORDERNESS: &str = "scan.watermark.out-of-orderness";
+/// Event time from an attribute: RFC 3339 or epoch milliseconds (issue 32).
+pub const EVENT_TIME_ATTRIBUTE: &str = "scan.event-time.attribute";
 /// `sub:topic,...`: the subscriptions to create when missing, each with its topic.
 pub const AUTO_CREATE_TOPICS: &str = "scan.auto-create.topics";
 pub const AUTO_CREATE_ACK_DEADLINE: &str = "scan.auto-create.ack-deadline";
@@ -87,6 +91,8 @@ pub const SOURCE_OPTIONS: &[&str] = &[
     FIRST_CHECKPOINT_TIMEOUT,
     RATE_LIMIT,
     WATERMARK_IDLE_TIMEOUT,
+    WATERMARK_OUT_OF_ORDERNESS,
+    EVENT_TIME_ATTRIBUTE,
     AUTO_CREATE_TOPICS,
     AUTO_CREATE_ACK_DEADLINE,
     AUTO_CREATE_MESSAGE_ORDERING,
@@ -131,6 +137,8 @@ const BASE_OPTIONS: &[&str] = &[
     FIRST_CHECKPOINT_TIMEOUT,
     RATE_LIMIT,
     WATERMARK_IDLE_TIMEOUT,
+    WATERMARK_OUT_OF_ORDERNESS,
+    EVENT_TIME_ATTRIBUTE,
     AUTO_CREATE_TOPICS,
     AUTO_CREATE_ACK_DEADLINE,
     AUTO_CREATE_MESSAGE_ORDERING,
@@ -178,6 +186,8 @@ pub fn sql_key(option: &str) -> &str {
         "first_checkpoint_timeout" => FIRST_CHECKPOINT_TIMEOUT,
         "rate_limit_messages_per_second" => RATE_LIMIT,
         "watermark_idle_timeout" => WATERMARK_IDLE_TIMEOUT,
+        "watermark_out_of_orderness" => WATERMARK_OUT_OF_ORDERNESS,
+        "event_time_attribute" => EVENT_TIME_ATTRIBUTE,
         "topic" => AUTO_CREATE_TOPICS,
         "ack_deadline" => AUTO_CREATE_ACK_DEADLINE,
         "enable_message_ordering" => AUTO_CREATE_MESSAGE_ORDERING,
@@ -396,6 +406,8 @@ fn source_options(
     if let Some(v) = pull_ms(o, WATERMARK_IDLE_TIMEOUT)? {
         s.watermark_idle_timeout_ms = v;
     }
+    s.watermark_out_of_orderness_ms = pull_ms(o, WATERMARK_OUT_OF_ORDERNESS)?;
+    c.event_time_attribute = o.pull_opt_str(EVENT_TIME_ATTRIBUTE)?;
     auto_create(o, &mut c.subscriptions)?;
     c.dead_letter = sink::dead_letter_options(o, "scan.")?;
     c.dedup = dedup_options(o)?;

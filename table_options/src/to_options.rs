@@ -113,6 +113,7 @@ fn source_to_options(s: &SourceConfig) -> Result<OptionPairs, NotExpressible> {
         );
         o.changed(DEDUP_MAX_IDS, d.max_ids, default.max_ids);
     }
+    o.opt(EVENT_TIME_ATTRIBUTE, s.event_time_attribute.clone(), |a| a);
     Ok(o.0)
 }
 
@@ -178,6 +179,7 @@ fn subscriber_options(o: &mut Out, s: &SubscriberOptionsConfig) {
     if s.watermark_idle_timeout_ms != d.watermark_idle_timeout_ms {
         o.put(WATERMARK_IDLE_TIMEOUT, ms(s.watermark_idle_timeout_ms));
     }
+    o.opt(WATERMARK_OUT_OF_ORDERNESS, s.watermark_out_of_orderness_ms, ms);
 }
 
 /// `scan.auto-create.*`: the topics of every subscription to create, and the first one's

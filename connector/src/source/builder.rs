@@ -49,6 +49,9 @@ impl PubSubSource {
                 )
                 .dedup_max_ids(d.max_ids);
         }
+        if let Some(a) = &config.event_time_attribute {
+            b = b.event_time_attribute(a.clone());
+        }
         for s in &config.subscriptions {
             b = match &s.create {
                 Some(c) => b.subscription_with_create(
@@ -98,6 +101,7 @@ pub struct PubSubSourceBuilder {
     dead_letter: Option<pubsub_schema::DeadLetterQueueConfig>,
     dedup: Option<pubsub_schema::DedupConfig>,
     dedup_max_ids: Option<u64>,
+    event_time_attribute: Option<String>,
 }
 
 impl PubSubSourceBuilder {
@@ -213,6 +217,18 @@ impl PubSubSourceBuilder {
         self
     }
 
+    /// Takes each message's event time from attribute `attribute`: RFC 3339 text
+    /// (`2024-05-01T12:00:00.5Z`, as format `json` reads it) or epoch milliseconds
+    /// (`1714564800500`), Beam's `timestampAttribute`. A message without the attribute,
+    /// or whose value is neither or outside the TIMESTAMP range, is a row failure under
+    /// the failure policy. The watermark follows it with
+    /// [`PubSubSubscriberOptionsBuilder::watermark_out_of_orderness`](super::options::PubSubSubscriberOptionsBuilder::watermark_out_of_orderness).
+    /// Default: event time is the publish time.
+    pub fn event_time_attribute(mut self, attribute: impl Into<String>) -> Self {
+        self.event_time_attribute = Some(attribute.into());
+        self
+    }
+
     /// Validates: a project; at least one subscription, ids well-formed and distinct; the
     /// emulator endpoint; per-key ordering with one stream per split and, on subscriptions
     /// it would create, message ordering; policy `dead-letter` with a dead-letter queue,
@@ -296,6 +312,9 @@ impl PubSubSourceBuilder {
                 return Err(BuildError::new("dedup.max_ids", 0, "must be at least 1"));
             }
         }
+        if let Some(a) = &self.event_time_attribute {
+            check_attribute_key("event_time_attribute", a)?;
+        }
         let streams = self.subscriber.config().parallel_pull_count;
         if self.ordering_mode == OrderingMode::PerKey {
             if streams != 1 {
@@ -336,6 +355,7 @@ impl PubSubSourceBuilder {
                 subscriber: self.subscriber.config().clone(),
                 dead_letter: self.dead_letter,
                 dedup,
+                event_time_attribute: self.event_time_attribute,
             },
         })
     }
@@ -557,5 +577,52 @@ mod tests {
             "option 'scan.dedup.max-ids' is invalid: must be at least 1, was '0'"
         );
         assert!(e(a().dedup_max_ids(5)).contains("needs a deduplication attribute"));
+    }
+
+    #[test]
+    fn event_time_rules_name_their_sql_keys() {
+        use crate::source::options::PubSubSubscriberOptions;
+        use std::time::Duration;
+        let e = |b: PubSubSourceBuilder| crate::sql_error(b.build().unwrap_err()).to_string();
+        let a = || base().subscription("a");
+        let ok = a()
+            .event_time_attribute("eventTime")
+            .subscriber_options(
+                PubSubSubscriberOptions::builder()
+                    .watermark_out_of_orderness(Duration::from_secs(30))
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+            .unwrap();
+        assert_eq!(ok.config().event_time_attribute.as_deref(), Some("eventTime"));
+        assert_eq!(
+            ok.config().subscriber.watermark_out_of_orderness_ms,
+            Some(30_000)
+        );
+        assert_eq!(
+            e(a().event_time_attribute("goog-time")),
+            "option 'scan.event-time.attribute' is invalid: must not start with 'goog' (reserved by Pub/Sub), was 'goog-time'"
+        );
+        assert_eq!(
+            e(a().event_time_attribute("x".repeat(257))),
+            format!("option 'scan.event-time.attribute' is invalid: must be an attribute key of 1 to 256 bytes, was '{}'", "x".repeat(257))
+        );
+        let bound = |d: Duration| {
+            crate::sql_error(
+                PubSubSubscriberOptions::builder()
+                    .watermark_out_of_orderness(d)
+                    .build()
+                    .unwrap_err(),
+            )
+            .to_string()
+        };
+        assert!(
+            bound(Duration::from_secs(300 * 366 * 86_400))
+                .starts_with("option 'scan.watermark.out-of-orderness' is invalid: must be less than 292 years"),
+            "{}",
+            bound(Duration::from_secs(300 * 366 * 86_400))
+        );
+        assert!(bound(Duration::from_micros(1_500)).contains("whole number of milliseconds"));
     }
 }

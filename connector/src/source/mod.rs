@@ -24,6 +24,7 @@ pub mod backoff;
 pub mod builder;
 pub mod create;
 pub mod dedup;
+pub mod event_time;
 mod lease;
 mod metadata;
 pub mod options;

@@ -186,6 +186,14 @@ impl PubSubSubscriberOptionsBuilder {
         /// Zero: never (a silent split holds the watermark back). Default 5 min.
         watermark_idle_timeout, watermark_idle_timeout_ms
     );
+    ms_setter!(
+        /// How far behind the greatest event time seen a split's watermark stays, when
+        /// event time is the publish time or an attribute (a `WATERMARK FOR` column carries
+        /// its own; both together are refused). A message at or behind the watermark is
+        /// counted `messages_behind_watermark`. Less than 292 years (nanoseconds in an
+        /// `i64`). Default 1 s (decision 0035).
+        watermark_out_of_orderness, watermark_out_of_orderness_ms, option
+    );
 
     /// Messages taken from one split in one go before the next split is served.
     /// Positive. Default 1000.
@@ -248,6 +256,15 @@ impl PubSubSubscriberOptionsBuilder {
                 "0ms",
                 "must be at least 1ms",
             ));
+        }
+        if let Some(ms) = c.watermark_out_of_orderness_ms {
+            if ms.checked_mul(1_000_000).is_none_or(|ns| ns > i64::MAX as u64) {
+                return Err(BuildError::new(
+                    "watermark_out_of_orderness",
+                    show(Duration::from_millis(ms)),
+                    "must be less than 292 years (event times are nanoseconds in an i64)",
+                ));
+            }
         }
         let (lo, hi) = LEASE_EXTENSION_RANGE;
         for (name, v) in [

@@ -29,9 +29,13 @@ pub(super) struct Held {
     /// Under format `avro`: the schema revision and encoding the message was written
     /// with, or why it cannot be decoded; `None` for other formats.
     pub writer: Option<Result<crate::source::AvroWriterOf, String>>,
-    /// The message's event time (its publish time, ns since the Unix epoch), observed by
-    /// the watermark when it is decoded; `None` outside the range of an `i64`.
+    /// The message's event time (its publish time, or its `scan.event-time.attribute`;
+    /// ns since the Unix epoch), observed by the watermark when it is decoded; `None`
+    /// outside the range of an `i64` or when the attribute gives none.
     pub event_ns: Option<i64>,
+    /// Why the event-time attribute gives no event time: the message fails at decode,
+    /// under the failure policy. `None` otherwise.
+    pub event_error: Option<Box<str>>,
 }
 
 /// What a dead letter carries of its original message besides the payload.
@@ -105,6 +109,7 @@ mod tests {
             dedup: None,
             writer: None,
             event_ns: None,
+            event_error: None,
         }
     }
 

@@ -22,3 +22,4 @@ mod tests;
 pub use de::{DeserializeError, Deserializer, FieldValue};
 pub use ser::Serializer;
 pub use text::to_text;
+pub use timestamp::{parse_rfc3339, RANGE as TIMESTAMP_RANGE};

@@ -28,7 +28,7 @@ pub(crate) fn format_name(tf: TimestampFormat) -> &'static str {
 }
 
 /// The representable range, for messages.
-pub(crate) const RANGE: &str =
+pub const RANGE: &str =
     "TIMESTAMP holds 1677-09-21T00:12:43.145224192Z to 2262-04-11T23:47:16.854775807Z";
 
 /// Days from 1970-01-01 to the civil date `y-m-d` (proleptic Gregorian).
@@ -75,7 +75,7 @@ fn days_in_month(y: i64, m: i64) -> i64 {
 /// Parses `YYYY-MM-DDTHH:MM:SS[.f]Z|±HH:MM` (RFC 3339; `T`/`Z` in either case; 1 to 9
 /// fractional digits) or `YYYY-MM-DD HH:MM:SS[.f]` with an optional offset (no offset
 /// means UTC). Returns nanoseconds since the epoch, or why the text is refused.
-pub(crate) fn parse_rfc3339(s: &str) -> Result<i64, String> {
+pub fn parse_rfc3339(s: &str) -> Result<i64, String> {
     const SHAPE: &str =
         "is not an RFC 3339 timestamp (like 2024-05-01T12:00:00Z or 2024-05-01 12:00:00.5)";
     let b = s.as_bytes();

@@ -63,6 +63,7 @@ fn source_full() -> SourceConfig {
         first_checkpoint_timeout_ms: 0,
         rate_limit_messages_per_second: Some(25),
         watermark_idle_timeout_ms: 26,
+        watermark_out_of_orderness_ms: Some(27_000),
     };
     let mut d = DeadLetterQueueConfig::new("projects/other/topics/dl");
     d.authentication = Authentication::ServiceAccountKeyFile {
@@ -77,6 +78,7 @@ fn source_full() -> SourceConfig {
         window_ms: 90_000,
         max_ids: 5_000,
     });
+    s.event_time_attribute = Some("event-time".into());
     s
 }
 

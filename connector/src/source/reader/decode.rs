@@ -46,6 +46,10 @@ impl SourceReader {
             }
         }
         let decoded = match &held.writer {
+            // No event time: the message fails as one that does not decode.
+            _ if held.event_error.is_some() => Err(collector.failure(
+                held.event_error.as_deref().unwrap_or_default().to_string(),
+            )),
             None => collector.deserialize_slice(&held.payload, &held.meta),
             Some(Ok((w, encoding))) => {
                 collector.deserialize_avro(&held.payload, w, *encoding, &held.meta)

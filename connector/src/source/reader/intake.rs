@@ -228,7 +228,14 @@ impl SourceReader {
         }
         // The one copy of the id: the tracker and the buffers share it.
         let id = MessageId::from(m.message_id.as_str());
-        let event_ns = m.publish_time.as_ref().and_then(watermark::publish_ns);
+        // Publish time, or the attribute the table names (a bad one fails at decode).
+        let (event_ns, event_error) = match &self.config.event_time_attribute {
+            None => (m.publish_time.as_ref().and_then(watermark::publish_ns), None),
+            Some(key) => match crate::source::event_time::from_attributes(key, &m.attributes) {
+                Ok(ns) => (Some(ns), None),
+                Err(why) => (None, Some(why.into_boxed_str())),
+            },
+        };
         let published_ms = m
             .publish_time
             .as_ref()
@@ -271,6 +278,7 @@ impl SourceReader {
             dedup,
             writer,
             event_ns,
+            event_error,
         }))
     }
 

@@ -130,13 +130,14 @@ impl SourceReader {
                 .iter()
                 .map(|(_, state)| state.values.get(watermark::STATE_KEY)),
         )?;
-        // `WATERMARK FOR col AS col - INTERVAL`: that column's bound; else publish time's.
-        let bound = self
-            .op
-            .schema
-            .event_time
-            .as_ref()
-            .map_or(watermark::DEFAULT_OUT_OF_ORDERNESS, |e| e.out_of_orderness);
+        // `WATERMARK FOR col AS col - INTERVAL`: that column's bound; else the option's
+        // for publish time or an attribute (both together are refused at planning).
+        let bound = match &self.op.schema.event_time {
+            Some(e) => e.out_of_orderness,
+            None => c
+                .watermark_out_of_orderness_ms
+                .map_or(watermark::DEFAULT_OUT_OF_ORDERNESS, Duration::from_millis),
+        };
         let idle = (c.watermark_idle_timeout_ms > 0)
             .then(|| Duration::from_millis(c.watermark_idle_timeout_ms));
         let mut marks = watermark::Watermarks::new(bound, idle, restored)?;

@@ -1,7 +1,8 @@
 //! Event time and watermarks of one source subtask (issue 32, item 2; decision 0035).
 //!
 //! A row's event time is its message's publish time (nanoseconds since the Unix epoch,
-//! the service's clock). Per split (the StreamingPull streams of one subscription), the
+//! the service's clock), its `scan.event-time.attribute` (decision 0038) or its `WATERMARK
+//! FOR` column (decision 0037). Per split (the StreamingPull streams of one subscription), the
 //! watermark is the highest event time seen minus the out-of-orderness bound; the
 //! subtask's watermark is the minimum over its splits that are not idle, and never goes
 //! backwards, also across a restart (it is part of each checkpoint). A split that has
