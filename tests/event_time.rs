@@ -15,6 +15,29 @@ fn publish_ns(t: Option<&google_cloud_wkt::Timestamp>) -> i64 {
     t.seconds() * S + i64::from(t.nanos())
 }
 
+/// One subtask (so one watermark), checkpoints every 500 ms, stop when idle for 3 s.
+const ONE_WORKER_SHORT_RUN: [&str; 6] = [
+    "--workers",
+    "1",
+    "--checkpoint-interval",
+    "500ms",
+    "--stop-when-idle",
+    "3s",
+];
+
+/// A one-subtask run ended with watermark `ns`, both checkpointed and at the sink, after
+/// `in_error` failed messages and `written` rows.
+fn assert_watermark_and_counts(w: &Workdir, out: &str, ns: i64, in_error: usize, written: usize) {
+    assert_eq!(checkpointed_watermarks(w), vec![ns], "{out}");
+    assert_eq!(
+        summary_watermark_ms(out),
+        Some((ns / 1_000_000) as u64),
+        "{out}"
+    );
+    assert_eq!(summary_count(out, "records in error:"), in_error, "{out}");
+    assert_eq!(summary_count(out, "rows written:"), written, "{out}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watermark_follows_publish_times_survives_a_restart_and_counts_a_replay_as_behind() {
     let p = profile();
@@ -128,14 +151,7 @@ async fn watermark_for_a_payload_column_follows_its_values_and_a_null_event_time
             e = endpoint()
         )
     };
-    let args = [
-        "--workers",
-        "1",
-        "--checkpoint-interval",
-        "500ms",
-        "--stop-when-idle",
-        "3s",
-    ];
+    let args = ONE_WORKER_SHORT_RUN;
     // Event times out of order (a permutation of 0..50 s), unrelated to publish order;
     // the greatest, 49 s, is published first.
     let mut payloads: Vec<Vec<u8>> = (0..50i64)
@@ -155,15 +171,7 @@ async fn watermark_for_a_payload_column_follows_its_values_and_a_null_event_time
         .unwrap();
     let w = Workdir::new(&sql(&t, "drop"));
     let out = w.run_ok(&args).await;
-    let expected_ns = (BASE + 49 - 10) * S;
-    assert_eq!(checkpointed_watermarks(&w), vec![expected_ns], "{out}");
-    assert_eq!(
-        summary_watermark_ms(&out),
-        Some((expected_ns / 1_000_000) as u64),
-        "{out}"
-    );
-    assert_eq!(summary_count(&out, "records in error:"), 2, "{out}");
-    assert_eq!(summary_count(&out, "rows written:"), 50, "{out}");
+    assert_watermark_and_counts(&w, &out, (BASE + 49 - 10) * S, 2, 50);
 
     // Under `fail`, the first message without an event time fails the job.
     let t = topics("event-col-fail", 10).await;
@@ -237,26 +245,30 @@ async fn an_event_time_attribute_gives_event_time_and_a_missing_or_bad_one_is_a_
             }
         )
     };
-    let args = [
-        "--workers",
-        "1",
-        "--checkpoint-interval",
-        "500ms",
-        "--stop-when-idle",
-        "3s",
-    ];
+    let args = ONE_WORKER_SHORT_RUN;
     let w = Workdir::new(&sql("drop"));
     let out = w.run_ok(&args).await;
     // The greatest event time (the epoch-ms one) less 5 s.
-    let expected_ns = later_ms * 1_000_000 - 5 * S;
-    assert_eq!(checkpointed_watermarks(&w), vec![expected_ns], "{out}");
-    assert_eq!(
-        summary_watermark_ms(&out),
-        Some((expected_ns / 1_000_000) as u64),
-        "{out}"
+    assert_watermark_and_counts(&w, &out, later_ms * 1_000_000 - 5 * S, 2, 3);
+    // A table switched from publish time to the attribute does not keep the publish-time
+    // watermark (now) for times of 2020: it starts without one (found by a newcomer).
+    let t3 = topics("event-attr-switch", 10).await;
+    let on_t3 = sql("drop").replace(&t.input_sub, &t3.input_sub);
+    let w = Workdir::new(&on_t3.replace("'scan.event-time.attribute' = 'eventTime',", ""));
+    publish_with_attributes(&t3.input, payload.clone(), with_time(None)).await;
+    let out = w.run_ok(&args).await;
+    assert!(
+        checkpointed_watermarks(&w)[0] > FIXTURE_NS + 365 * 86_400 * S,
+        "publish time is now: {out}"
     );
-    assert_eq!(summary_count(&out, "records in error:"), 2, "{out}");
-    assert_eq!(summary_count(&out, "rows written:"), 3, "{out}");
+    std::fs::write(w.pipeline(), &on_t3).unwrap();
+    publish_with_attributes(&t3.input, payload.clone(), with_time(Some("2020-12-08T11:51:26.395668Z"))).await;
+    let out = w.run_ok(&args).await;
+    assert_eq!(checkpointed_watermarks(&w), vec![FIXTURE_NS - 5 * S], "{out}");
+    assert_eq!(summary_count(&out, "rows written:"), 1, "{out}");
+    // Counters print only when non-zero.
+    assert!(!out.contains("messages behind watermark"), "{out}");
+
     // Under `dead-letter`, each letter says why, quoting the bad value.
     let t2 = topics("event-attr-dl", 10).await;
     publish_with_attributes(&t2.input, payload.clone(), with_time(None)).await;
@@ -279,7 +291,7 @@ async fn an_event_time_attribute_gives_event_time_and_a_missing_or_bad_one_is_a_
         "{errors:?}"
     );
     assert!(
-        errors.iter().any(|e| e.contains("'eventTime' = '12.5' is neither epoch milliseconds nor RFC 3339")),
+        errors.iter().any(|e| e.contains("has event-time attribute 'eventTime' = '12.5', which is not a TIMESTAMP (epoch milliseconds or RFC 3339)")),
         "{errors:?}"
     );
 }

@@ -82,12 +82,12 @@ fn check_event_time(config: &pubsub_schema::SourceConfig, schema: &ConnectionSch
             config
                 .subscriber
                 .watermark_out_of_orderness_ms
-                .map(|ms| format!("{ms}ms")),
+                .map(|ms| crate::build_error::show(std::time::Duration::from_millis(ms))),
         ),
     ];
     if let Some((key, Some(value))) = clash.into_iter().find(|(_, v)| v.is_some()) {
         anyhow::bail!(
-            "option '{key}' ('{value}') and the table's event-time column '{}' (WATERMARK FOR or 'event_time_field') cannot both be set: the column is the event time and its clause the out-of-orderness",
+            "option '{key}' ('{value}') and the table's event-time column '{}' (WATERMARK FOR or 'event_time_field') cannot both be set: the column gives the event time, and the clause (or 'watermark_field') its out-of-orderness",
             e.column
         );
     }
@@ -564,7 +564,7 @@ mod tests {
         };
         for (key, value, shown) in [
             ("scan.event-time.attribute", "eventTime", "eventTime"),
-            ("scan.watermark.out-of-orderness", "5s", "5000ms"),
+            ("scan.watermark.out-of-orderness", "5s", "5s"),
         ] {
             assert_eq!(plan((key, value), false), Ok(()), "{key} alone");
             let e = plan((key, value), true).unwrap_err();

@@ -619,7 +619,7 @@ mod tests {
         };
         assert!(
             bound(Duration::from_secs(300 * 366 * 86_400))
-                .starts_with("option 'scan.watermark.out-of-orderness' is invalid: must be less than 292 years"),
+                .starts_with("option 'scan.watermark.out-of-orderness' is invalid: must be less than 106,752 days"),
             "{}",
             bound(Duration::from_secs(300 * 366 * 86_400))
         );

@@ -10,17 +10,17 @@ use pubsub_engine::format::{parse_rfc3339, TIMESTAMP_RANGE};
 /// what a `TIMESTAMP` holds. Never rounded: every millisecond is a whole number of ns.
 pub fn attribute_event_ns(key: &str, value: &str) -> Result<i64, String> {
     let digits = value.strip_prefix('-').unwrap_or(value);
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-        return value
+    let ns = if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        value
             .parse::<i64>()
             .ok()
             .and_then(|ms| ms.checked_mul(1_000_000))
-            .ok_or_else(|| {
-                format!("event-time attribute '{key}' = '{value}' (epoch milliseconds) is out of range ({TIMESTAMP_RANGE})")
-            });
-    }
-    parse_rfc3339(value).map_err(|why| {
-        format!("event-time attribute '{key}' = '{value}' is neither epoch milliseconds nor RFC 3339: it {why}")
+            .ok_or_else(|| format!("is out of range as epoch milliseconds ({TIMESTAMP_RANGE})"))
+    } else {
+        parse_rfc3339(value)
+    };
+    ns.map_err(|why| {
+        format!("has event-time attribute '{key}' = '{value}', which is not a TIMESTAMP (epoch milliseconds or RFC 3339): it {why}")
     })
 }
 
@@ -61,12 +61,12 @@ mod tests {
     #[test]
     fn a_value_that_is_no_timestamp_or_out_of_range_is_refused_quoting_it() {
         for (value, why) in [
-            ("", "neither epoch milliseconds nor RFC 3339"),
-            ("-", "neither epoch milliseconds nor RFC 3339"),
-            ("12.5", "neither epoch milliseconds nor RFC 3339"),
-            ("1e3", "neither epoch milliseconds nor RFC 3339"),
-            (" 1714564800500", "neither epoch milliseconds nor RFC 3339"),
-            ("2024-05-01", "neither epoch milliseconds nor RFC 3339"),
+            ("", "is not an RFC 3339 timestamp"),
+            ("-", "is not an RFC 3339 timestamp"),
+            ("12.5", "is not an RFC 3339 timestamp"),
+            ("1e3", "is not an RFC 3339 timestamp"),
+            (" 1714564800500", "is not an RFC 3339 timestamp"),
+            ("2024-05-01", "is not an RFC 3339 timestamp"),
             ("2024-02-30T00:00:00Z", "no such date"),
             // Past 2262-04-11 in ns, and past an i64 of ms.
             ("9300000000000", "out of range"),

@@ -103,8 +103,8 @@ pub const OLDEST_UNACKED_MESSAGE_AGE_MS: &str = "oldest_unacked_message_age_ms";
 /// processed is); 0 when none is held.
 pub const EVENT_TIME_LAG_MS: &str = "event_time_lag_ms";
 /// Gauge: the subtask's watermark, milliseconds since the Unix epoch (0 until every split
-/// that is not idle delivered): the highest publish time each split delivered, less the
-/// out-of-orderness (1 s), lowest over the splits; never lowered (decision 0035).
+/// that is not idle delivered): the highest event time each split delivered, less the
+/// out-of-orderness, lowest over the splits; never lowered (decisions 0035, 0038).
 pub const WATERMARK_MS: &str = "watermark_ms";
 /// Gauge: milliseconds from the subtask's watermark to now (0 before it has one).
 pub const WATERMARK_LAG_MS: &str = "watermark_lag_ms";

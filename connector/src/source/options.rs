@@ -190,7 +190,7 @@ impl PubSubSubscriberOptionsBuilder {
         /// How far behind the greatest event time seen a split's watermark stays, when
         /// event time is the publish time or an attribute (a `WATERMARK FOR` column carries
         /// its own; both together are refused). A message at or behind the watermark is
-        /// counted `messages_behind_watermark`. Less than 292 years (nanoseconds in an
+        /// counted `messages_behind_watermark`. Less than 106,752 days (nanoseconds in an
         /// `i64`). Default 1 s (decision 0035).
         watermark_out_of_orderness, watermark_out_of_orderness_ms, option
     );
@@ -262,7 +262,7 @@ impl PubSubSubscriberOptionsBuilder {
                 return Err(BuildError::new(
                     "watermark_out_of_orderness",
                     show(Duration::from_millis(ms)),
-                    "must be less than 292 years (event times are nanoseconds in an i64)",
+                    "must be less than 106,752 days, about 292 years (event times are nanoseconds in an i64)",
                 ));
             }
         }

@@ -54,6 +54,10 @@ impl SourceReader {
                 watermark::STATE_KEY.to_string(),
                 watermark::snapshot(status.watermark_ns),
             );
+            ctx.state.values.insert(
+                watermark::SOURCE_KEY.to_string(),
+                serde_json::Value::from(self.event_time_source.as_str()),
+            );
         }
         if let Some(d) = &self.dedup {
             ctx.state.values.insert(

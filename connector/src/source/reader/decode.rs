@@ -45,11 +45,10 @@ impl SourceReader {
                 Some(hash) => seen = Some(hash),
             }
         }
+        if let Some(why) = held.event_error.as_deref() {
+            return self.no_event_time(split, held.id, held.payload, held.context, why, seen);
+        }
         let decoded = match &held.writer {
-            // No event time: the message fails as one that does not decode.
-            _ if held.event_error.is_some() => Err(collector.failure(
-                held.event_error.as_deref().unwrap_or_default().to_string(),
-            )),
             None => collector.deserialize_slice(&held.payload, &held.meta),
             Some(Ok((w, encoding))) => {
                 collector.deserialize_avro(&held.payload, w, *encoding, &held.meta)
@@ -93,6 +92,30 @@ impl SourceReader {
             }
         }
         Ok(())
+    }
+
+    /// A message without an event time (`scan.event-time.attribute` missing or not a
+    /// timestamp, `why` says which): a failure under the policy like one that does not
+    /// decode, never a default time.
+    fn no_event_time(
+        &mut self,
+        split: usize,
+        id: MessageId,
+        payload: bytes::Bytes,
+        context: Option<Box<crate::source::park::MessageContext>>,
+        why: &str,
+        seen: Option<u128>,
+    ) -> anyhow::Result<()> {
+        if let Some(h) = seen {
+            self.forget_seen(h);
+        }
+        self.counters().in_error.add(1);
+        if bad_message_action(self.config.deserialization_failure_policy)
+            != BadMessageAction::Fail
+        {
+            self.count_failure(split, &id, why, true)?;
+        }
+        self.on_bad_message(split, id, payload, context, why)
     }
 
     /// A [`pubsub_engine::PermanentError`]: Pub/Sub redelivers the same message after a

@@ -144,6 +144,9 @@ pub struct SourceReader {
     watermark_at: Instant,
     /// The watermark to send into the dataflow (the collector sends a repeat once).
     watermark_out: Option<pubsub_engine::Watermark>,
+    /// What the watermark is computed from (`watermark::event_time_source`), kept beside
+    /// it in each checkpoint.
+    event_time_source: String,
     /// `scan.max-consecutive-failures`: the messages that failed in a row.
     failures: FailureRun,
     /// The latest failed message and why (for the error when the run passes its bound).
@@ -193,6 +196,7 @@ impl SourceReader {
             watermarks: None,
             watermark_at: Instant::now(),
             watermark_out: None,
+            event_time_source: String::new(),
             failures: FailureRun::new(config.max_consecutive_failures),
             last_failure: String::new(),
             profile,

@@ -125,11 +125,29 @@ impl SourceReader {
                 subscription,
             });
         }
-        let restored = watermark::restore(
+        let source = watermark::event_time_source(
+            self.config.event_time_attribute.as_deref(),
+            self.op.schema.event_time.as_ref().map(|e| e.column.as_str()),
+        );
+        let with_mark = || {
             ctx.restored_subtasks
                 .iter()
-                .map(|(_, state)| state.values.get(watermark::STATE_KEY)),
-        )?;
+                .filter(|(_, s)| s.values.contains_key(watermark::STATE_KEY))
+        };
+        let restored = match watermark::changed_event_time(
+            with_mark().map(|(_, s)| s.values.get(watermark::SOURCE_KEY)),
+            &source,
+        ) {
+            Some(old) => {
+                tracing::warn!(
+                    "source subtask {}: the checkpointed watermark is of event time '{old}', this table's is '{source}': starting without a watermark",
+                    ctx.task_info.task_index
+                );
+                None
+            }
+            None => watermark::restore(with_mark().map(|(_, s)| s.values.get(watermark::STATE_KEY)))?,
+        };
+        self.event_time_source = source;
         // `WATERMARK FOR col AS col - INTERVAL`: that column's bound; else the option's
         // for publish time or an attribute (both together are refused at planning).
         let bound = match &self.op.schema.event_time {

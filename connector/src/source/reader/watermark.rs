@@ -16,6 +16,34 @@ use tokio::time::Instant;
 /// Checkpoint key of the subtask's watermark (nanoseconds since the Unix epoch).
 pub const STATE_KEY: &str = "watermark";
 
+/// Checkpoint key of what the watermark was computed from ([`event_time_source`]); absent
+/// in checkpoints from before it existed, which were all of publish time.
+pub const SOURCE_KEY: &str = "watermark_event_time";
+
+/// What a table's event time is, as kept beside its watermark: `publish-time`,
+/// `attribute:KEY` (`scan.event-time.attribute`) or `column:NAME` (`WATERMARK FOR`).
+pub fn event_time_source(attribute: Option<&str>, column: Option<&str>) -> String {
+    match (column, attribute) {
+        (Some(c), _) => format!("column:{c}"),
+        (None, Some(a)) => format!("attribute:{a}"),
+        (None, None) => "publish-time".to_string(),
+    }
+}
+
+/// The event-time source of a restored checkpoint's watermarks when it is not `current`
+/// (`sources`: [`SOURCE_KEY`] of each restored subtask that checkpointed a watermark).
+/// A watermark of another event time means nothing for this one (publish times are now,
+/// an attribute may hold last year's times): it is not restored.
+pub fn changed_event_time<'a>(
+    sources: impl IntoIterator<Item = Option<&'a serde_json::Value>>,
+    current: &str,
+) -> Option<String> {
+    sources.into_iter().find_map(|v| {
+        let old = v.and_then(|v| v.as_str()).unwrap_or("publish-time");
+        (old != current).then(|| old.to_string())
+    })
+}
+
 /// The out-of-orderness of publish times this subtask allows before a message counts as
 /// behind the watermark. Publish time is not delivery order on Pub/Sub: several streams
 /// of a split interleave, a backlog and redeliveries come back older than what was just

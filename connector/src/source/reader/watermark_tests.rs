@@ -175,3 +175,28 @@ fn a_bound_that_does_not_fit_nanoseconds_is_refused() {
     let e = Watermarks::new(Duration::from_secs(u64::MAX), None, None).unwrap_err();
     assert!(e.to_string().contains("does not fit"), "{e}");
 }
+
+/// Found by a newcomer's run: a table switched from publish time to an attribute kept the
+/// publish-time watermark (today) for times of any age, so every message counted behind.
+#[test]
+fn a_watermark_of_another_event_time_source_is_not_restored() {
+    let publish = event_time_source(None, None);
+    let attribute = event_time_source(Some("eventTime"), None);
+    assert_eq!(publish, "publish-time");
+    assert_eq!(attribute, "attribute:eventTime");
+    assert_eq!(event_time_source(Some("a"), Some("ts")), "column:ts");
+    let p = serde_json::Value::from(publish.as_str());
+    let a = serde_json::Value::from(attribute.as_str());
+    // Checkpoints from before the key were of publish time.
+    assert_eq!(changed_event_time([None, Some(&p)], &publish), None);
+    assert_eq!(
+        changed_event_time([None], &attribute).as_deref(),
+        Some("publish-time")
+    );
+    assert_eq!(changed_event_time([Some(&a)], &attribute), None);
+    assert_eq!(
+        changed_event_time([Some(&a), Some(&p)], &attribute).as_deref(),
+        Some("publish-time")
+    );
+    assert_eq!(changed_event_time([], &attribute), None);
+}
