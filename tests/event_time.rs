@@ -262,9 +262,18 @@ async fn an_event_time_attribute_gives_event_time_and_a_missing_or_bad_one_is_a_
         "publish time is now: {out}"
     );
     std::fs::write(w.pipeline(), &on_t3).unwrap();
-    publish_with_attributes(&t3.input, payload.clone(), with_time(Some("2020-12-08T11:51:26.395668Z"))).await;
+    publish_with_attributes(
+        &t3.input,
+        payload.clone(),
+        with_time(Some("2020-12-08T11:51:26.395668Z")),
+    )
+    .await;
     let out = w.run_ok(&args).await;
-    assert_eq!(checkpointed_watermarks(&w), vec![FIXTURE_NS - 5 * S], "{out}");
+    assert_eq!(
+        checkpointed_watermarks(&w),
+        vec![FIXTURE_NS - 5 * S],
+        "{out}"
+    );
     assert_eq!(summary_count(&out, "rows written:"), 1, "{out}");
     // Counters print only when non-zero.
     assert!(!out.contains("messages behind watermark"), "{out}");
@@ -276,10 +285,15 @@ async fn an_event_time_attribute_gives_event_time_and_a_missing_or_bad_one_is_a_
     let w = Workdir::new(&sql("dead-letter").replace(&t.input_sub, &t2.input_sub));
     let out = w.run_ok(&args).await;
     assert_eq!(summary_count(&out, "records in error:"), 2, "{out}");
-    let letters =
-        admin::drain_messages(&profile(), &dead.input_sub, 1, Some(2), Duration::from_secs(30))
-            .await
-            .unwrap();
+    let letters = admin::drain_messages(
+        &profile(),
+        &dead.input_sub,
+        1,
+        Some(2),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
     let mut errors: Vec<String> = letters
         .iter()
         .map(|m| m.attributes.get("dlq-error").cloned().unwrap_or_default())
@@ -287,7 +301,9 @@ async fn an_event_time_attribute_gives_event_time_and_a_missing_or_bad_one_is_a_
     errors.sort();
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(
-        errors.iter().any(|e| e.contains("has no event-time attribute 'eventTime'")),
+        errors
+            .iter()
+            .any(|e| e.contains("has no event-time attribute 'eventTime'")),
         "{errors:?}"
     );
     assert!(

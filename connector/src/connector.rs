@@ -68,7 +68,10 @@ fn sink_sql_error(e: BuildError, written: &ConnectorOptions) -> OptionError {
 /// Event time comes from one place: a `WATERMARK FOR` column (with its own
 /// out-of-orderness) or the publish time / an attribute (with
 /// `scan.watermark.out-of-orderness`), never both.
-fn check_event_time(config: &pubsub_schema::SourceConfig, schema: &ConnectionSchema) -> anyhow::Result<()> {
+fn check_event_time(
+    config: &pubsub_schema::SourceConfig,
+    schema: &ConnectionSchema,
+) -> anyhow::Result<()> {
     let Some(e) = &schema.event_time else {
         return Ok(());
     };
@@ -559,8 +562,8 @@ mod tests {
                 &mut o,
                 &schema(column),
             )
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
         };
         for (key, value, shown) in [
             ("scan.event-time.attribute", "eventTime", "eventTime"),
@@ -569,7 +572,9 @@ mod tests {
             assert_eq!(plan((key, value), false), Ok(()), "{key} alone");
             let e = plan((key, value), true).unwrap_err();
             assert!(
-                e.contains(&format!("option '{key}' ('{shown}') and the table's event-time column 'ts'")),
+                e.contains(&format!(
+                    "option '{key}' ('{shown}') and the table's event-time column 'ts'"
+                )),
                 "{e}"
             );
         }

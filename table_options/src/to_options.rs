@@ -179,7 +179,11 @@ fn subscriber_options(o: &mut Out, s: &SubscriberOptionsConfig) {
     if s.watermark_idle_timeout_ms != d.watermark_idle_timeout_ms {
         o.put(WATERMARK_IDLE_TIMEOUT, ms(s.watermark_idle_timeout_ms));
     }
-    o.opt(WATERMARK_OUT_OF_ORDERNESS, s.watermark_out_of_orderness_ms, ms);
+    o.opt(
+        WATERMARK_OUT_OF_ORDERNESS,
+        s.watermark_out_of_orderness_ms,
+        ms,
+    );
 }
 
 /// `scan.auto-create.*`: the topics of every subscription to create, and the first one's

@@ -595,7 +595,10 @@ mod tests {
             )
             .build()
             .unwrap();
-        assert_eq!(ok.config().event_time_attribute.as_deref(), Some("eventTime"));
+        assert_eq!(
+            ok.config().event_time_attribute.as_deref(),
+            Some("eventTime")
+        );
         assert_eq!(
             ok.config().subscriber.watermark_out_of_orderness_ms,
             Some(30_000)

@@ -48,7 +48,10 @@ mod tests {
         let ms = attribute_event_ns("t", "1714564800500").unwrap();
         assert_eq!(ms, 1_714_564_800_500_000_000);
         assert_eq!(attribute_event_ns("t", "2024-05-01T12:00:00.5Z"), Ok(ms));
-        assert_eq!(attribute_event_ns("t", "2024-05-01T14:00:00.5+02:00"), Ok(ms));
+        assert_eq!(
+            attribute_event_ns("t", "2024-05-01T14:00:00.5+02:00"),
+            Ok(ms)
+        );
         // Nanoseconds are kept, not rounded to the millisecond.
         assert_eq!(
             attribute_event_ns("t", "2024-05-01T12:00:00.500000001Z"),

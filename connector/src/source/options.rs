@@ -258,7 +258,10 @@ impl PubSubSubscriberOptionsBuilder {
             ));
         }
         if let Some(ms) = c.watermark_out_of_orderness_ms {
-            if ms.checked_mul(1_000_000).is_none_or(|ns| ns > i64::MAX as u64) {
+            if ms
+                .checked_mul(1_000_000)
+                .is_none_or(|ns| ns > i64::MAX as u64)
+            {
                 return Err(BuildError::new(
                     "watermark_out_of_orderness",
                     show(Duration::from_millis(ms)),

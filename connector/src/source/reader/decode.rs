@@ -110,8 +110,7 @@ impl SourceReader {
             self.forget_seen(h);
         }
         self.counters().in_error.add(1);
-        if bad_message_action(self.config.deserialization_failure_policy)
-            != BadMessageAction::Fail
+        if bad_message_action(self.config.deserialization_failure_policy) != BadMessageAction::Fail
         {
             self.count_failure(split, &id, why, true)?;
         }

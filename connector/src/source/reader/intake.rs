@@ -230,7 +230,10 @@ impl SourceReader {
         let id = MessageId::from(m.message_id.as_str());
         // Publish time, or the attribute the table names (a bad one fails at decode).
         let (event_ns, event_error) = match &self.config.event_time_attribute {
-            None => (m.publish_time.as_ref().and_then(watermark::publish_ns), None),
+            None => (
+                m.publish_time.as_ref().and_then(watermark::publish_ns),
+                None,
+            ),
             Some(key) => match crate::source::event_time::from_attributes(key, &m.attributes) {
                 Ok(ns) => (Some(ns), None),
                 Err(why) => (None, Some(why.into_boxed_str())),

@@ -127,7 +127,11 @@ impl SourceReader {
         }
         let source = watermark::event_time_source(
             self.config.event_time_attribute.as_deref(),
-            self.op.schema.event_time.as_ref().map(|e| e.column.as_str()),
+            self.op
+                .schema
+                .event_time
+                .as_ref()
+                .map(|e| e.column.as_str()),
         );
         let with_mark = || {
             ctx.restored_subtasks
@@ -145,7 +149,9 @@ impl SourceReader {
                 );
                 None
             }
-            None => watermark::restore(with_mark().map(|(_, s)| s.values.get(watermark::STATE_KEY)))?,
+            None => {
+                watermark::restore(with_mark().map(|(_, s)| s.values.get(watermark::STATE_KEY)))?
+            }
         };
         self.event_time_source = source;
         // `WATERMARK FOR col AS col - INTERVAL`: that column's bound; else the option's
