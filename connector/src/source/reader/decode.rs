@@ -45,15 +45,18 @@ impl SourceReader {
                 Some(hash) => seen = Some(hash),
             }
         }
-        if let Some(why) = held.event_error.as_deref() {
-            return self.no_event_time(split, held.id, held.payload, held.context, why, seen);
-        }
-        let decoded = match &held.writer {
-            None => collector.deserialize_slice(&held.payload, &held.meta),
-            Some(Ok((w, encoding))) => {
-                collector.deserialize_avro(&held.payload, w, *encoding, &held.meta)
+        // `Err`: why the message yields no rows. No event time (`scan.event-time.attribute`
+        // missing or not a timestamp) fails it like a payload that does not decode.
+        let decoded = match held.event_error.as_deref() {
+            Some(why) => Err(why.to_string()),
+            None => match &held.writer {
+                None => collector.deserialize_slice(&held.payload, &held.meta),
+                Some(Ok((w, encoding))) => {
+                    collector.deserialize_avro(&held.payload, w, *encoding, &held.meta)
+                }
+                Some(Err(reason)) => Err(collector.failure(reason.clone())),
             }
-            Some(Err(reason)) => Err(collector.failure(reason.clone())),
+            .map_err(|e| format!("could not be decoded as {:?}: {}", self.op.format, e.reason)),
         };
         if let (Err(_), Some(h)) = (&decoded, seen) {
             // Only a message whose rows go out counts as seen.
@@ -78,43 +81,19 @@ impl SourceReader {
                     dedup: seen,
                 });
             }
-            Err(e) => {
+            Err(why) => {
                 self.counters().in_error.add(1);
+                // Under `fail`, `on_bad_message` fails the job. Otherwise, past the bound,
+                // this message is left unhandled (released at close).
                 if bad_message_action(self.config.deserialization_failure_policy)
-                    == BadMessageAction::Fail
+                    != BadMessageAction::Fail
                 {
-                    return Err(self.decode_error(split, &held.id, &e));
+                    self.count_failure(split, &held.id, &why, true)?;
                 }
-                let why = format!("could not be decoded as {:?}: {}", self.op.format, e.reason);
-                // Past the bound, this message is left unhandled (released at close).
-                self.count_failure(split, &held.id, &why, true)?;
                 self.on_bad_message(split, held.id, held.payload, held.context, &why)?;
             }
         }
         Ok(())
-    }
-
-    /// A message without an event time (`scan.event-time.attribute` missing or not a
-    /// timestamp, `why` says which): a failure under the policy like one that does not
-    /// decode, never a default time.
-    fn no_event_time(
-        &mut self,
-        split: usize,
-        id: MessageId,
-        payload: bytes::Bytes,
-        context: Option<Box<crate::source::park::MessageContext>>,
-        why: &str,
-        seen: Option<u128>,
-    ) -> anyhow::Result<()> {
-        if let Some(h) = seen {
-            self.forget_seen(h);
-        }
-        self.counters().in_error.add(1);
-        if bad_message_action(self.config.deserialization_failure_policy) != BadMessageAction::Fail
-        {
-            self.count_failure(split, &id, why, true)?;
-        }
-        self.on_bad_message(split, id, payload, context, why)
     }
 
     /// A [`pubsub_engine::PermanentError`]: Pub/Sub redelivers the same message after a
