@@ -70,6 +70,10 @@ pub struct ClusterArgs {
     /// could pull.
     #[arg(long, value_parser = crate::parse_positive_duration)]
     pub stop_when_idle: Option<Duration>,
+    /// On a graceful stop, advance the watermark to the end of time first, so that every
+    /// open window fires before the final checkpoint (as `run --drain`).
+    #[arg(long)]
+    pub drain: bool,
     /// How long each process's start-up waits for every peer process before failing.
     #[arg(long, default_value = "30s", value_parser = crate::parse_positive_duration)]
     pub connect_timeout: Duration,
@@ -298,6 +302,9 @@ pub fn child_args(args: &ClusterArgs, process: usize, hosts: &Path) -> Vec<Strin
     if let Some(d) = args.stop_when_idle {
         a.push("--stop-when-idle".into());
         a.push(flag_duration(d));
+    }
+    if args.drain {
+        a.push("--drain".into());
     }
     if let Some(d) = &args.data_dir {
         a.push("--data-dir".into());

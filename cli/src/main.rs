@@ -199,6 +199,12 @@ pub struct RunArgs {
     /// could pull (time held by flow control, back-pressure or a reconnect does not count).
     #[arg(long, value_parser = parse_positive_duration)]
     pub stop_when_idle: Option<Duration>,
+    /// On a graceful stop (a signal, --stop-when-idle, the end of a bounded input),
+    /// advance the watermark to the end of time first, so that every open window fires
+    /// before the final checkpoint (Flink's `stop --drain`). Without it, open windows
+    /// stay in the checkpoint and the next run continues them.
+    #[arg(long)]
+    pub drain: bool,
     /// A checkpoint not complete this long after its barrier fails the job.
     #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
     pub checkpoint_timeout: Duration,

@@ -160,6 +160,7 @@ pub async fn execute(
         state_dir: crate::job::state_dir(args.state_dir.as_deref(), &job_id),
         cluster,
         stop_when_idle: args.stop_when_idle,
+        drain: args.drain,
         shutdown_timeout: args.shutdown_timeout,
         max_inflight_rows: args.max_inflight_rows,
         job_id,

@@ -41,6 +41,7 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         state_dir: Some(state.display().to_string()),
         job_id: None,
         stop_when_idle: Some(Duration::from_secs(5)),
+        drain: false,
         checkpoint_timeout: Duration::from_secs(600),
         emulator: false,
         processes: 1,

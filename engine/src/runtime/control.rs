@@ -67,12 +67,14 @@ pub(crate) enum Report {
         operator_id: String,
         subtask: usize,
     },
-    /// A source subtask closed `epoch`; `state` is its operator state as JSON text
-    /// (Timely's bincode cannot carry `serde_json::Value`).
+    /// A source (or window) subtask closed `epoch`; `state` is its operator state as JSON
+    /// text (Timely's bincode cannot carry `serde_json::Value`). `through_end`: the
+    /// subtask's input ended, so the state holds for `epoch` and every later one.
     Snapshot {
         operator_id: String,
         subtask: usize,
         epoch: u64,
+        through_end: bool,
         state: String,
     },
     Finished {

@@ -105,7 +105,10 @@ impl fmt::Display for JobSummary {
         for (name, n) in &self.other_counters {
             write!(f, ", {}: {n}", name.replace('_', " "))?;
         }
-        if let Some(ms) = self.watermark_ms {
+        if self.watermark_ms == Some((i64::MAX / 1_000_000) as u64) {
+            // `--drain`: the end of time.
+            write!(f, ", watermark: end of input (drained)")?;
+        } else if let Some(ms) = self.watermark_ms {
             let at = i64::try_from(ms)
                 .ok()
                 .and_then(chrono::DateTime::from_timestamp_millis)
@@ -270,6 +273,7 @@ pub async fn run_pipeline(
     let mut describe: BTreeMap<String, String> = BTreeMap::new();
     let mut all_sources = BTreeSet::new();
     let mut all_sinks = BTreeSet::new();
+    let mut all_windows = BTreeSet::new();
     for (table, _) in &source_tables {
         let name = &table.connection.name;
         let src_id = format!("source-{name}");
@@ -284,6 +288,14 @@ pub async fn run_pipeline(
             format!("sink table '{name}' of {} ({})", q.id, q.text),
         );
         all_sinks.extend((0..total_workers).map(|g| (sink_id.clone(), g)));
+        if q.window.is_some() {
+            let window_id = format!("{}-window", q.id);
+            describe.insert(
+                window_id.clone(),
+                format!("the window of {} ({})", q.id, q.text),
+            );
+            all_windows.extend((0..total_workers).map(|g| (window_id.clone(), g)));
+        }
     }
     let run = {
         static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -342,6 +354,7 @@ pub async fn run_pipeline(
                 checkpoint_interval: config.checkpoint_interval,
                 coordinator: coord_tx.clone(),
                 pull_state: pull_state.clone(),
+                drain: config.drain,
             };
             let mut collector = SourceCollector::new(
                 out_schema,
@@ -356,7 +369,7 @@ pub async fn run_pipeline(
                     .filter(|q| &q.source.connection.name == name)
                     .map(|q| crate::sql::RowCheck {
                         text: q.text.clone(),
-                        select: q.select.clone(),
+                        select: q.source_stage(),
                     })
                     .collect(),
             );
@@ -423,6 +436,20 @@ pub async fn run_pipeline(
                 .task_aborts
                 .insert((sink_id.clone(), g), t.abort_handle());
             tasks.push(t);
+            let window = q.window.as_ref().map(|_| {
+                let id = format!("{}-window", q.id);
+                super::dataflow::WindowPlumbing {
+                    restore: restored
+                        .as_ref()
+                        .and_then(|m| m.operators.get(&id))
+                        .map(|s| s.values().cloned().collect())
+                        .unwrap_or_default(),
+                    late: metrics.counter(crate::spi::ROWS_LATE, &id, g),
+                    groups: metrics.gauge(crate::spi::WINDOW_GROUPS, &id, g),
+                    coordinator: coord_tx.clone(),
+                    id,
+                }
+            });
             plumbing.sinks.push(SinkPlumbing {
                 id: sink_id,
                 query: q.clone(),
@@ -430,6 +457,7 @@ pub async fn run_pipeline(
                 sink_tx,
                 sink_done_rx: done_rx,
                 sink_activator,
+                window,
             });
         }
     }
@@ -458,6 +486,7 @@ pub async fn run_pipeline(
             processes,
             all_sources,
             all_sinks,
+            all_windows,
             describe.clone(),
             summary.restored_epoch,
         );

@@ -41,6 +41,19 @@ pub(crate) struct SinkPlumbing {
     pub sink_tx: UnboundedSender<SinkEvent>,
     pub sink_done_rx: Receiver<u64>,
     pub sink_activator: ActivatorSlot,
+    /// A windowed query: its window runs in the sink operator, before the sink task.
+    pub window: Option<WindowPlumbing>,
+}
+
+/// One worker's window subtask of a windowed query.
+pub(crate) struct WindowPlumbing {
+    /// `q{index}-window`: its snapshots' operator id.
+    pub id: String,
+    /// The snapshots of every subtask of the restored checkpoint (each keeps its own groups).
+    pub restore: Vec<crate::spi::OperatorState>,
+    pub late: crate::spi::Counter,
+    pub groups: crate::spi::Gauge,
+    pub coordinator: UnboundedSender<CoordEvent>,
 }
 
 /// One worker's ends of the control dataflow. Only the leader's worker 0 feeds
@@ -247,7 +260,7 @@ pub(crate) fn run_worker(
             let processes = (peers as usize).div_ceil(flow.workers);
             // The sink subtasks a source subtask's rows (and so its watermarks) may reach:
             // every one under a keyed exchange, else the one on its own worker.
-            let keyed = sink.query.route_by.is_some();
+            let keyed = sink.query.route_by.is_some() || sink.query.window.is_some();
             let upstream_of = move |w: u64| -> Vec<u64> {
                 if keyed {
                     (0..peers).collect()
@@ -269,6 +282,10 @@ pub(crate) fn run_worker(
                         flow_r
                             .register_router(worker_ref.sync_activator_for(info.address.to_vec()));
                         let mut failed = false;
+                        let converter = query
+                            .window
+                            .as_ref()
+                            .and_then(|w| super::window::key_converter(w).ok());
                         let mut waiting: Vec<VecDeque<(Capability<u64>, Routed)>> =
                             (0..processes).map(|_| VecDeque::new()).collect();
                         move |input, output| {
@@ -311,14 +328,22 @@ pub(crate) fn run_worker(
                                             continue;
                                         }
                                     };
-                                    let parts = query.project(&rows.batch).and_then(|batch| {
-                                        match query.route_by {
-                                            Some(col) => {
-                                                split_by_key(&batch, col, peers, index as u64)
-                                            }
-                                            None => Ok(vec![(index as u64, batch)]),
+                                    let parts = match (&query.window, &converter) {
+                                        (Some(w), Some(c)) => before(&query, w, &rows.batch)
+                                            .and_then(|batch| {
+                                                super::window::split_by_group(w, c, &batch, peers)
+                                            }),
+                                        _ => {
+                                            query.project(&rows.batch).and_then(|batch| match query
+                                                .route_by
+                                            {
+                                                Some(col) => {
+                                                    split_by_key(&batch, col, peers, index as u64)
+                                                }
+                                                None => Ok(vec![(index as u64, batch)]),
+                                            })
                                         }
-                                    });
+                                    };
                                     let parts = match parts {
                                         Ok(parts) => parts,
                                         Err(e) => {
@@ -365,7 +390,7 @@ pub(crate) fn run_worker(
                         }
                     },
                 );
-            if sink.query.route_by.is_some() {
+            if keyed {
                 sink_operator(
                     routed,
                     timely::dataflow::channels::pact::Exchange::new(|r: &Routed| r.target),
@@ -373,9 +398,18 @@ pub(crate) fn run_worker(
                     &probe,
                     flow.clone(),
                     upstream,
+                    start_epoch,
                 );
             } else {
-                sink_operator(routed, Pipeline, sink, &probe, flow.clone(), upstream);
+                sink_operator(
+                    routed,
+                    Pipeline,
+                    sink,
+                    &probe,
+                    flow.clone(),
+                    upstream,
+                    start_epoch,
+                );
             }
         }
     });
@@ -460,6 +494,19 @@ pub(crate) fn run_worker(
     }
 }
 
+/// The first stage of a windowed query on a source batch (see `sql/aggregate.rs`).
+fn before(
+    query: &PlannedQuery,
+    w: &crate::sql::WindowPlan,
+    batch: &RecordBatch,
+) -> anyhow::Result<RecordBatch> {
+    w.before.evaluate(batch).map_err(|f| {
+        crate::spi::PermanentError::wrap(
+            anyhow::Error::new(f).context(format!("{}: row failure", query.text)),
+        )
+    })
+}
+
 /// `batch` in slices of at most `max` rows (zero-copy).
 fn slices(batch: &RecordBatch, max: usize) -> Vec<RecordBatch> {
     let max = max.max(1);
@@ -476,6 +523,12 @@ fn slices(batch: &RecordBatch, max: usize) -> Vec<RecordBatch> {
 /// a capability for every epoch it got rows in, asks the task to checkpoint an epoch once
 /// the input frontier passed it, and releases the epoch only after the task made it
 /// durable. `pact` is `Pipeline` (rows stay on their worker) or an exchange by key.
+///
+/// A windowed query's window runs here, ahead of the sink task: its input is taken in
+/// epoch order (rows of a later epoch wait until every earlier one is complete), and its
+/// state is snapshotted once an epoch is complete, so a checkpoint holds exactly the rows
+/// of the epochs it covers; what a window writes when it fires goes to the sink task in
+/// the epoch whose watermark fired it.
 fn sink_operator<'scope, P>(
     rows: timely::dataflow::StreamVec<'scope, u64, Routed>,
     pact: P,
@@ -483,17 +536,23 @@ fn sink_operator<'scope, P>(
     probe: &ProbeHandle<u64>,
     flow: Arc<Flow>,
     upstream: Vec<u32>,
+    start_epoch: u64,
 ) where
     P: timely::dataflow::channels::pact::ParallelizationContract<u64, Vec<Routed>>,
 {
     let SinkPlumbing {
         id,
+        query,
         sink_tx,
         sink_done_rx,
         sink_activator,
+        window,
         ..
     } = sink;
     let worker_ref = rows.scope().worker();
+    let subtask = worker_ref.index();
+    let peers = worker_ref.peers() as u64;
+    let mut window = window.map(|w| WindowRun::new(w, query, subtask, peers, start_epoch));
     rows.unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(
         pact,
         &id,
@@ -512,24 +571,40 @@ fn sink_operator<'scope, P>(
                         }
                     }
                     for r in data.drain(..) {
-                        let mut rows = match r.payload {
-                            Payload::Rows(rows) => rows,
+                        let payload = match r.payload {
+                            Payload::Rows(mut rows) => {
+                                if r.origin != flow.process as u32 {
+                                    // From another process: held here until taken (by
+                                    // the sink task or the window), then its credits
+                                    // go back to the origin.
+                                    let n = rows.batch.num_rows() as u32;
+                                    rows.permits =
+                                        Permits::peer(flow.clone(), r.origin as usize, n);
+                                }
+                                Payload::Rows(rows)
+                            }
+                            mark => mark,
+                        };
+                        if let Some(w) = window.as_mut() {
+                            w.stash.entry(t).or_default().push(payload);
+                            continue;
+                        }
+                        match payload {
+                            Payload::Rows(rows) => {
+                                let _ = sink_tx.send(SinkEvent::Batch(rows));
+                            }
                             Payload::Mark(mark) => {
                                 if let Some(w) = watermarks.update(mark) {
                                     let _ = sink_tx.send(SinkEvent::Watermark(w));
                                 }
-                                continue;
                             }
-                        };
-                        if r.origin != flow.process as u32 {
-                            // From another process: held here until the sink task took it,
-                            // then its credits go back to the origin.
-                            let n = rows.batch.num_rows() as u32;
-                            rows.permits = Permits::peer(flow.clone(), r.origin as usize, n);
                         }
-                        let _ = sink_tx.send(SinkEvent::Batch(rows));
                     }
                 });
+                if let Some(w) = window.as_mut() {
+                    let f = frontier.frontier().first().copied();
+                    w.step(f, &mut watermarks, &sink_tx);
+                }
                 // Every row of epoch e has arrived once the frontier passed e.
                 for &e in held.keys() {
                     if !frontier.less_equal(&e) && requested.insert(e) {
@@ -550,4 +625,165 @@ fn sink_operator<'scope, P>(
         },
     )
     .probe_with(probe);
+}
+
+/// A window subtask inside its query's sink operator (see [`sink_operator`]).
+struct WindowRun {
+    plumbing: WindowPlumbing,
+    query: PlannedQuery,
+    subtask: usize,
+    /// `None` once it failed (the job aborts).
+    state: Option<super::window::WindowState>,
+    /// Input by epoch, taken in epoch order.
+    stash: BTreeMap<u64, Vec<Payload>>,
+    /// The first epoch not yet snapshotted.
+    next: u64,
+    /// The input ended and the last state was sent.
+    ended: bool,
+}
+
+impl WindowRun {
+    fn new(
+        plumbing: WindowPlumbing,
+        query: PlannedQuery,
+        subtask: usize,
+        peers: u64,
+        start_epoch: u64,
+    ) -> Self {
+        let plan = query.window.clone().expect("a windowed query");
+        let mut run = WindowRun {
+            plumbing,
+            query,
+            subtask,
+            state: None,
+            stash: BTreeMap::new(),
+            next: start_epoch,
+            ended: false,
+        };
+        let state = super::window::WindowState::new(plan).and_then(|mut s| {
+            s.restore(&run.plumbing.restore, subtask as u64, peers)?;
+            Ok(s)
+        });
+        match state {
+            Ok(s) => {
+                run.plumbing.groups.set(s.groups());
+                run.plumbing.restore = Vec::new();
+                run.state = Some(s);
+            }
+            Err(e) => run.fail(e.context("the window's state could not be restored")),
+        }
+        run
+    }
+
+    fn fail(&mut self, e: anyhow::Error) {
+        self.state = None;
+        let _ = self.plumbing.coordinator.send(CoordEvent::TaskFailed {
+            operator_id: self.plumbing.id.clone(),
+            subtask: self.subtask,
+            error: format!("{e:#}"),
+            permanent: crate::restart_cannot_fix(&e),
+        });
+    }
+
+    /// Takes the input of every epoch up to the frontier `f` (all of it once the input
+    /// ended, `None`) in epoch order, snapshotting each epoch once it is complete.
+    fn step(
+        &mut self,
+        f: Option<u64>,
+        watermarks: &mut InputWatermarks,
+        sink_tx: &UnboundedSender<SinkEvent>,
+    ) {
+        if self.ended {
+            return;
+        }
+        let ready: Vec<u64> = self
+            .stash
+            .keys()
+            .copied()
+            .filter(|k| f.is_none_or(|f| *k <= f))
+            .collect();
+        for k in ready {
+            self.snapshot_until(k);
+            let input = self.stash.remove(&k).unwrap_or_default();
+            for payload in input {
+                if let Err(e) = self.take(payload, watermarks, sink_tx) {
+                    self.fail(e);
+                    return;
+                }
+            }
+        }
+        match f {
+            Some(f) => self.snapshot_until(f),
+            None => {
+                self.send_snapshot(self.next, true);
+                self.ended = true;
+            }
+        }
+    }
+
+    fn take(
+        &mut self,
+        payload: Payload,
+        watermarks: &mut InputWatermarks,
+        sink_tx: &UnboundedSender<SinkEvent>,
+    ) -> anyhow::Result<()> {
+        let Some(state) = self.state.as_mut() else {
+            return Ok(());
+        };
+        match payload {
+            Payload::Rows(rows) => {
+                state.update(&rows.batch)?;
+                self.plumbing.late.add(state.take_late());
+            }
+            Payload::Mark(mark) => {
+                let Some(w) = watermarks.update(mark) else {
+                    return Ok(());
+                };
+                let _ = sink_tx.send(SinkEvent::Watermark(w));
+                if let crate::spi::Watermark::EventTime(ns) = w {
+                    for fired in state.advance(ns)? {
+                        let batch = self.query.project(&fired)?;
+                        if batch.num_rows() == 0 {
+                            continue;
+                        }
+                        let _ = sink_tx.send(SinkEvent::Batch(Rows {
+                            batch,
+                            permits: Arc::new(Permits::none()),
+                        }));
+                    }
+                }
+            }
+        }
+        self.plumbing.groups.set(state.groups());
+        Ok(())
+    }
+
+    /// Snapshots epochs `next..k`: complete, and their input taken.
+    fn snapshot_until(&mut self, k: u64) {
+        while self.next < k {
+            self.send_snapshot(self.next, false);
+            self.next += 1;
+        }
+    }
+
+    fn send_snapshot(&mut self, epoch: u64, through_end: bool) {
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let snapshot = state
+            .snapshot()
+            .and_then(|s| serde_json::to_string(&s).map_err(anyhow::Error::from));
+        match snapshot {
+            Ok(state) => {
+                let _ = self.plumbing.coordinator.send(CoordEvent::WindowSnapshot {
+                    operator_id: self.plumbing.id.clone(),
+                    subtask: self.subtask,
+                    epoch,
+                    through_end,
+                    state,
+                });
+            }
+            Err(e) => self.fail(e.context(format!("the window's state of epoch {epoch}"))),
+        }
+    }
 }

@@ -42,6 +42,10 @@ pub(crate) struct Leader {
     /// Every source and sink subtask of the cluster (global subtask indexes).
     sources: BTreeSet<TaskKey>,
     sinks: BTreeSet<TaskKey>,
+    /// Every window operator subtask: each snapshots every checkpoint, as sources do.
+    windows: BTreeSet<TaskKey>,
+    /// A window subtask whose input ended: its last state, valid from that epoch on.
+    final_states: BTreeMap<TaskKey, (u64, OperatorState)>,
     /// Operator id -> what it is, for errors (`sink table 'b' of q1 (INSERT INTO ...)`).
     describe: BTreeMap<String, String>,
     started: BTreeSet<TaskKey>,
@@ -99,6 +103,7 @@ impl Leader {
         processes: usize,
         sources: BTreeSet<TaskKey>,
         sinks: BTreeSet<TaskKey>,
+        windows: BTreeSet<TaskKey>,
         describe: BTreeMap<String, String>,
         restored_epoch: Option<u64>,
     ) -> Self {
@@ -110,6 +115,8 @@ impl Leader {
             processes,
             sources,
             sinks,
+            windows,
+            final_states: BTreeMap::new(),
             describe,
             started: BTreeSet::new(),
             ended: BTreeSet::new(),
@@ -213,8 +220,13 @@ impl Leader {
             then_stop,
         };
         tracing::debug!(epoch, then_stop, "checkpoint triggered");
-        self.pending
-            .insert(epoch, (Instant::now(), BTreeMap::new()));
+        let finals = self
+            .final_states
+            .iter()
+            .filter(|(_, (from, _))| *from <= epoch)
+            .map(|(k, (_, s))| (k.clone(), s.clone()))
+            .collect();
+        self.pending.insert(epoch, (Instant::now(), finals));
         if then_stop {
             self.final_epoch = Some(epoch);
         }
@@ -243,13 +255,21 @@ impl Leader {
                 operator_id,
                 subtask,
                 epoch,
+                through_end,
                 state,
             } => {
                 let state: OperatorState = serde_json::from_str(&state).with_context(|| {
                     format!("snapshot of {operator_id} subtask {subtask} is not valid JSON")
                 })?;
-                if let Some((_, p)) = self.pending.get_mut(&epoch) {
-                    p.insert((operator_id, subtask), state);
+                let key = (operator_id, subtask);
+                if through_end {
+                    // The subtask's input ended: this state holds for every later epoch.
+                    for (_, (_, p)) in self.pending.range_mut(epoch..) {
+                        p.entry(key.clone()).or_insert_with(|| state.clone());
+                    }
+                    self.final_states.insert(key, (epoch, state));
+                } else if let Some((_, p)) = self.pending.get_mut(&epoch) {
+                    p.insert(key, state);
                 }
             }
             Report::Finished {
@@ -466,10 +486,11 @@ impl Leader {
     /// What a pending checkpoint still waits for, for timeout errors.
     fn waiting_for(&self, epoch: u64) -> String {
         let snaps = self.pending.get(&epoch).map_or(0, |(_, s)| s.len());
-        if snaps < self.sources.len() {
+        if snaps < self.sources.len() + self.windows.len() {
             let missing: Vec<String> = self
                 .sources
                 .iter()
+                .chain(self.windows.iter())
                 .filter(|k| {
                     !self
                         .pending
@@ -506,7 +527,7 @@ impl Leader {
             Some(Some(f)) => f > epoch,
             None => false,
         };
-        if !passed || snaps.len() < self.sources.len() {
+        if !passed || snaps.len() < self.sources.len() + self.windows.len() {
             return None;
         }
         let (triggered, snaps) = self.pending.remove(&epoch)?;

@@ -16,6 +16,7 @@ mod route;
 mod state;
 mod tasks;
 mod watermarks;
+pub(crate) mod window;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,6 +45,11 @@ pub struct RuntimeConfig {
     pub cluster: Option<ClusterConfig>,
     /// Stop gracefully once no source received a message for this long.
     pub stop_when_idle: Option<Duration>,
+    /// A graceful stop (signal, `--stop-when-idle`, end of input) drains: every source
+    /// sends the watermark at the end of time before its final barrier, so every open
+    /// window fires before the final checkpoint (Flink's `stop --drain`). Without it,
+    /// open windows stay in the final checkpoint and the next run continues them.
+    pub drain: bool,
     /// Rows one process holds: emitted by its sources and not yet taken by a sink, plus
     /// rows received from other processes (back-pressure bound, see `flow.rs`).
     pub max_inflight_rows: usize,
@@ -80,6 +86,7 @@ impl Default for RuntimeConfig {
             state_dir: "state".to_string(),
             cluster: None,
             stop_when_idle: None,
+            drain: false,
             max_inflight_rows: 32_768,
             shutdown_timeout: Duration::from_secs(60),
             checkpoint_timeout: Duration::from_secs(600),
@@ -196,6 +203,15 @@ pub(crate) enum CoordEvent {
         subtask: usize,
         epoch: u64,
         state: OperatorState,
+    },
+    /// A window subtask's state after `epoch` (JSON text of an `OperatorState`);
+    /// `through_end`: its input ended, so it holds for every later epoch too.
+    WindowSnapshot {
+        operator_id: String,
+        subtask: usize,
+        epoch: u64,
+        through_end: bool,
+        state: String,
     },
     /// The least epoch still held at the sinks' outputs; `None` once the dataflow is done.
     Frontier(Option<u64>),

@@ -306,6 +306,22 @@ impl ProcessCoordinator {
                     operator_id,
                     subtask,
                     epoch,
+                    through_end: false,
+                    state,
+                });
+            }
+            CoordEvent::WindowSnapshot {
+                operator_id,
+                subtask,
+                epoch,
+                through_end,
+                state,
+            } => {
+                self.report(Report::Snapshot {
+                    operator_id,
+                    subtask,
+                    epoch,
+                    through_end,
                     state,
                 });
             }

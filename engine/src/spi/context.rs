@@ -99,6 +99,8 @@ pub struct SourceContext {
     pub checkpoint_interval: std::time::Duration,
     pub(crate) coordinator: mpsc::UnboundedSender<CoordEvent>,
     pub(crate) pull_state: Arc<PullState>,
+    /// `RuntimeConfig::drain`: the final barrier carries the watermark at the end of time.
+    pub(crate) drain: bool,
 }
 
 impl SourceContext {
@@ -140,6 +142,10 @@ impl SourceContext {
         barrier: CheckpointBarrier,
         collector: &mut SourceCollector,
     ) -> anyhow::Result<()> {
+        if barrier.then_stop && self.drain {
+            // `--drain`: nothing comes after the final barrier, so every window may fire.
+            collector.emit_watermark(Watermark::EventTime(i64::MAX))?;
+        }
         collector.flush_buffer().await?;
         let _ = self.coordinator.send(CoordEvent::SourceSnapshot {
             operator_id: self.task_info.operator_id.clone(),

@@ -28,6 +28,13 @@ pub const PENDING_ACKS: &str = "pending_acks";
 /// (0: none yet, or not every upstream subtask sent one). Never goes backwards.
 pub const INPUT_WATERMARK_MS: &str = "input_watermark_ms";
 
+/// Counter of a window operator subtask: rows dropped as late, their window having fired
+/// already (for HOP, rows one of whose windows had fired).
+pub const ROWS_LATE: &str = "rows_late";
+/// Gauge of a window operator subtask: groups over its open windows (one per key per
+/// window), what its state holds and its memory grows with.
+pub const WINDOW_GROUPS: &str = "window_groups";
+
 /// The operator id of the runtime's own metrics; their subtask is the process index.
 pub const RUNTIME_OPERATOR: &str = "runtime";
 /// Runtime counter: checkpoints whose commit reached this process.

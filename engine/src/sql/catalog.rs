@@ -32,6 +32,8 @@ pub(crate) struct Catalog {
     tables: HashMap<String, Arc<dyn TableSource>>,
     /// By lower-case name and alias: SQL function names are case-insensitive.
     functions: HashMap<String, Arc<ScalarUDF>>,
+    /// Empty unless [`with_windows`](Self::with_windows): by lower-case name and alias.
+    aggregates: HashMap<String, Arc<AggregateUDF>>,
     planners: Vec<Arc<dyn ExprPlanner>>,
     options: ConfigOptions,
 }
@@ -60,6 +62,7 @@ impl Catalog {
                 .map(|(n, s)| (n, Arc::new(SourceTable(s)) as Arc<dyn TableSource>))
                 .collect(),
             functions,
+            aggregates: HashMap::new(),
             planners: vec![
                 Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
                 Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
@@ -67,6 +70,20 @@ impl Catalog {
             ],
             options,
         }
+    }
+
+    /// Offers the window functions (`TUMBLE`, `HOP`, `SESSION`) and DataFusion's
+    /// aggregate functions, for a windowed aggregate (`aggregate.rs`).
+    pub fn with_windows(mut self) -> Self {
+        for f in super::window_fns::functions() {
+            self.functions.insert(f.name().to_string(), f);
+        }
+        for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
+            for name in std::iter::once(f.name()).chain(f.aliases().iter().map(String::as_str)) {
+                self.aggregates.insert(name.to_lowercase(), f.clone());
+            }
+        }
+        self
     }
 
     /// Every function name a query may call, for did-you-mean hints.
@@ -90,8 +107,8 @@ impl ContextProvider for Catalog {
         self.functions.get(&name.to_lowercase()).cloned()
     }
 
-    fn get_aggregate_meta(&self, _name: &str) -> Option<Arc<AggregateUDF>> {
-        None
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        self.aggregates.get(&name.to_lowercase()).cloned()
     }
 
     fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
@@ -115,7 +132,7 @@ impl ContextProvider for Catalog {
     }
 
     fn udaf_names(&self) -> Vec<String> {
-        Vec::new()
+        self.aggregates.keys().cloned().collect()
     }
 
     fn udwf_names(&self) -> Vec<String> {

@@ -350,11 +350,12 @@ fn check_select(s: &Select, what: &str, st: &StatementTokens) -> Result<(), SqlE
         lateral_views,
         prewhere,
         selection: _, // implemented
+        // `having`: implemented over a windowed aggregate (`aggregate.rs`).
         group_by,
         cluster_by,
         distribute_by,
         sort_by,
-        having,
+        having: _,
         named_window,
         qualify,
         window_before_qualify: _, // only with QUALIFY and WINDOW
@@ -389,12 +390,13 @@ fn check_select(s: &Select, what: &str, st: &StatementTokens) -> Result<(), SqlE
         return no("PREWHERE", Keyword::PREWHERE, "");
     }
     match group_by {
-        GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty() => {}
+        // Expressions (a window and keys; `aggregate.rs` plans them).
+        GroupByExpr::Expressions(_, m) if m.is_empty() => {}
         _ => {
             return no(
-                "GROUP BY",
+                "GROUP BY ALL, ROLLUP, CUBE or GROUPING SETS",
                 Keyword::GROUP,
-                ": aggregation needs windows and state",
+                "",
             )
         }
     }
@@ -406,13 +408,6 @@ fn check_select(s: &Select, what: &str, st: &StatementTokens) -> Result<(), SqlE
     }
     if !sort_by.is_empty() {
         return no("SORT BY", Keyword::SORT, "");
-    }
-    if having.is_some() {
-        return no(
-            "HAVING",
-            Keyword::HAVING,
-            ": aggregation needs windows and state",
-        );
     }
     if !named_window.is_empty() {
         return no("WINDOW", Keyword::WINDOW, "");
@@ -524,9 +519,20 @@ fn check_from(t: &TableWithJoins, what: &str, st: &StatementTokens) -> Result<()
             }
             Ok(())
         }
+        // A subquery (over a windowed aggregate: `aggregate.rs` says so otherwise).
+        TableFactor::Derived {
+            lateral: false,
+            subquery,
+            alias,
+        } => {
+            if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+                return no("column aliases of a subquery", Keyword::AS, "");
+            }
+            check_query(subquery, what, st)
+        }
         _ => Err(at(
             first_location(&t.relation).unwrap_or_else(|| st.start()),
-            format!("{what}: FROM must name a source table (subqueries, functions and UNNEST are not supported)"),
+            format!("{what}: FROM must name a source table or a subquery (functions, LATERAL and UNNEST are not supported)"),
         )),
     }
 }
@@ -564,8 +570,8 @@ mod tests {
             (" OFFSET 2", "OFFSET", "OFFSET"),
             (" FETCH FIRST 1 ROWS ONLY", "FETCH", "FETCH"),
             (" ORDER BY a", "ORDER BY", "ORDER"),
-            (" GROUP BY a, b", "GROUP BY", "GROUP"),
-            (" HAVING a > 1", "HAVING", "HAVING"),
+            // GROUP BY expressions and HAVING are planned as windows (`aggregate.rs`).
+            (" GROUP BY ALL", "GROUP BY ALL", "GROUP"),
             (" FOR UPDATE", "FOR", "FOR"),
             (" TABLESAMPLE BERNOULLI (10)", "TABLESAMPLE", "TABLESAMPLE"),
             (" ON CONFLICT DO NOTHING", "ON CONFLICT", "ON"),
@@ -602,8 +608,8 @@ mod tests {
                 "INTO t2",
             ),
             (
-                "INSERT INTO out SELECT a, b FROM (SELECT a, b FROM src) s;",
-                "FROM must name a source table",
+                "INSERT INTO out SELECT a, b FROM LATERAL (SELECT a, b FROM src) s;",
+                "FROM must name a source table or a subquery",
                 "SELECT a, b FROM src)",
             ),
             (

@@ -2,6 +2,7 @@
 //! ... [WHERE ...]`, parsed with `sqlparser` (SPEC 8), bound to the connector registry, and
 //! the SELECTs planned by DataFusion into expressions evaluated on Arrow batches.
 
+mod aggregate;
 mod catalog;
 mod check;
 mod clauses;
@@ -21,6 +22,7 @@ mod temporal;
 mod temporal_fns;
 mod type_words;
 mod watermark;
+mod window_fns;
 
 #[cfg(test)]
 mod expr_tests;
@@ -28,12 +30,16 @@ mod expr_tests;
 mod row_local_tests;
 #[cfg(test)]
 mod temporal_tests;
+#[cfg(test)]
+mod window_tests;
 
+pub use aggregate::{WindowKind, WindowPlan};
 pub use check::{reject_failing, RejectedMessage, RowCheck};
 pub use eval::RowFailure;
 pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
 pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};
 pub use plan::{plan_pipeline, plan_tables, PlannedPipeline, PlannedQuery, PlannedTable};
+pub use plan::{EVENT_TIME, EVENT_TIME_COLUMN};
 pub use sample::plan_sample_select;
 pub use schemas::resolve_schemas;
 pub use select::SelectPlan;

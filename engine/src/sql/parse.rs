@@ -241,7 +241,7 @@ fn inserts(ins: &Insert, st: &StatementTokens) -> Result<Vec<InsertDef>, SqlErro
     selects
         .into_iter()
         .map(|select| {
-            let TableFactor::Table { name, .. } = &select.from[0].relation else {
+            let Some(name) = read_table(select) else {
                 return Err(at(st.start(), format!("{what}: SELECT must read a table")));
             };
             Ok(InsertDef {
@@ -263,6 +263,22 @@ fn inserts(ins: &Insert, st: &StatementTokens) -> Result<Vec<InsertDef>, SqlErro
             })
         })
         .collect()
+}
+
+/// The table a SELECT reads, through subqueries in FROM.
+fn read_table(select: &Select) -> Option<&ObjectName> {
+    match &select.from.first()?.relation {
+        TableFactor::Table { name, .. } => Some(name),
+        TableFactor::Derived { subquery, .. } => {
+            let mut selects = Vec::new();
+            collect_selects(&subquery.body, &mut selects);
+            match selects.as_slice() {
+                [one] => read_table(one),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// The selects of a query body, left to right (`check_query` allowed only SELECT,

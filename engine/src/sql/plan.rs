@@ -53,12 +53,24 @@ pub struct PlannedQuery {
     /// [`sink_key`](crate::Connector::sink_key)), so that one value is written by one
     /// subtask; `None`: rows stay on their worker.
     pub route_by: Option<usize>,
+    /// A windowed aggregate: the stages before and in the window; `select` is then what
+    /// runs on the rows a window writes when it fires (see [`super::aggregate`]).
+    pub window: Option<Arc<super::aggregate::WindowPlan>>,
     /// The job running the query, set by [`PlannedPipeline::bind_job`] before it runs: it
     /// enters every record id the query stamps ([`crate::record_id::RecordProducer`]).
     pub job: Option<String>,
 }
 
 impl PlannedQuery {
+    /// What runs on each source batch: the window's first stage, else the whole SELECT
+    /// (the source's row checks run it, issue 17).
+    pub fn source_stage(&self) -> Arc<SelectPlan> {
+        match &self.window {
+            Some(w) => w.before.clone(),
+            None => self.select.clone(),
+        }
+    }
+
     /// Filters and computes source rows (the SELECT), then casts and renames them into the
     /// sink's schema. The planner allowed only casts that cannot fail or change a value.
     ///
@@ -195,6 +207,7 @@ pub fn plan_pipeline(
     }
     for ins in &sql.inserts {
         give_record_keys(&mut tables, &ins.source, &ins.sink)?;
+        give_event_time(&mut tables, ins)?;
     }
     let find = |name: &str| {
         tables
@@ -278,6 +291,64 @@ pub(crate) fn give_record_keys(
     Ok(())
 }
 
+/// When `ins` is a windowed aggregate over a table without an event-time column
+/// (`WATERMARK FOR`), has the table give its rows their event time (publish time, or
+/// `scan.event-time.attribute`): a hidden trailing TIMESTAMP column filled from metadata
+/// key [`EVENT_TIME`], once per table.
+pub(crate) fn give_event_time(
+    tables: &mut [(String, PlannedTable)],
+    ins: &InsertDef,
+) -> Result<(), SqlError> {
+    if !super::aggregate::is_windowed(&ins.query) {
+        return Ok(());
+    }
+    let Some((_, src)) = tables
+        .iter_mut()
+        .find(|(n, t)| *n == ins.source && t.connection.connection_type == ConnectionType::Source)
+    else {
+        return Ok(());
+    };
+    let schema = &src.connection.schema;
+    if schema.event_time.is_some() || event_time_index(schema).is_some() {
+        return Ok(());
+    }
+    if !src.connector.event_time_column() {
+        return Err(SqlError(format!(
+            "INSERT INTO {}: windows need an event time, and table '{}' (connector '{}') gives its rows none",
+            ins.sink,
+            ins.source,
+            src.connector.name()
+        )));
+    }
+    if has_column(schema, EVENT_TIME_COLUMN) {
+        return Err(SqlError(format!(
+            "table '{}': column name '{EVENT_TIME_COLUMN}' is reserved for the event time its rows carry to windows; rename the column",
+            ins.source
+        )));
+    }
+    src.connection.schema.fields.push(SourceField {
+        name: EVENT_TIME_COLUMN.to_string(),
+        field_type: FieldType::Timestamp,
+        required: true,
+        metadata_key: Some(EVENT_TIME.to_string()),
+    });
+    Ok(())
+}
+
+/// Metadata key of the hidden event-time column: the event time of the row's message
+/// (publish time, or the value of `scan.event-time.attribute`), TIMESTAMP, never NULL.
+pub const EVENT_TIME: &str = "event-time";
+/// The hidden source column holding [`EVENT_TIME`] (not visible to SQL).
+pub const EVENT_TIME_COLUMN: &str = "__event_time";
+
+/// Index of the hidden event-time column of a source schema, if it has one.
+fn event_time_index(schema: &ConnectionSchema) -> Option<usize> {
+    schema
+        .fields
+        .iter()
+        .position(|f| f.metadata_key.as_deref() == Some(EVENT_TIME))
+}
+
 fn has_column(schema: &ConnectionSchema, name: &str) -> bool {
     schema.fields.iter().any(|f| f.name == name)
 }
@@ -290,13 +361,13 @@ pub(crate) fn record_key_index(schema: &ConnectionSchema) -> Option<usize> {
         .position(|f| f.metadata_key.as_deref() == Some(RECORD_KEY))
 }
 
-/// The columns SQL sees: every column but the hidden record key.
+/// The columns SQL sees: every column but the hidden record key and event time.
 fn visible(schema: &ConnectionSchema) -> ConnectionSchema {
     ConnectionSchema {
         fields: schema
             .fields
             .iter()
-            .filter(|f| f.metadata_key.as_deref() != Some(RECORD_KEY))
+            .filter(|f| !matches!(f.metadata_key.as_deref(), Some(RECORD_KEY | EVENT_TIME)))
             .cloned()
             .collect(),
         ..schema.clone()
@@ -326,13 +397,16 @@ pub(crate) fn plan_query(
     source: PlannedTable,
     sink: PlannedTable,
 ) -> Result<PlannedQuery, SqlError> {
+    let record_ids = sink.connector.sink_record_ids(&sink.connection);
+    if super::aggregate::is_windowed(&ins.query) {
+        return plan_windowed_query(id, ins, what, source, sink, record_ids);
+    }
     let mut select = plan_select(
         &ins.query,
         &ins.source,
         &visible(&source.connection.schema),
         what,
     )?;
-    let record_ids = sink.connector.sink_record_ids(&sink.connection);
     let key = record_key_index(&source.connection.schema);
     if record_ids {
         if has_column(&sink.connection.schema, RECORD_ID_COLUMN) {
@@ -378,6 +452,78 @@ pub(crate) fn plan_query(
         projection,
         sink_schema,
         route_by,
+        window: None,
+        job: None,
+    })
+}
+
+/// [`plan_query`] of a windowed aggregate (`super::aggregate`).
+fn plan_windowed_query(
+    id: String,
+    ins: &InsertDef,
+    what: &str,
+    source: PlannedTable,
+    sink: PlannedTable,
+    record_ids: bool,
+) -> Result<PlannedQuery, SqlError> {
+    let schema = &source.connection.schema;
+    let event_time = match &schema.event_time {
+        Some(et) => schema.fields.iter().position(|f| f.name == et.column),
+        None => event_time_index(schema),
+    }
+    .map(|i| (i, schema.fields[i].name.clone()))
+    .ok_or_else(|| {
+        SqlError(format!(
+            "{what}: table '{}' gives its rows no event time (plan its tables with plan_pipeline)",
+            ins.source
+        ))
+    })?;
+    if record_ids && has_column(&sink.connection.schema, RECORD_ID_COLUMN) {
+        return Err(SqlError(format!(
+            "{what}: column name '{RECORD_ID_COLUMN}' of table '{}' is reserved for the record id it stamps; rename the column",
+            ins.sink
+        )));
+    }
+    let (select, window) = super::aggregate::plan_windowed(
+        &ins.query,
+        &ins.source,
+        &visible(schema),
+        (event_time.0, &event_time.1),
+        record_ids,
+        what,
+    )?;
+    let rows = ConnectionSchema {
+        fields: select.fields.clone(),
+        ..schema.clone()
+    };
+    let projection = plan_projection(
+        ins,
+        what,
+        &rows,
+        &select.untyped_null,
+        &sink.connection.schema,
+    )?;
+    let mut sink_schema =
+        mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
+    if record_ids {
+        sink_schema = with_column(&sink_schema, RECORD_ID_COLUMN);
+    }
+    if let Some(key) = sink.connector.sink_key(&sink.connection) {
+        return Err(SqlError(format!(
+            "{what}: a windowed aggregate cannot write yet to table '{}', which routes its rows by column '{key}' (its ordering key): its rows are written by the worker owning their group key",
+            ins.sink
+        )));
+    }
+    Ok(PlannedQuery {
+        id,
+        text: ins.to_string(),
+        source,
+        sink,
+        select: Arc::new(select),
+        projection,
+        sink_schema,
+        route_by: None,
+        window: Some(Arc::new(window)),
         job: None,
     })
 }

@@ -168,29 +168,8 @@ pub(crate) fn plan_select(
         }
     }
 
-    // No constant folding: DataFusion folds with wrapping arithmetic and fixes `now()`
-    // at plan time; a constant costs one scalar per batch.
-    let props = ExecutionProps::new();
-    let input_ref = Arc::new(input.clone());
-    let physical = |e: &Expr,
-                    text: &str,
-                    loc: Option<Location>|
-     -> Result<(Expr, Arc<dyn PhysicalExpr>), SqlError> {
-        let e = &function_rewrites(e.clone(), &props, &input_ref)
-            .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
-        let p = datafusion_physical_expr::create_physical_expr(e, &input, &props)
-            .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
-        let p = checked_exprs(p, input.as_arrow());
-        // Dates and times DataFusion would compute unchecked (issue 31).
-        super::temporal::refuse_unchecked(&p, input.as_arrow()).map_err(|m| {
-            let msg = format!("{what}: in `{text}`, {m}");
-            match loc {
-                Some(l) => at(l, msg),
-                None => SqlError(msg),
-            }
-        })?;
-        Ok((e.clone(), p))
-    };
+    let physical =
+        |e: &Expr, text: &str, loc: Option<Location>| to_physical(e, text, loc, &input, what);
     let filter = match c_filter {
         Some(f) => {
             let text = where_text(query);
@@ -233,7 +212,35 @@ pub(crate) fn plan_select(
     })
 }
 
-/// (SQL text, output name, position) of each select item, `*` expanded.
+/// `e` (coerced, over `input`) as a checked physical expression, with `e` after its
+/// functions' own rewrites. `text` and `loc` (the SQL it came from) start its errors.
+pub(super) fn to_physical(
+    e: &Expr,
+    text: &str,
+    loc: Option<Location>,
+    input: &DFSchema,
+    what: &str,
+) -> Result<(Expr, Arc<dyn PhysicalExpr>), SqlError> {
+    // No constant folding: DataFusion folds with wrapping arithmetic and fixes `now()`
+    // at plan time; a constant costs one scalar per batch.
+    let props = ExecutionProps::new();
+    let input_ref = Arc::new(input.clone());
+    let e = &function_rewrites(e.clone(), &props, &input_ref)
+        .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
+    let p = datafusion_physical_expr::create_physical_expr(e, input, &props)
+        .map_err(|x| SqlError(format!("{what}: `{text}`: {}", message(&x))))?;
+    let p = checked_exprs(p, input.as_arrow());
+    // Dates and times DataFusion would compute unchecked (issue 31).
+    super::temporal::refuse_unchecked(&p, input.as_arrow()).map_err(|m| {
+        let msg = format!("{what}: in `{text}`, {m}");
+        match loc {
+            Some(l) => at(l, msg),
+            None => SqlError(msg),
+        }
+    })?;
+    Ok((e.clone(), p))
+}
+
 /// Applies each function's own rewrite (`ScalarUDFImpl::simplify`), as DataFusion's
 /// optimizer would: some functions only run rewritten (`coalesce`, `nvl2` and `arrow_cast`
 /// fail when invoked as written). Only the functions' rewrites: no constant folding.
@@ -296,7 +303,10 @@ fn unique_item_names(query: &Query, src: &ConnectionSchema) -> Query {
     q
 }
 
-fn select_items(query: &Query, src: &ConnectionSchema) -> Vec<(String, String, Location)> {
+pub(super) fn select_items(
+    query: &Query,
+    src: &ConnectionSchema,
+) -> Vec<(String, String, Location)> {
     let SetExpr::Select(select) = query.body.as_ref() else {
         return Vec::new();
     };
@@ -333,7 +343,7 @@ fn select_items(query: &Query, src: &ConnectionSchema) -> Vec<(String, String, L
 }
 
 /// The WHERE condition as written.
-fn where_text(query: &Query) -> String {
+pub(super) fn where_text(query: &Query) -> String {
     match query.body.as_ref() {
         SetExpr::Select(s) => s
             .selection
@@ -419,7 +429,11 @@ fn refuse_stateful(query: &Query, what: &str) -> Result<(), SqlError> {
 /// Functions whose value would differ between a run and its replay from a checkpoint
 /// (SPEC 8; issue 17): volatile ones (`random()`, `uuid()`) and stable ones (`now()`,
 /// `current_date`), which DataFusion would fix at the plan's start time.
-fn refuse_replay_unsafe(plan: &LogicalPlan, query: &Query, what: &str) -> Result<(), SqlError> {
+pub(super) fn refuse_replay_unsafe(
+    plan: &LogicalPlan,
+    query: &Query,
+    what: &str,
+) -> Result<(), SqlError> {
     let mut found: Option<String> = None;
     let _ = plan.apply(|node| {
         node.apply_expressions(|e| {
@@ -456,7 +470,7 @@ fn refuse_replay_unsafe(plan: &LogicalPlan, query: &Query, what: &str) -> Result
 }
 
 /// Where a call of function `name` is written in `query`.
-fn find_function(query: &Query, name: &str) -> Option<Location> {
+pub(super) fn find_function(query: &Query, name: &str) -> Option<Location> {
     struct Find<'a>(&'a str, Option<Location>);
     impl Visitor for Find<'_> {
         type Break = ();
@@ -478,7 +492,7 @@ fn find_function(query: &Query, name: &str) -> Option<Location> {
 /// A DataFusion planning error in this project's words: an unknown column gets a
 /// did-you-mean and its position; other errors keep DataFusion's message and its
 /// position when it reports one.
-fn planning_error(
+pub(super) fn planning_error(
     e: DataFusionError,
     query: &Query,
     what: &str,
@@ -558,7 +572,7 @@ pub(crate) fn message(e: &DataFusionError) -> String {
 
 /// The column an expression's result becomes: its SQL type, nullability, and for a bare
 /// source column its declared type and metadata key (JSON stays JSON, not TEXT).
-fn output_field(
+pub(super) fn output_field(
     e: &Expr,
     input: &DFSchema,
     src: &ConnectionSchema,
@@ -606,7 +620,7 @@ fn output_field(
 
 /// The column type whose Arrow type holds every value of `t` exactly (the evaluator
 /// converts to it), if any.
-fn field_type(t: &DataType) -> Option<FieldType> {
+pub(super) fn field_type(t: &DataType) -> Option<FieldType> {
     use DataType::*;
     Some(match t {
         Int64 | UInt32 => FieldType::Bigint,

@@ -243,7 +243,11 @@ impl SourceReader {
             .publish_time
             .as_ref()
             .map(|t| t.seconds().saturating_mul(1_000) + i64::from(t.nanos()) / 1_000_000);
-        let meta = self.metadata(split, &m, h.handler());
+        let mut meta = self.metadata(split, &m, h.handler());
+        // The hidden event-time column of a windowed query (`pubsub_engine::sql::EVENT_TIME`).
+        if let (Some(i), Some(ns)) = (self.event_time_slot, event_ns) {
+            meta[i] = FieldValue::TimestampNanos(ns);
+        }
         // An empty value is no id (issue 31, item 3): it passes as a message without one.
         let dedup = self.dedup.as_ref().map(|d| {
             let value = m.attributes.get(&d.attribute).filter(|v| !v.is_empty());

@@ -151,6 +151,9 @@ pub struct SourceReader {
     failures: FailureRun,
     /// The latest failed message and why (for the error when the run passes its bound).
     last_failure: String,
+    /// Index among the metadata values of the hidden event-time column a windowed query
+    /// reads (`pubsub_engine::sql::EVENT_TIME`), filled with the message's event time.
+    event_time_slot: Option<usize>,
 }
 
 impl SourceReader {
@@ -199,6 +202,10 @@ impl SourceReader {
             event_time_source: String::new(),
             failures: FailureRun::new(config.max_consecutive_failures),
             last_failure: String::new(),
+            event_time_slot: op
+                .metadata_fields
+                .iter()
+                .position(|f| f.key == pubsub_engine::sql::EVENT_TIME),
             profile,
             config,
             options,
