@@ -26,4 +26,5 @@ mod source_limits;
 mod source_options;
 mod sql;
 mod supervisor;
+mod windows;
 mod wizard;

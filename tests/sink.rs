@@ -1116,6 +1116,7 @@ async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
     config.publisher.shutdown_timeout_ms = 1_000;
     let schema = ConnectionSchema::json(vec![SourceField::new("seq", FieldType::Bigint)]);
     let op = OperatorConfig {
+        drop_replays: false,
         format: Format::Json,
         bad_data: BadData::Fail,
         schema,

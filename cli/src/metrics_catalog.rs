@@ -9,7 +9,7 @@ use pubsub_connector_core::source as src;
 use pubsub_engine::{
     CHECKPOINTS_COMPLETED, CHECKPOINT_DURATION_MS, INFLIGHT_ROWS, INFLIGHT_ROWS_PEAK,
     INPUT_WATERMARK_MS, LAST_COMPLETED_EPOCH, MESSAGES_ACKED, MESSAGES_NACKED,
-    MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED, ROWS_WRITTEN,
+    MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED, ROWS_LATE, ROWS_WRITTEN, WINDOW_GROUPS,
 };
 
 /// Whether a metric is a counter (only goes up) or a gauge.
@@ -113,12 +113,15 @@ pub const CATALOG: &[(&str, Described)] = &[
     (src::PENDING_CHECKPOINTS, d(Gauge, "pending_checkpoints", None, "Checkpoints with messages bound to them, not yet committed.")),
     (src::CHECKPOINT_LAG_MS, d(Gauge, "checkpoint_lag", Some("ms"), "Milliseconds since the source subtask's last commit (or its start).")),
     (src::OLDEST_UNACKED_MESSAGE_AGE_MS, seconds("oldest_unacked_message_age", "Seconds since the publish time of the oldest message a source subtask holds from a subscription (received, not yet acknowledged; 0: none held).")),
+    (src::MESSAGES_REPLAYED, d(Counter, "messages_replayed", None, "Redeliveries of messages the restored checkpoint already holds (their ack was lost in a crash or kill), acknowledged at once and not read again: only for a table read by a windowed query, whose state already counts them.")),
     (src::MESSAGES_BEHIND_WATERMARK, d(Counter, "messages_behind_watermark", None, "Messages whose event time (publish time, the scan.event-time.attribute, or the table's WATERMARK FOR column) was at or behind their source subtask's watermark when they arrived (rows a window would count as late).")),
     (src::WATERMARK_MS, seconds("watermark_timestamp", "A source subtask's watermark, in seconds since the Unix epoch: the highest event time (publish time, the scan.event-time.attribute, or the table's WATERMARK FOR column) each of its splits delivered less the out-of-orderness, lowest over the splits that are not idle (0: none yet).")),
     (src::WATERMARK_LAG_MS, seconds("watermark_lag", "Seconds from a source subtask's watermark to now (0: no watermark yet).")),
     (src::SOURCE_IDLE, d(Gauge, "source_idle", None, "1 while every split of a source subtask is idle (scan.watermark.idle-timeout): it does not hold watermarks back.")),
     (src::EVENT_TIME_LAG_MS, seconds("event_time_lag", "Seconds since the publish time of the newest message a source subtask holds from a subscription (0: none held).")),
     (INPUT_WATERMARK_MS, seconds("input_watermark_timestamp", "A sink subtask's input watermark, in seconds since the Unix epoch: the lowest watermark of the source subtasks that send to it and are not idle, carried through the dataflow behind their rows (0: not every one sent one yet).")),
+    (ROWS_LATE, d(Counter, "rows_late", None, "Rows a window operator subtask dropped as late: their window had fired already (for HOP, one of their windows).")),
+    (WINDOW_GROUPS, d(Gauge, "window_groups", None, "Groups a window operator subtask holds over its open windows (one per group key per window): what its state and memory grow with.")),
     (ROWS_WRITTEN, d(Counter, "rows_written", None, "Rows a sink wrote and saw confirmed (Pub/Sub: records sent).")),
     (sink::BYTES_SENT, d(Counter, "sent", Some("bytes"), "Bytes of message data Pub/Sub confirmed to a sink.")),
     (sink::RECORDS_REJECTED, d(Counter, "records_rejected", None, "Rows routed to the sink's failure handler (encoder rejections, messages rejected alone).")),

@@ -113,3 +113,6 @@ pub const SOURCE_IDLE: &str = "source_idle";
 /// Counter: messages whose publish time was at or behind the subtask's watermark when
 /// they arrived (rows a window would count as late).
 pub const MESSAGES_BEHIND_WATERMARK: &str = "messages_behind_watermark";
+/// Counter: redeliveries of messages the restored checkpoint already holds (their ack was
+/// lost in a crash), acked at once without rows, for a table read by a window.
+pub const MESSAGES_REPLAYED: &str = "messages_replayed";

@@ -169,6 +169,19 @@ impl<H: AckHandle> AckTracker<H> {
         n
     }
 
+    /// Every id bound to a checkpoint and not yet acked.
+    pub fn bound_ids(&self) -> impl Iterator<Item = &MessageId> {
+        self.bound.values().flatten()
+    }
+
+    /// The ids a commit of `epoch` acks (bound to it or earlier).
+    pub fn bound_until(&self, epoch: u64) -> Vec<MessageId> {
+        self.bound
+            .range(..=epoch)
+            .flat_map(|(_, ids)| ids.iter().cloned())
+            .collect()
+    }
+
     /// Checkpoints with messages bound and not yet committed.
     pub fn pending_checkpoints(&self) -> usize {
         self.bound.len()

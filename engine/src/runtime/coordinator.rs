@@ -324,9 +324,14 @@ pub async fn run_pipeline(
         for (table, _) in &source_tables {
             let name = &table.connection.name;
             let src_id = format!("source-{name}");
+            let mut op_config = table.operator_config();
+            op_config.drop_replays = plan
+                .queries
+                .iter()
+                .any(|q| q.window.is_some() && &q.source.connection.name == name);
             let ConstructedOperator::Source(src_op) = table
                 .connector
-                .make_operator(&table.connection, table.operator_config())
+                .make_operator(&table.connection, op_config)
                 .map_err(|e| fail(e.context(format!("table '{name}'")), &summary))?
             else {
                 return Err(fail(

@@ -364,6 +364,9 @@ pub struct OperatorConfig {
     /// The table's declared columns (the rows' schema for a source, the input for a sink).
     pub schema: ConnectionSchema,
     pub metadata_fields: Vec<MetadataField>,
+    /// A source read by a stateful query (a window): a redelivery of a message the
+    /// restored checkpoint already holds must yield no rows (issue 32, item 5).
+    pub drop_replays: bool,
 }
 
 /// Progress of a connection test, streamed to a UI (Arroyo's `TestSourceMessage`).

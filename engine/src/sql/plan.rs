@@ -30,6 +30,7 @@ impl PlannedTable {
             bad_data: s.bad_data,
             schema: s.clone(),
             metadata_fields: s.metadata_fields(),
+            drop_replays: false,
         }
     }
 }

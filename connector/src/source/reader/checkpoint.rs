@@ -42,6 +42,10 @@ impl SourceReader {
         for s in &mut self.splits {
             s.tracker.bind(barrier.epoch);
         }
+        if let Some(r) = &self.replays {
+            let ids = r.snapshot(self.splits.iter().flat_map(|s| s.tracker.bound_ids()));
+            ctx.state.values.insert(replay::STATE_KEY.to_string(), ids);
+        }
         if let Some(w) = self.watermarks.as_mut() {
             let status = w.advance(Instant::now());
             // The watermark of the checkpoint goes ahead of its barrier: an operator's
@@ -171,6 +175,14 @@ impl SourceReader {
             .map(Duration::from_millis);
         let mut confirmations: Vec<BoxFuture<'static, Result<(), String>>> = Vec::new();
         let mut n = 0;
+        if let Some(r) = self.replays.as_mut() {
+            let ids = self
+                .splits
+                .iter()
+                .flat_map(|s| s.tracker.bound_until(epoch))
+                .collect();
+            r.acked(ids);
+        }
         for s in &mut self.splits {
             n += match wait {
                 None => s.tracker.commit(epoch),

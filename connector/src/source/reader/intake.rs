@@ -215,6 +215,14 @@ impl SourceReader {
             }
             return Ok(Admit::Park);
         }
+        if let Some(r) = self.replays.as_mut() {
+            if r.is_replay(&m.message_id) {
+                // In the restored checkpoint already (its ack was lost): ack it now.
+                h.into_ack_handler().ack();
+                self.counters().replayed.add(1);
+                return Ok(Admit::Skip);
+            }
+        }
         if c.await_ack_confirmation_ms.is_some() && !matches!(h.handler(), Handler::ExactlyOnce(_))
         {
             // Never ack unconfirmed while confirmation was asked for: say so instead.

@@ -25,6 +25,7 @@ pub(super) struct Counters {
     pub(super) watermark_ms: Gauge,
     pub(super) watermark_lag_ms: Gauge,
     pub(super) idle: Gauge,
+    pub(super) replayed: Counter,
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
@@ -74,6 +75,7 @@ impl Counters {
             watermark_ms: gauge(WATERMARK_MS),
             watermark_lag_ms: gauge(WATERMARK_LAG_MS),
             idle: gauge(SOURCE_IDLE),
+            replayed: counter(MESSAGES_REPLAYED),
         }
     }
 }

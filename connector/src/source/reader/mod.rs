@@ -53,6 +53,7 @@ mod dedup;
 mod flow;
 mod intake;
 mod metrics;
+mod replay;
 mod start;
 pub(crate) mod watermark;
 
@@ -154,6 +155,9 @@ pub struct SourceReader {
     /// Index among the metadata values of the hidden event-time column a windowed query
     /// reads (`pubsub_engine::sql::EVENT_TIME`), filled with the message's event time.
     event_time_slot: Option<usize>,
+    /// For a table read by a window: deliveries the restored checkpoint already holds
+    /// (set up in `on_start`).
+    replays: Option<replay::Replays>,
 }
 
 impl SourceReader {
@@ -206,6 +210,7 @@ impl SourceReader {
                 .metadata_fields
                 .iter()
                 .position(|f| f.key == pubsub_engine::sql::EVENT_TIME),
+            replays: None,
             profile,
             config,
             options,

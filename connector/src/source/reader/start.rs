@@ -14,6 +14,9 @@ impl SourceReader {
         if self.avro.is_some() {
             self.require_avro_topics().await?;
         }
+        if self.op.drop_replays {
+            self.replays = Some(replay::Replays::restore(ctx.restored_subtasks.values()));
+        }
         if let Some(d) = self.config.dedup.clone() {
             self.dedup = Some(Dedup::open(ctx, d)?);
         }
