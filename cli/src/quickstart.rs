@@ -32,6 +32,7 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
 
     let mut sql = pipeline::load(&pipeline_path)?;
     pipeline::use_emulator(&mut sql, &emu.endpoint());
+    let windowed = sql.inserts.iter().any(|i| i.is_windowed());
     let state =
         std::env::temp_dir().join(format!("pubsub-quickstart-state-{}", std::process::id()));
     let args = RunArgs {
@@ -41,7 +42,8 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         state_dir: Some(state.display().to_string()),
         job_id: None,
         stop_when_idle: Some(Duration::from_secs(5)),
-        drain: false,
+        // A windowed example writes every window before it stops.
+        drain: windowed,
         checkpoint_timeout: Duration::from_secs(600),
         emulator: false,
         processes: 1,
@@ -74,6 +76,9 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         Duration::from_secs(10),
     )
     .await?;
+    if windowed {
+        return check_windows(&profile, &out, published.len()).await;
+    }
     let mut arrived = HashSet::new();
     for payload in out.values() {
         let v: serde_json::Value =
@@ -118,6 +123,41 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         arrived.len(),
         published.len()
     );
+    Ok(())
+}
+
+/// A windowed example (`examples/windows.sql`) counts the bids of each window and
+/// auction in column `bids`: their sum is every bid published, and every bid was
+/// acknowledged (nothing comes back on the input subscription).
+async fn check_windows(
+    profile: &pubsub_schema::PubSubProfile,
+    out: &std::collections::HashMap<String, Vec<u8>>,
+    published: usize,
+) -> anyhow::Result<()> {
+    let mut counted = 0u64;
+    for payload in out.values() {
+        let v: serde_json::Value =
+            serde_json::from_slice(payload).context("an output message is not JSON")?;
+        counted += v
+            .get("bids")
+            .and_then(|x| x.as_u64())
+            .context("a window row has no count in column 'bids'")?;
+    }
+    let left = admin::drain(profile, "bids-sub", 2, None, Duration::from_secs(5)).await?;
+    println!(
+        "bids published: {published}, window rows: {}, bids counted in them: {counted}",
+        out.len()
+    );
+    anyhow::ensure!(
+        counted == published as u64,
+        "the windows counted {counted} bids of {published}"
+    );
+    anyhow::ensure!(
+        left.is_empty(),
+        "{} bids were not acknowledged on bids-sub",
+        left.len()
+    );
+    println!("quickstart ok: every bid was counted in exactly one window and acknowledged");
     Ok(())
 }
 

@@ -156,6 +156,7 @@ impl SourceContext {
         collector.send(SourceEvent::Barrier(barrier.epoch))?;
         if barrier.then_stop {
             collector.send(SourceEvent::Finished)?;
+            collector.ended = true;
         }
         Ok(())
     }
@@ -194,6 +195,8 @@ pub struct SourceCollector {
     pending_watermark: Option<Watermark>,
     /// The last watermark sent (a repeat is not sent again).
     sent_watermark: Option<Watermark>,
+    /// The final barrier went out: nothing more is sent.
+    ended: bool,
 }
 
 impl SourceCollector {
@@ -218,6 +221,7 @@ impl SourceCollector {
             buffer_started: None,
             pending_watermark: None,
             sent_watermark: None,
+            ended: false,
         }
     }
 
@@ -352,6 +356,12 @@ impl SourceCollector {
 
     fn send_watermark(&mut self, watermark: Watermark) -> anyhow::Result<()> {
         if self.sent_watermark == Some(watermark) {
+            return Ok(());
+        }
+        // After the final barrier the subtask's output has ended: a watermark its source
+        // still computes (a split turning idle) goes nowhere, and a send would find the
+        // dataflow gone.
+        if self.ended {
             return Ok(());
         }
         self.send(SourceEvent::Watermark(watermark))?;

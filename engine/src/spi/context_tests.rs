@@ -58,3 +58,28 @@ async fn a_watermark_given_while_rows_are_buffered_goes_out_after_them_and_once(
     c.emit_watermark(Watermark::Idle).unwrap();
     assert_eq!(sent(&rx), [Sent::Mark(Watermark::Idle)]);
 }
+
+/// After the final barrier (`start_checkpoint` with `then_stop` sets `ended`) the source
+/// may still compute a watermark (a split turns idle; after `--drain`'s end of time, its
+/// own lower one): it goes nowhere, and never fails on the dataflow that is gone (it
+/// failed the job in a windowed quickstart run).
+#[tokio::test]
+async fn a_watermark_after_the_final_barrier_is_not_sent_and_does_not_fail() {
+    let schema = ConnectionSchema::json(vec![SourceField::new("n", FieldType::Bigint)]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (flow, _acks) =
+        crate::runtime::Flow::new(0, 1, 1, 100, &Metrics::default(), Default::default());
+    let mut c = SourceCollector::new(
+        schema.arrow_schema(),
+        tx,
+        Arc::new(Mutex::new(None)),
+        flow,
+        Arc::new(PullState::default()),
+    );
+    c.emit_watermark(Watermark::EventTime(i64::MAX)).unwrap();
+    c.send(SourceEvent::Finished).unwrap();
+    c.ended = true;
+    drop(rx);
+    c.emit_watermark(Watermark::EventTime(7)).unwrap();
+    c.emit_watermark(Watermark::Idle).unwrap();
+}

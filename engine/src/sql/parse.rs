@@ -60,6 +60,12 @@ impl InsertDef {
         matches!(self.query.body.as_ref(), SetExpr::Select(s) if s.selection.is_some())
     }
 
+    /// True for a windowed aggregate (a GROUP BY, HAVING or a subquery in FROM): its rows
+    /// are written when windows fire, one per group.
+    pub fn is_windowed(&self) -> bool {
+        super::aggregate::is_windowed(&self.query)
+    }
+
     /// `INSERT INTO sink SELECT c1, c2 FROM source`: each sink column from the source
     /// column of the same name (the Rust pipeline graph's `pipe`).
     pub fn by_name(sink: &str, source: &str, columns: &[String]) -> Result<Self, SqlError> {

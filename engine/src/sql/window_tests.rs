@@ -272,3 +272,42 @@ fn windows_are_refused_with_their_reason_and_position() {
         "a subquery in FROM is supported over a windowed aggregate only",
     );
 }
+
+#[test]
+fn a_window_row_carries_a_record_key_from_its_bounds_and_group_key() {
+    let sql = format!(
+        "CREATE TABLE src (page TEXT, v BIGINT) WITH ('x' = 'y');\nCREATE TABLE out (a TEXT) WITH ('x' = 'y');\nINSERT INTO out {PER_PAGE}"
+    );
+    let p = parse_pipeline(&sql).unwrap();
+    let (after, window) = plan_windowed(
+        &p.inserts[0].query,
+        "src",
+        &src(),
+        (2, "__event_time"),
+        true,
+        "INSERT INTO out",
+    )
+    .unwrap();
+    let window = Arc::new(window);
+    let mut state = WindowState::new(window.clone()).unwrap();
+    feed(
+        &window,
+        &mut state,
+        &[("a", 1, 1), ("b", 1, 2), ("a", 1, 15)],
+    );
+    let mut keys = Vec::new();
+    for b in state.advance(100 * S).unwrap() {
+        let b = after.evaluate(&b).unwrap();
+        let k = b.columns().last().unwrap().as_string::<i32>().clone();
+        keys.extend(k.iter().map(|s| s.unwrap().to_string()));
+    }
+    // One key per window and group, the same on every run: bounds, then the key bytes.
+    assert_eq!(keys.len(), 3);
+    assert!(keys[0].starts_with("window/0/10000000000/"), "{keys:?}");
+    assert!(
+        keys[2].starts_with("window/10000000000/20000000000/"),
+        "{keys:?}"
+    );
+    let distinct: std::collections::HashSet<_> = keys.iter().collect();
+    assert_eq!(distinct.len(), 3);
+}
