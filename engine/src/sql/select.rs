@@ -403,7 +403,16 @@ fn refuse_stateful(query: &Query, what: &str) -> Result<(), SqlError> {
                     if AGGREGATES.contains(&f.name.to_string().to_lowercase().as_str()) =>
                 {
                     Some(format!(
-                        "{what}: aggregate function {} is not supported yet (a stateless pipeline writes one row per input row)",
+                        "{what}: aggregate function {} needs a window: GROUP BY TUMBLE(INTERVAL '1' MINUTE) or HOP(slide, width) (aggregates without a window are not supported yet)",
+                        f.name
+                    ))
+                }
+                SqlExpr::Function(f)
+                    if ["tumble", "hop", "session"]
+                        .contains(&f.name.to_string().to_lowercase().as_str()) =>
+                {
+                    Some(format!(
+                        "{what}: {} is a window: it belongs in GROUP BY, with an aggregate (SELECT ... FROM (SELECT TUMBLE(...) AS window, count(*) AS n FROM src GROUP BY window))",
                         f.name
                     ))
                 }

@@ -263,6 +263,20 @@ fn windows_are_refused_with_their_reason_and_position() {
         "SELECT first_value(v) FROM src GROUP BY TUMBLE(INTERVAL '1' SECOND)",
         "depends on the order rows arrive in",
     );
+    // Without GROUP BY, the stateless planner says what is missing.
+    let stateless = |select: &str| {
+        let sql = format!(
+            "CREATE TABLE src (page TEXT, v BIGINT) WITH ('x' = 'y');\nCREATE TABLE out (a TEXT) WITH ('x' = 'y');\nINSERT INTO out {select}"
+        );
+        let p = parse_pipeline(&sql).unwrap();
+        super::select::plan_select(&p.inserts[0].query, "src", &src(), "INSERT INTO out")
+            .unwrap_err()
+            .0
+    };
+    let e = stateless("SELECT count(*) FROM src");
+    assert!(e.contains("count needs a window: GROUP BY TUMBLE"), "{e}");
+    let e = stateless("SELECT TUMBLE(INTERVAL '1' SECOND) FROM src");
+    assert!(e.contains("TUMBLE is a window: it belongs in GROUP BY"), "{e}");
     refused(
         "SELECT count(*) FROM src GROUP BY ROLLUP (page, v)",
         "unknown function 'rollup'",
