@@ -22,19 +22,29 @@ fn sent(rx: &std::sync::mpsc::Receiver<SourceEvent>) -> Vec<Sent> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_watermark_given_while_rows_are_buffered_goes_out_after_them_and_once() {
+/// A collector of rows `{"n": BIGINT}`, and what it sends.
+fn collector() -> (
+    ConnectionSchema,
+    SourceCollector,
+    std::sync::mpsc::Receiver<SourceEvent>,
+) {
     let schema = ConnectionSchema::json(vec![SourceField::new("n", FieldType::Bigint)]);
     let (tx, rx) = std::sync::mpsc::channel();
     let (flow, _acks) =
         crate::runtime::Flow::new(0, 1, 1, 100, &Metrics::default(), Default::default());
-    let mut c = SourceCollector::new(
+    let c = SourceCollector::new(
         schema.arrow_schema(),
         tx,
         Arc::new(Mutex::new(None)),
         flow,
         Arc::new(PullState::default()),
     );
+    (schema, c, rx)
+}
+
+#[tokio::test]
+async fn a_watermark_given_while_rows_are_buffered_goes_out_after_them_and_once() {
+    let (schema, mut c, rx) = collector();
     c.initialize_deserializer(&schema, 100, Duration::from_secs(60))
         .unwrap();
     // Nothing buffered: at once.
@@ -65,17 +75,7 @@ async fn a_watermark_given_while_rows_are_buffered_goes_out_after_them_and_once(
 /// failed the job in a windowed quickstart run).
 #[tokio::test]
 async fn a_watermark_after_the_final_barrier_is_not_sent_and_does_not_fail() {
-    let schema = ConnectionSchema::json(vec![SourceField::new("n", FieldType::Bigint)]);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (flow, _acks) =
-        crate::runtime::Flow::new(0, 1, 1, 100, &Metrics::default(), Default::default());
-    let mut c = SourceCollector::new(
-        schema.arrow_schema(),
-        tx,
-        Arc::new(Mutex::new(None)),
-        flow,
-        Arc::new(PullState::default()),
-    );
+    let (_, mut c, rx) = collector();
     c.emit_watermark(Watermark::EventTime(i64::MAX)).unwrap();
     c.send(SourceEvent::Finished).unwrap();
     c.ended = true;

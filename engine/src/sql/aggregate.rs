@@ -29,8 +29,8 @@ use super::clauses::at;
 use super::coercion::find_lossy;
 use super::parse::SqlError;
 use super::select::{
-    field_type, find_function, output_field, planning_error, refuse_replay_unsafe, select_items,
-    sql_type, to_physical, where_text, SelectPlan,
+    field_type, find_function, output_item, planning_error, refuse_replay_unsafe, schema_of,
+    select_items, sql_type, to_physical, where_text, SelectPlan,
 };
 use super::window_fns::{interval_ns, window_call, HOP, SESSION, TUMBLE};
 use crate::spi::{ConnectionSchema, SourceField};
@@ -513,20 +513,12 @@ pub(crate) fn plan_windowed(
                 "is a window (start and end): write window.start and window.end in an outer SELECT, e.g. SELECT window.start, window.end, n FROM (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, count(*) AS n FROM src GROUP BY window)".into(),
             ));
         }
-        let (e, p) = to_physical(e, &text, loc, &agg_schema, what)?;
-        untyped_null.push(matches!(e.get_type(&agg_schema), Ok(DataType::Null)));
-        let field = output_field(&e, &agg_schema, &agg_src, &name).map_err(fail)?;
-        let from = p.data_type(agg_schema.as_arrow()).unwrap_or(DataType::Null);
-        let p = super::temporal::output_cast(p, &from, &field.field_type.arrow_type());
+        let (field, p, null) = output_item(e, &text, &name, loc, &agg_schema, &agg_src, what)?;
+        untyped_null.push(null);
         pfields.push(field);
         pexprs.push((p, text));
     }
-    let schema = Arc::new(Schema::new(
-        pfields
-            .iter()
-            .map(|f| Field::new(&f.name, f.field_type.arrow_type(), !f.required))
-            .collect::<Vec<_>>(),
-    ));
+    let schema = schema_of(&pfields);
     let carry = record_key.then(|| {
         let mut fs: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fs.push(Field::new(

@@ -424,22 +424,14 @@ pub(crate) fn plan_query(
         })?;
         select.carry = Some((i, with_column(&select.schema, RECORD_KEY_COLUMN)));
     }
-    let rows = ConnectionSchema {
-        fields: select.fields.clone(),
-        ..source.connection.schema.clone()
-    };
-    let projection = plan_projection(
+    let (projection, sink_schema) = sink_side(
         ins,
         what,
-        &rows,
-        &select.untyped_null,
-        &sink.connection.schema,
+        &select,
+        &source.connection.schema,
+        &sink,
+        record_ids,
     )?;
-    let mut sink_schema =
-        mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
-    if record_ids {
-        sink_schema = with_column(&sink_schema, RECORD_ID_COLUMN);
-    }
     let route_by = sink
         .connector
         .sink_key(&sink.connection)
@@ -456,6 +448,36 @@ pub(crate) fn plan_query(
         window: None,
         job: None,
     })
+}
+
+/// Which select item fills each sink column (see [`PlannedQuery::projection`]), and the
+/// sink's Arrow schema: its columns, marked with the source metadata key that fills them,
+/// and the record id column when the sink stamps record ids.
+fn sink_side(
+    ins: &InsertDef,
+    what: &str,
+    select: &SelectPlan,
+    source: &ConnectionSchema,
+    sink: &PlannedTable,
+    record_ids: bool,
+) -> Result<(Vec<Option<usize>>, SchemaRef), SqlError> {
+    let rows = ConnectionSchema {
+        fields: select.fields.clone(),
+        ..source.clone()
+    };
+    let projection = plan_projection(
+        ins,
+        what,
+        &rows,
+        &select.untyped_null,
+        &sink.connection.schema,
+    )?;
+    let mut sink_schema =
+        mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
+    if record_ids {
+        sink_schema = with_column(&sink_schema, RECORD_ID_COLUMN);
+    }
+    Ok((projection, sink_schema))
 }
 
 /// [`plan_query`] of a windowed aggregate (`super::aggregate`).
@@ -493,22 +515,7 @@ fn plan_windowed_query(
         record_ids,
         what,
     )?;
-    let rows = ConnectionSchema {
-        fields: select.fields.clone(),
-        ..schema.clone()
-    };
-    let projection = plan_projection(
-        ins,
-        what,
-        &rows,
-        &select.untyped_null,
-        &sink.connection.schema,
-    )?;
-    let mut sink_schema =
-        mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
-    if record_ids {
-        sink_schema = with_column(&sink_schema, RECORD_ID_COLUMN);
-    }
+    let (projection, sink_schema) = sink_side(ins, what, &select, schema, &sink, record_ids)?;
     if let Some(key) = sink.connector.sink_key(&sink.connection) {
         return Err(SqlError(format!(
             "{what}: a windowed aggregate cannot write yet to table '{}', which routes its rows by column '{key}' (its ordering key): its rows are written by the worker owning their group key",

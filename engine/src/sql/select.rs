@@ -181,22 +181,12 @@ pub(crate) fn plan_select(
     let mut fields = Vec::new();
     let mut untyped_null = Vec::new();
     for (e, (text, name, loc)) in c_exprs.iter().zip(items) {
-        let (e, p) = physical(e, &text, Some(loc))?;
-        untyped_null.push(matches!(e.get_type(&input), Ok(DataType::Null)));
-        let field = output_field(&e, &input, src, &name)
-            .map_err(|m| at(loc, format!("{what}: `{text}` {m}")))?;
-        // A DATE or a coarser TIMESTAMP into its TIMESTAMP column, checked (issue 31).
-        let from = p.data_type(input.as_arrow()).unwrap_or(DataType::Null);
-        let p = super::temporal::output_cast(p, &from, &field.field_type.arrow_type());
+        let (field, p, null) = output_item(e, &text, &name, Some(loc), &input, src, what)?;
+        untyped_null.push(null);
         fields.push(field);
         exprs.push((p, text));
     }
-    let schema = Arc::new(Schema::new(
-        fields
-            .iter()
-            .map(|f| Field::new(&f.name, f.field_type.arrow_type(), !f.required))
-            .collect::<Vec<_>>(),
-    ));
+    let schema = schema_of(&fields);
     let message_id = src
         .fields
         .iter()
@@ -210,6 +200,43 @@ pub(crate) fn plan_select(
         untyped_null,
         carry: None,
     })
+}
+
+/// A select item `e` (coerced, over `input`; `text` as written, output `name`) as an output
+/// column: its field, its checked physical expression (with the exact cast into its
+/// column's type), and whether it is an untyped NULL.
+pub(super) fn output_item(
+    e: &Expr,
+    text: &str,
+    name: &str,
+    loc: Option<Location>,
+    input: &DFSchema,
+    src: &ConnectionSchema,
+    what: &str,
+) -> Result<(SourceField, Arc<dyn PhysicalExpr>, bool), SqlError> {
+    let (e, p) = to_physical(e, text, loc, input, what)?;
+    let null = matches!(e.get_type(input), Ok(DataType::Null));
+    let field = output_field(&e, input, src, name).map_err(|m| {
+        let msg = format!("{what}: `{text}` {m}");
+        match loc {
+            Some(l) => at(l, msg),
+            None => SqlError(msg),
+        }
+    })?;
+    // A DATE or a coarser TIMESTAMP into its TIMESTAMP column, checked (issue 31).
+    let from = p.data_type(input.as_arrow()).unwrap_or(DataType::Null);
+    let p = super::temporal::output_cast(p, &from, &field.field_type.arrow_type());
+    Ok((field, p, null))
+}
+
+/// The Arrow schema of output columns `fields`.
+pub(super) fn schema_of(fields: &[SourceField]) -> SchemaRef {
+    Arc::new(Schema::new(
+        fields
+            .iter()
+            .map(|f| Field::new(&f.name, f.field_type.arrow_type(), !f.required))
+            .collect::<Vec<_>>(),
+    ))
 }
 
 /// `e` (coerced, over `input`) as a checked physical expression, with `e` after its

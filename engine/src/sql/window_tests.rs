@@ -276,7 +276,10 @@ fn windows_are_refused_with_their_reason_and_position() {
     let e = stateless("SELECT count(*) FROM src");
     assert!(e.contains("count needs a window: GROUP BY TUMBLE"), "{e}");
     let e = stateless("SELECT TUMBLE(INTERVAL '1' SECOND) FROM src");
-    assert!(e.contains("TUMBLE is a window: it belongs in GROUP BY"), "{e}");
+    assert!(
+        e.contains("TUMBLE is a window: it belongs in GROUP BY"),
+        "{e}"
+    );
     refused(
         "SELECT count(*) FROM src GROUP BY ROLLUP (page, v)",
         "unknown function 'rollup'",
