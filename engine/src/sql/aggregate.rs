@@ -592,9 +592,28 @@ fn duration_text(ns: i64) -> String {
 }
 
 fn unsupported_step(p: &LogicalPlan, what: &str) -> SqlError {
+    // A window computed anywhere but in the GROUP BY of the aggregating SELECT.
+    if let Some(name) = p.expressions().iter().find_map(|e| {
+        let mut found = None;
+        let _ = e.apply(|x| {
+            if let Some((n, _)) = window_call(x) {
+                found = Some(n.to_uppercase());
+                return Ok(datafusion_common::tree_node::TreeNodeRecursion::Stop);
+            }
+            Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
+        });
+        found
+    }) {
+        return SqlError(format!(
+            "{what}: {name} is a window: it belongs in the GROUP BY of the SELECT that aggregates (SELECT TUMBLE(...) AS window, k, count(*) AS n FROM src GROUP BY window, k), not in a subquery below it"
+        ));
+    }
+    let step = match p {
+        LogicalPlan::Projection(_) => "select list below the aggregate".to_string(),
+        other => other.display().to_string(),
+    };
     SqlError(format!(
-        "{what}: the query plans to a {} step, which is not supported",
-        p.display()
+        "{what}: the query plans to a {step} step, which is not supported (a windowed aggregate reads its source table directly)"
     ))
 }
 

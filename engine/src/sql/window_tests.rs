@@ -280,6 +280,11 @@ fn windows_are_refused_with_their_reason_and_position() {
         e.contains("TUMBLE is a window: it belongs in GROUP BY"),
         "{e}"
     );
+    // Found by a newcomer: a window made in a subquery under the aggregate.
+    refused(
+        "SELECT window.start, page, count(*) AS n FROM (SELECT TUMBLE(INTERVAL '10' SECOND) AS window, page FROM src) GROUP BY window, page",
+        "TUMBLE is a window: it belongs in the GROUP BY of the SELECT that aggregates",
+    );
     refused(
         "SELECT count(*) FROM src GROUP BY ROLLUP (page, v)",
         "unknown function 'rollup'",
