@@ -214,7 +214,7 @@ fn aggregates_run_on_datafusion_accumulators_and_an_integer_sum_overflow_fails()
 }
 
 #[test]
-fn the_window_bounds_are_timestamps_and_rows_carry_their_window_after_restore() {
+fn the_window_bounds_are_nanosecond_timestamps_of_the_window_a_row_falls_in() {
     let (after, window) = plan(PER_PAGE).unwrap();
     let window = Arc::new(window);
     let mut state = WindowState::new(window.clone()).unwrap();
