@@ -760,30 +760,48 @@ impl WindowRun {
 
     /// Snapshots epochs `next..k`: complete, and their input taken.
     fn snapshot_until(&mut self, k: u64) {
+        if self.next >= k {
+            return;
+        }
+        // The state is the same for each of these epochs: serialized once.
+        let Some(state) = self.serialize(self.next) else {
+            return;
+        };
         while self.next < k {
-            self.send_snapshot(self.next, false);
+            self.send(self.next, false, state.clone());
             self.next += 1;
         }
     }
 
     fn send_snapshot(&mut self, epoch: u64, through_end: bool) {
-        let Some(state) = self.state.as_mut() else {
-            return;
-        };
+        if let Some(state) = self.serialize(epoch) {
+            self.send(epoch, through_end, state);
+        }
+    }
+
+    /// The state as JSON text; `None` when it failed (the job aborts) or could not be
+    /// written (`epoch` names it in the error).
+    fn serialize(&mut self, epoch: u64) -> Option<String> {
+        let state = self.state.as_mut()?;
         let snapshot = state
             .snapshot()
             .and_then(|s| serde_json::to_string(&s).map_err(anyhow::Error::from));
         match snapshot {
-            Ok(state) => {
-                let _ = self.plumbing.coordinator.send(CoordEvent::WindowSnapshot {
-                    operator_id: self.plumbing.id.clone(),
-                    subtask: self.subtask,
-                    epoch,
-                    through_end,
-                    state,
-                });
+            Ok(state) => Some(state),
+            Err(e) => {
+                self.fail(e.context(format!("the window's state of epoch {epoch}")));
+                None
             }
-            Err(e) => self.fail(e.context(format!("the window's state of epoch {epoch}"))),
         }
+    }
+
+    fn send(&self, epoch: u64, through_end: bool, state: String) {
+        let _ = self.plumbing.coordinator.send(CoordEvent::WindowSnapshot {
+            operator_id: self.plumbing.id.clone(),
+            subtask: self.subtask,
+            epoch,
+            through_end,
+            state,
+        });
     }
 }
