@@ -1,7 +1,8 @@
 //! Windowed aggregates against the emulator (issue 32, items 3, 5, 6 and 8): seeded random
 //! events, out of order within the table's bound, on several keys, windowed by event time
-//! from an attribute. The rows written equal a plain GROUP BY over the window buckets,
-//! computed here from the events published (the oracle), also when the windows open in
+//! from an attribute. The rows written equal a plain GROUP BY over the window buckets (for
+//! SESSION windows, a sessionization of each page's events), computed here from the events
+//! published (the oracle), also when the windows open in
 //! one run and fire in the next on another number of workers, and after a SIGKILL.
 
 use std::collections::{BTreeMap, HashMap};
@@ -70,7 +71,10 @@ async fn publish(topic: &str, events: &[Event]) {
     }
 }
 
-fn sql(t: &Topics) -> String {
+const TUMBLE: &str = "TUMBLE(INTERVAL '10' SECOND)";
+
+/// The pipeline: per page and `window` (its SQL), count, sum, min and max of `v`.
+fn sql(t: &Topics, window: &str) -> String {
     format!(
         "CREATE TABLE clicks (page TEXT, v BIGINT) WITH (
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
@@ -82,7 +86,7 @@ fn sql(t: &Topics) -> String {
             'emulator-endpoint' = '{e}');
          INSERT INTO per_page
          SELECT window.start, window.end, page, n, total, lo, hi FROM (
-            SELECT TUMBLE(INTERVAL '10' SECOND) AS window, page, count(*) AS n, sum(v) AS total,
+            SELECT {window} AS window, page, count(*) AS n, sum(v) AS total,
                    min(v) AS lo, max(v) AS hi
             FROM clicks GROUP BY window, page);",
         sub = t.input_sub,
@@ -124,9 +128,63 @@ async fn windows_equal_a_batch_group_by_and_open_ones_fire_in_the_next_run_on_ot
     let events = events(32, 600, BASE_MS);
     let expected = oracle(&events);
     publish(&t.input, &events).await;
-    let w = Workdir::new(&sql(&t));
-    // Run 1, two workers, no drain: the windows the watermark passed fire; the last ones
-    // (within 5 s of the newest event) stay open in the final checkpoint.
+    open_then_drained(&Workdir::new(&sql(&t, TUMBLE)), &t, &expected).await;
+}
+
+/// Session windows (per page, closing 1 s after a page's last event) equal the sessions
+/// computed here over the same events, also across a restore onto another number of
+/// workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_equal_a_batch_sessionization_and_continue_in_the_next_run() {
+    let t = topics("sessions", 10).await;
+    let events = events(33, 600, BASE_MS);
+    let expected = sessions(&events, 1_000);
+    assert!(
+        expected.len() > 20 && expected.values().any(|v| v.0 > 3),
+        "the events make long and short sessions: {expected:?}"
+    );
+    publish(&t.input, &events).await;
+    let w = Workdir::new(&sql(&t, "SESSION(INTERVAL '1' SECOND)"));
+    open_then_drained(&w, &t, &expected).await;
+}
+
+/// The oracle for session windows: per page, events by time, a new session where the
+/// next event is `gap_ms` or more after the last.
+fn sessions(events: &[Event], gap_ms: i64) -> Windows {
+    let mut by_page: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
+    for (page, v, t) in events {
+        by_page.entry(page).or_default().push((*t, *v));
+    }
+    let mut out = Windows::new();
+    for (page, mut rows) in by_page {
+        rows.sort();
+        let mut open: Option<(i64, i64, (i64, i64, i64, i64))> = None;
+        for (t, v) in rows {
+            match open.as_mut() {
+                Some((_, end, agg)) if t < *end => {
+                    *end = t + gap_ms;
+                    *agg = (agg.0 + 1, agg.1 + v, agg.2.min(v), agg.3.max(v));
+                }
+                _ => {
+                    if let Some((s, e, agg)) = open.take() {
+                        out.insert((s, e, page.to_string()), agg);
+                    }
+                    open = Some((t, t + gap_ms, (1, v, v, v)));
+                }
+            }
+        }
+        if let Some((s, e, agg)) = open {
+            out.insert((s, e, page.to_string()), agg);
+        }
+    }
+    out
+}
+
+/// Run 1 on two workers, not drained: the windows the watermark passed fire, the last
+/// ones (within 5 s of the newest event) stay open in the final checkpoint. Run 2 on one
+/// worker (the state is redistributed), drained: the rest fire. Together: `expected`,
+/// each window once.
+async fn open_then_drained(w: &Workdir, t: &Topics, expected: &Windows) {
     let first = w
         .run_ok(&[
             "--workers",
@@ -144,7 +202,6 @@ async fn windows_equal_a_batch_group_by_and_open_ones_fire_in_the_next_run_on_ot
         expected.len()
     );
     assert!(!first.contains("rows late"), "{first}");
-    // Run 2, one worker (the state is redistributed), drained: the rest fire.
     let second = w
         .run_ok(&[
             "--workers",
@@ -168,7 +225,7 @@ async fn windows_equal_a_batch_group_by_and_open_ones_fire_in_the_next_run_on_ot
     let got = written(&t.output_sub, expected.len()).await;
     assert_eq!(got.len(), expected.len(), "each window once");
     let got: Windows = got.into_iter().collect();
-    assert_eq!(got, expected);
+    assert_eq!(&got, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +234,7 @@ async fn after_a_sigkill_every_window_writes_the_same_values() {
     let events = events(7, 3_000, BASE_MS);
     let expected = oracle(&events);
     publish(&t.input, &events).await;
-    let w = Workdir::new(&sql(&t));
+    let w = Workdir::new(&sql(&t, TUMBLE));
     let child = w.spawn(&["--workers", "2", "--checkpoint-interval", "300ms"]);
     wait_until("a checkpoint", Duration::from_secs(60), || {
         w.checkpoint_epoch().is_some_and(|e| e >= 3)
@@ -202,6 +259,45 @@ async fn after_a_sigkill_every_window_writes_the_same_values() {
     let got = written(&t.output_sub, expected.len()).await;
     let mut seen = Windows::new();
     for (k, v) in got {
+        if let Some(before) = seen.insert(k.clone(), v) {
+            assert_eq!(before, v, "{k:?} was written twice with different values");
+        }
+    }
+    assert_eq!(seen, expected);
+}
+
+/// Open windows over `--max-window-state-bytes` fail the job (exit 2: a restore brings
+/// the same state back) naming the flag; nothing is lost: the next run with room writes
+/// every window, with the values the oracle gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_state_limit_fails_the_job_naming_the_flag_and_loses_nothing() {
+    let t = topics("windows-limit", 10).await;
+    let events = events(34, 300, BASE_MS);
+    let expected = oracle(&events);
+    publish(&t.input, &events).await;
+    let w = Workdir::new(&sql(&t, TUMBLE));
+    let child = w.spawn(&[
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "300ms",
+        "--max-window-state-bytes",
+        "600",
+        "--stop-when-idle",
+        "5s",
+    ]);
+    let (code, _, err) = finish(child, Duration::from_secs(60)).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("over the limit of 600 (max_window_state_bytes, `--max-window-state-bytes`)"),
+        "{err}"
+    );
+    let out = w
+        .run_ok(&["--workers", "2", "--stop-when-idle", "3s", "--drain"])
+        .await;
+    assert!(!out.contains("rows late"), "{out}");
+    let mut seen = Windows::new();
+    for (k, v) in written(&t.output_sub, expected.len()).await {
         if let Some(before) = seen.insert(k.clone(), v) {
             assert_eq!(before, v, "{k:?} was written twice with different values");
         }

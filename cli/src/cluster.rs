@@ -84,6 +84,10 @@ pub struct ClusterArgs {
     /// Rows read and not yet taken by a sink, per process (back-pressure bound).
     #[arg(long, default_value_t = 32_768, value_parser = clap::value_parser!(u32).range(1..=1_000_000_000).map(|n| n as usize))]
     pub max_inflight_rows: usize,
+    /// The most memory the open windows of one worker's window operator may hold, in
+    /// bytes (as `run`'s).
+    #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_window_state_bytes: u64,
     /// Restarts allowed within --restart-window; one more failure gives up.
     #[arg(long, default_value_t = 3)]
     pub max_restarts: u32,
@@ -290,6 +294,8 @@ pub fn child_args(args: &ClusterArgs, process: usize, hosts: &Path) -> Vec<Strin
         flag_duration(args.shutdown_timeout),
         "--max-inflight-rows".into(),
         args.max_inflight_rows.to_string(),
+        "--max-window-state-bytes".into(),
+        args.max_window_state_bytes.to_string(),
     ];
     if let Some(d) = &args.state_dir {
         a.push("--state-dir".into());
@@ -822,7 +828,7 @@ mod tests {
         let a = child_args(&t.c, 1, Path::new("/tmp/hosts")).join(" ");
         assert_eq!(
             a,
-            "run p.sql --processes 3 --process 1 --hosts /tmp/hosts --workers 2 --checkpoint-interval 10s --checkpoint-timeout 600s --connect-timeout 30s --shutdown-timeout 60s --max-inflight-rows 32768 --state-dir /s --stop-when-idle 5s"
+            "run p.sql --processes 3 --process 1 --hosts /tmp/hosts --workers 2 --checkpoint-interval 10s --checkpoint-timeout 600s --connect-timeout 30s --shutdown-timeout 60s --max-inflight-rows 32768 --max-window-state-bytes 1073741824 --state-dir /s --stop-when-idle 5s"
         );
         let t = T::parse_from([
             "x",

@@ -234,6 +234,10 @@ pub struct RunArgs {
     /// its sources wait while it is reached).
     #[arg(long, default_value_t = 32_768, value_parser = clap::value_parser!(u32).range(1..=1_000_000_000).map(|n| n as usize))]
     pub max_inflight_rows: usize,
+    /// The most memory the open windows of one worker's window operator may hold, in
+    /// bytes (an estimate, gauge `window_state_bytes`); reaching it fails the job.
+    #[arg(long, default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_window_state_bytes: u64,
     /// Where `serve` saved the connection profiles that tables name with
     /// 'connection-profile'. Default: as `serve`'s.
     #[arg(long)]
@@ -268,6 +272,10 @@ pub struct BenchArgs {
     /// projection, NEXMark -> blackhole; docs/performance.md goal 6; 0 skips it).
     #[arg(long, default_value_t = 1_000_000)]
     pub expression_rows: u64,
+    /// Bids of the windows benchmark (TUMBLE(10 s) count and max price per auction beside
+    /// a stateless projection, NEXMark -> blackhole, issue 32 item 7; 0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub window_rows: u64,
     /// Messages of the memory benchmark's backlog (a sink slowed under a backlog;
     /// docs/performance.md goal 4; 0, the default, skips it). It publishes the backlog
     /// first (~1 GB for 1,000,000 messages of 1 KiB, in the emulator's memory), lets the

@@ -10,6 +10,7 @@ use pubsub_engine::{
     CHECKPOINTS_COMPLETED, CHECKPOINT_DURATION_MS, INFLIGHT_ROWS, INFLIGHT_ROWS_PEAK,
     INPUT_WATERMARK_MS, LAST_COMPLETED_EPOCH, MESSAGES_ACKED, MESSAGES_NACKED,
     MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED, ROWS_LATE, ROWS_WRITTEN, WINDOW_GROUPS,
+    WINDOW_STATE_BYTES,
 };
 
 /// Whether a metric is a counter (only goes up) or a gauge.
@@ -122,6 +123,7 @@ pub const CATALOG: &[(&str, Described)] = &[
     (INPUT_WATERMARK_MS, seconds("input_watermark_timestamp", "A sink subtask's input watermark, in seconds since the Unix epoch: the lowest watermark of the source subtasks that send to it and are not idle, carried through the dataflow behind their rows (0: not every one sent one yet).")),
     (ROWS_LATE, d(Counter, "rows_late", None, "Rows a window operator subtask dropped as late: their window had fired already (for HOP, one of their windows).")),
     (WINDOW_GROUPS, d(Gauge, "window_groups", None, "Groups a window operator subtask holds over its open windows (one per group key per window): what its state and memory grow with.")),
+    (WINDOW_STATE_BYTES, d(Gauge, "window_state", Some("bytes"), "The memory estimate of a window operator subtask's open windows: key bytes, the accumulators' own size and a measured overhead per group (bounded by --max-window-state-bytes).")),
     (ROWS_WRITTEN, d(Counter, "rows_written", None, "Rows a sink wrote and saw confirmed (Pub/Sub: records sent).")),
     (sink::BYTES_SENT, d(Counter, "sent", Some("bytes"), "Bytes of message data Pub/Sub confirmed to a sink.")),
     (sink::RECORDS_REJECTED, d(Counter, "records_rejected", None, "Rows routed to the sink's failure handler (encoder rejections, messages rejected alone).")),

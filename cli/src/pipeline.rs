@@ -163,6 +163,7 @@ pub async fn execute(
         drain: args.drain,
         shutdown_timeout: args.shutdown_timeout,
         max_inflight_rows: args.max_inflight_rows,
+        max_window_state_bytes: args.max_window_state_bytes,
         job_id,
         metrics,
         ..RuntimeConfig::default()

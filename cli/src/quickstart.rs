@@ -52,6 +52,7 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         connect_timeout: Duration::from_secs(30),
         shutdown_timeout: Duration::from_secs(60),
         max_inflight_rows: 32_768,
+        max_window_state_bytes: 1 << 30,
         data_dir: None,
         metrics_addr: None,
     };

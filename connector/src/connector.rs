@@ -304,6 +304,12 @@ impl pubsub_engine::Connector for PubSubConnector {
         true
     }
 
+    /// Without one, a row's event time is its message's publish time (or the value of
+    /// `scan.event-time.attribute`).
+    fn own_event_time(&self) -> bool {
+        true
+    }
+
     /// Format `avro`: the columns of the topic's Avro schema
     /// ([`crate::avro_columns::derived_columns`]). Other formats derive none.
     fn derive_fields(

@@ -83,6 +83,12 @@ impl pubsub_engine::Connector for NexmarkConnector {
         "nexmark"
     }
 
+    /// `WATERMARK FOR date_time [AS date_time - INTERVAL ...]`: each subtask emits the
+    /// highest `date_time` it generated less the out-of-orderness as its watermark.
+    fn event_time_column(&self) -> bool {
+        true
+    }
+
     fn metadata(&self) -> ConnectorMetadata {
         ConnectorMetadata {
             id: "nexmark".into(),

@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pubsub_engine::{
     ControlMessage, OperatorConfig, OperatorState, SourceCollector, SourceContext,
-    SourceFinishType, SourceOperator, StopMode, MESSAGES_RECEIVED,
+    SourceFinishType, SourceOperator, StopMode, Watermark, MESSAGES_RECEIVED,
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -157,6 +157,14 @@ impl SourceOperator for NexmarkSource {
                 .insert(STATE_PARALLELISM.into(), Value::from(parallelism as u64));
         };
         save(ctx, events.next_index());
+        // With `WATERMARK FOR`: the out-of-orderness (ns) and the highest event time seen.
+        let bound = self
+            .op
+            .schema
+            .event_time
+            .as_ref()
+            .map(|e| i64::try_from(e.out_of_orderness.as_nanos()).unwrap_or(i64::MAX));
+        let mut highest: Option<i64> = None;
         let mut stopping = false;
         let mut ended = false;
         loop {
@@ -223,9 +231,15 @@ impl SourceOperator for NexmarkSource {
                     )
                 })?;
                 n += 1;
+                if bound.is_some() {
+                    highest = highest.max(collector.last_event_time());
+                }
                 if collector.should_flush() {
                     collector.flush_buffer().await?;
                 }
+            }
+            if let (Some(bound), Some(t)) = (bound, highest) {
+                collector.emit_watermark(Watermark::EventTime(t.saturating_sub(bound)))?;
             }
             pacer.consumed(n);
             received.add(n);

@@ -3,7 +3,9 @@
 //! 1. subscription -> topic, against (a) a loop that only consumes and acks and (b) a
 //!    loop that publishes each payload and acks after the publish is confirmed;
 //! 2. NEXMark bids -> topic, against a loop that generates the same bids and publishes
-//!    them with the same batching.
+//!    them with the same batching;
+//! 3. (`expressions.rs`, `windows.rs`) NEXMark bids -> blackhole: expressions and windows
+//!    beside a bare projection of the same bids.
 //!
 //! The pipelines run as their own processes (`run`), as users run them, so their CPU and
 //! peak memory are their own; the baselines run in this process. The emulator's pace
@@ -14,6 +16,7 @@ mod expressions;
 mod memory;
 mod process;
 mod raw;
+mod windows;
 
 use std::time::{Duration, Instant};
 
@@ -149,6 +152,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if args.expression_rows > 0 {
         expressions::expressions(&args).await?;
+    }
+    if args.window_rows > 0 {
+        windows::windows(&args).await?;
     }
     Ok(())
 }

@@ -451,6 +451,8 @@ pub async fn run_pipeline(
                         .unwrap_or_default(),
                     late: metrics.counter(crate::spi::ROWS_LATE, &id, g),
                     groups: metrics.gauge(crate::spi::WINDOW_GROUPS, &id, g),
+                    bytes: metrics.gauge(crate::spi::WINDOW_STATE_BYTES, &id, g),
+                    max_bytes: config.max_window_state_bytes,
                     coordinator: coord_tx.clone(),
                     id,
                 }

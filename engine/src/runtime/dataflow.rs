@@ -53,6 +53,9 @@ pub(crate) struct WindowPlumbing {
     pub restore: Vec<crate::spi::OperatorState>,
     pub late: crate::spi::Counter,
     pub groups: crate::spi::Gauge,
+    pub bytes: crate::spi::Gauge,
+    /// `RuntimeConfig::max_window_state_bytes`.
+    pub max_bytes: u64,
     pub coordinator: UnboundedSender<CoordEvent>,
 }
 
@@ -667,6 +670,7 @@ impl WindowRun {
         match state {
             Ok(s) => {
                 run.plumbing.groups.set(s.groups());
+                run.plumbing.bytes.set(s.bytes());
                 run.plumbing.restore = Vec::new();
                 run.state = Some(s);
             }
@@ -734,6 +738,15 @@ impl WindowRun {
             Payload::Rows(rows) => {
                 state.update(&rows.batch)?;
                 self.plumbing.late.add(state.take_late());
+                let (bytes, max) = (state.bytes(), self.plumbing.max_bytes);
+                if bytes > max {
+                    return Err(crate::spi::PermanentError::wrap(anyhow::anyhow!(
+                        "{}: the open windows of worker {} hold about {bytes} bytes in {} groups, over the limit of {max} (max_window_state_bytes, `--max-window-state-bytes`): raise it, or make windows shorter or keys fewer",
+                        self.query.window.as_ref().map_or("", |w| w.text.as_str()),
+                        self.subtask,
+                        state.groups()
+                    )));
+                }
             }
             Payload::Mark(mark) => {
                 let Some(w) = watermarks.update(mark) else {
@@ -755,6 +768,7 @@ impl WindowRun {
             }
         }
         self.plumbing.groups.set(state.groups());
+        self.plumbing.bytes.set(state.bytes());
         Ok(())
     }
 

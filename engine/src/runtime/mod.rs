@@ -50,6 +50,11 @@ pub struct RuntimeConfig {
     /// window fires before the final checkpoint (Flink's `stop --drain`). Without it,
     /// open windows stay in the final checkpoint and the next run continues them.
     pub drain: bool,
+    /// The most memory the open windows of one window operator subtask may hold, in
+    /// bytes (an estimate: key bytes, the accumulators' own `size()` and a measured
+    /// overhead per group, gauge `window_state_bytes`). Reaching it fails the job
+    /// (permanently: a restart restores the same state), never grows without bound.
+    pub max_window_state_bytes: u64,
     /// Rows one process holds: emitted by its sources and not yet taken by a sink, plus
     /// rows received from other processes (back-pressure bound, see `flow.rs`).
     pub max_inflight_rows: usize,
@@ -87,6 +92,7 @@ impl Default for RuntimeConfig {
             cluster: None,
             stop_when_idle: None,
             drain: false,
+            max_window_state_bytes: 1 << 30,
             max_inflight_rows: 32_768,
             shutdown_timeout: Duration::from_secs(60),
             checkpoint_timeout: Duration::from_secs(600),

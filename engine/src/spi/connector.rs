@@ -307,6 +307,15 @@ pub trait Connector: Send + Sync + 'static {
     fn event_time_column(&self) -> bool {
         false
     }
+
+    /// Whether this connector's sources give every row an event time of their own when
+    /// the table names no event-time column (Pub/Sub: the publish time), filled into the
+    /// hidden column of metadata key [`EVENT_TIME`](crate::sql::EVENT_TIME) that a
+    /// windowed query adds. `false` by default: a windowed query over such a table needs
+    /// a `WATERMARK FOR` column.
+    fn own_event_time(&self) -> bool {
+        false
+    }
 }
 
 /// A connector behind JSON configs, so the planner can hold any connector.
@@ -365,6 +374,8 @@ pub trait ErasedConnector: Send + Sync {
     fn source_record_keys(&self) -> bool;
     /// See [`Connector::event_time_column`].
     fn event_time_column(&self) -> bool;
+    /// See [`Connector::own_event_time`].
+    fn own_event_time(&self) -> bool;
     /// See [`Connector::derive_fields`]; `profile` and `table` in the connector's JSON
     /// shape (a [`Connection`]'s `config` members). Configs that do not deserialize make
     /// a future that fails, saying which.
@@ -492,6 +503,10 @@ impl<C: Connector> ErasedConnector for C {
 
     fn event_time_column(&self) -> bool {
         Connector::event_time_column(self)
+    }
+
+    fn own_event_time(&self) -> bool {
+        Connector::own_event_time(self)
     }
 
     fn derive_fields(

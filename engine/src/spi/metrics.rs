@@ -34,6 +34,9 @@ pub const ROWS_LATE: &str = "rows_late";
 /// Gauge of a window operator subtask: groups over its open windows (one per key per
 /// window), what its state holds and its memory grows with.
 pub const WINDOW_GROUPS: &str = "window_groups";
+/// Gauge of a window operator subtask: the memory estimate of its open windows, bytes
+/// (what `RuntimeConfig::max_window_state_bytes` limits).
+pub const WINDOW_STATE_BYTES: &str = "window_state_bytes";
 
 /// The operator id of the runtime's own metrics; their subtask is the process index.
 pub const RUNTIME_OPERATOR: &str = "runtime";

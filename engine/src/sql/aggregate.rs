@@ -44,23 +44,31 @@ pub enum WindowKind {
     /// Windows of `width` starting every `slide` (`width` a multiple of `slide`): each row
     /// is in `width / slide` of them.
     Hop { slide: i64, width: i64 },
+    /// Per group key, rows less than `gap` apart in event time share a window, from its
+    /// first row's time to its last row's time plus `gap` (Flink's and Arroyo's session
+    /// window). Windows merge when a row bridges them.
+    Session { gap: i64 },
 }
 
 impl WindowKind {
-    /// The start of every window holding event time `t`, earliest first.
+    /// The start of every window holding event time `t`, earliest first (none for a
+    /// session window: its bounds depend on the other rows).
     pub fn starts(&self, t: i64) -> impl Iterator<Item = i64> {
         let (slide, width) = match *self {
             WindowKind::Tumble { width } => (width, width),
             WindowKind::Hop { slide, width } => (slide, width),
+            WindowKind::Session { .. } => (1, 0),
         };
         let last = t.div_euclid(slide) * slide;
         let n = width / slide;
         (0..n).rev().map(move |k| last - k * slide)
     }
 
+    /// A window's length; for a session window, the gap (its shortest length).
     pub fn width(&self) -> i64 {
         match *self {
             WindowKind::Tumble { width } | WindowKind::Hop { width, .. } => width,
+            WindowKind::Session { gap } => gap,
         }
     }
 }
@@ -139,7 +147,7 @@ pub(crate) fn is_windowed(query: &Query) -> bool {
 /// Returns stage 3 and stages 1–2.
 ///
 /// Errors, with a position where the SQL gives one: no window or two in GROUP BY,
-/// `SESSION` (not yet), an interval that is not a positive constant of fixed length, a HOP
+/// an interval that is not a positive constant of fixed length, a HOP
 /// whose width is not a multiple of its slide, an aggregate whose result depends on row
 /// order or with FILTER / ORDER BY, a window in the select list (write `window.start` and
 /// `window.end` from an outer SELECT), and every error of a stateless SELECT.
@@ -259,18 +267,16 @@ pub(crate) fn plan_windowed(
                 }
                 WindowKind::Hop { slide, width }
             }
-            SESSION => {
-                return Err(fail(
-                    "SESSION windows are not supported yet (TUMBLE and HOP are)".into(),
-                ))
-            }
+            SESSION => WindowKind::Session {
+                gap: arg(0, "gap")?,
+            },
             _ => unreachable!("window_call returns window functions only"),
         });
         window_at = i;
     }
     let Some(kind) = kind else {
         let msg = format!(
-            "{what}: an aggregate over a stream needs a window in GROUP BY (TUMBLE(INTERVAL '1' MINUTE) or HOP(slide, width)): without one its groups never close (updating aggregates are not supported yet)"
+            "{what}: an aggregate over a stream needs a window in GROUP BY (TUMBLE(INTERVAL '1' MINUTE), HOP(slide, width) or SESSION(gap)): without one its groups never close (updating aggregates are not supported yet)"
         );
         let first = agg
             .aggr_expr

@@ -29,6 +29,8 @@ mod expr_tests;
 #[cfg(test)]
 mod row_local_tests;
 #[cfg(test)]
+mod session_tests;
+#[cfg(test)]
 mod temporal_tests;
 #[cfg(test)]
 mod window_tests;

@@ -313,9 +313,14 @@ pub(crate) fn give_event_time(
     if schema.event_time.is_some() || event_time_index(schema).is_some() {
         return Ok(());
     }
-    if !src.connector.event_time_column() {
+    if !src.connector.own_event_time() {
+        let how = if src.connector.event_time_column() {
+            ": declare one with WATERMARK FOR a TIMESTAMP column"
+        } else {
+            ""
+        };
         return Err(SqlError(format!(
-            "INSERT INTO {}: windows need an event time, and table '{}' (connector '{}') gives its rows none",
+            "INSERT INTO {}: windows need an event time, and table '{}' (connector '{}') gives its rows none{how}",
             ins.sink,
             ins.source,
             src.connector.name()

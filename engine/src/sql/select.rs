@@ -430,7 +430,7 @@ fn refuse_stateful(query: &Query, what: &str) -> Result<(), SqlError> {
                     if AGGREGATES.contains(&f.name.to_string().to_lowercase().as_str()) =>
                 {
                     Some(format!(
-                        "{what}: aggregate function {} needs a window: GROUP BY TUMBLE(INTERVAL '1' MINUTE) or HOP(slide, width) (aggregates without a window are not supported yet)",
+                        "{what}: aggregate function {} needs a window: GROUP BY TUMBLE(INTERVAL '1' MINUTE), HOP(slide, width) or SESSION(gap) (aggregates without a window are not supported yet)",
                         f.name
                     ))
                 }

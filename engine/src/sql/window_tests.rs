@@ -13,7 +13,7 @@ use super::{SelectPlan, SqlError};
 use crate::runtime::window::{key_converter, owner, WindowState};
 use crate::spi::{BadData, ConnectionSchema, FieldType, Format, SourceField, TimestampFormat};
 
-const S: i64 = 1_000_000_000;
+pub(super) const S: i64 = 1_000_000_000;
 
 /// `src`: page TEXT, v BIGINT; the source rows carry the event time after them.
 fn src() -> ConnectionSchema {
@@ -32,7 +32,7 @@ fn src() -> ConnectionSchema {
     }
 }
 
-fn plan(select: &str) -> Result<(SelectPlan, WindowPlan), SqlError> {
+pub(super) fn plan(select: &str) -> Result<(SelectPlan, WindowPlan), SqlError> {
     let sql = format!(
         "CREATE TABLE src (page TEXT, v BIGINT) WITH ('x' = 'y');\nCREATE TABLE out (a TEXT) WITH ('x' = 'y');\nINSERT INTO out {select}"
     );
@@ -49,7 +49,7 @@ fn plan(select: &str) -> Result<(SelectPlan, WindowPlan), SqlError> {
 }
 
 /// Source rows: (page, v, event time in seconds).
-fn rows(r: &[(&str, i64, i64)]) -> RecordBatch {
+pub(super) fn rows(r: &[(&str, i64, i64)]) -> RecordBatch {
     let page: ArrayRef = Arc::new(StringArray::from_iter_values(r.iter().map(|x| x.0)));
     let v: ArrayRef = Arc::new(Int64Array::from_iter_values(r.iter().map(|x| x.1)));
     let ts: ArrayRef = Arc::new(TimestampNanosecondArray::from_iter_values(
@@ -60,7 +60,7 @@ fn rows(r: &[(&str, i64, i64)]) -> RecordBatch {
 
 /// Feeds `input` through the plan's stages, then the watermark `w` (seconds): the rows
 /// written, each as text cells.
-fn run(after: &SelectPlan, state: &mut WindowState, w: i64) -> Vec<Vec<String>> {
+pub(super) fn run(after: &SelectPlan, state: &mut WindowState, w: i64) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for b in state.advance(w * S).unwrap() {
         let b = after.evaluate(&b).unwrap();
@@ -76,7 +76,7 @@ fn run(after: &SelectPlan, state: &mut WindowState, w: i64) -> Vec<Vec<String>> 
     out
 }
 
-fn feed(window: &WindowPlan, state: &mut WindowState, input: &[(&str, i64, i64)]) {
+pub(super) fn feed(window: &WindowPlan, state: &mut WindowState, input: &[(&str, i64, i64)]) {
     let before = window.before.evaluate(&rows(input)).unwrap();
     state.update(&before).unwrap();
 }
@@ -252,8 +252,8 @@ fn windows_are_refused_with_their_reason_and_position() {
         "months or years",
     );
     refused(
-        "SELECT count(*) FROM src GROUP BY SESSION(INTERVAL '1' MINUTE)",
-        "SESSION windows are not supported yet",
+        "SELECT count(*) FROM src GROUP BY SESSION(INTERVAL '-1' MINUTE)",
+        "the gap of SESSION must be longer than zero",
     );
     refused(
         "SELECT TUMBLE(INTERVAL '1' SECOND) AS window, count(*) FROM src GROUP BY window",
