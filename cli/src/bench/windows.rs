@@ -5,7 +5,8 @@
 //! window. Printed: the ratio of their throughputs (bids generated over the time from the
 //! first bid to the process's exit, final checkpoint included on both sides), CPU per
 //! 1,000 bids, and the window state's bytes per open group at its peak (gauges
-//! `window_state_bytes` and `window_groups`).
+//! `window_state_bytes` and `window_groups`). A third run, the projection over a table
+//! without `WATERMARK FOR`, gives what the watermarks cost the stateless pipeline.
 
 use super::{alternating, metrics_addr, per_1k, run_pipeline, summary};
 use crate::bench::process::Watch;
@@ -32,10 +33,13 @@ struct Measured {
     written: u64,
 }
 
-/// The `bids` table of the nexmark example with `n` bids and event time `date_time`,
-/// 5 s out of order at most.
-fn bids(n: u64) -> String {
+/// The `bids` table of the nexmark example with `n` bids and, with `watermark`, event
+/// time `date_time`, 5 s out of order at most.
+fn bids(n: u64, watermark: bool) -> String {
     let table = super::expressions::nexmark_bids(n);
+    if !watermark {
+        return format!("CREATE TABLE bids{table}");
+    }
     let (columns, with) = table
         .split_once(") WITH (")
         .expect("the nexmark example declares columns, then WITH");
@@ -44,8 +48,14 @@ fn bids(n: u64) -> String {
     )
 }
 
-async fn measure(args: &BenchArgs, name: &str, query: &str, n: u64) -> anyhow::Result<Measured> {
-    let sql = format!("{}\n{query}", bids(n));
+async fn measure(
+    args: &BenchArgs,
+    name: &str,
+    query: &str,
+    n: u64,
+    watermark: bool,
+) -> anyhow::Result<Measured> {
+    let sql = format!("{}\n{query}", bids(n, watermark));
     let addr = metrics_addr()?;
     let watch = Watch {
         addr: &addr,
@@ -98,13 +108,18 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
         args.rounds
     );
     let (mut ratio, mut cpu, mut stateless_cpu, mut per_group) = (vec![], vec![], vec![], vec![]);
+    let (mut plain_cpu, mut watermark_cost) = (vec![], vec![]);
     for r in 0..args.rounds {
         let (w, s) = alternating(
             r,
-            measure(args, "tumble", TUMBLE, n),
-            measure(args, "stateless", STATELESS, n),
+            measure(args, "tumble", TUMBLE, n, true),
+            measure(args, "stateless", STATELESS, n, true),
         )
         .await?;
+        // The same projection without WATERMARK FOR: what the watermarks cost.
+        let plain = measure(args, "plain", STATELESS, n, false).await?;
+        plain_cpu.push(plain.cpu_1k);
+        watermark_cost.push(s.cpu_1k / plain.cpu_1k);
         anyhow::ensure!(
             s.written == n,
             "stateless: {} of {n} rows written",
@@ -112,9 +127,11 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
         );
         anyhow::ensure!(w.written > 0, "tumble: no window was written");
         println!(
-            "round {r}: stateless {:.0} bids/s, {:.4} s CPU per 1,000; tumble {:.0} bids/s, \
-             {:.4} s CPU per 1,000, {} window rows, peak {} open groups at {:.0} bytes each",
-            s.rate, s.cpu_1k, w.rate, w.cpu_1k, w.written, w.peak_groups, w.bytes_per_group
+            "round {r}: stateless {:.0} bids/s, {:.4} s CPU per 1,000 ({:.4} without \
+             WATERMARK FOR); tumble {:.0} bids/s, {:.4} s CPU per 1,000, {} window rows, \
+             peak {} open groups at {:.0} bytes each",
+            s.rate, s.cpu_1k, plain.cpu_1k, w.rate, w.cpu_1k, w.written, w.peak_groups,
+            w.bytes_per_group
         );
         ratio.push(w.rate / s.rate);
         cpu.push(w.cpu_1k);
@@ -130,6 +147,8 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
         summary("stateless CPU", &stateless_cpu, 4)
     );
     println!("{} s per 1,000 bids", summary("tumble CPU", &cpu, 4));
+    println!("{} s per 1,000 bids", summary("stateless CPU without WATERMARK FOR", &plain_cpu, 4));
+    println!("{}", summary("ratio CPU stateless with/without watermarks", &watermark_cost, 2));
     println!(
         "{} bytes (window_state_bytes / window_groups at the peak)",
         summary("state per open group", &per_group, 0)
