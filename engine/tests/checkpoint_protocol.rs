@@ -824,6 +824,25 @@ fn nullability_types_and_duplicate_columns_are_checked_when_planned() {
         e.contains("column 'a' (TEXT) of 'o' may be NULL but column 'a' is TEXT NOT NULL"),
         "{e}"
     );
+    // Renamed, the advice names the source's column; computed, the query's value.
+    let e = plan_err(
+        "CREATE TABLE o (a TEXT, b TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');
+         CREATE TABLE s (x TEXT NOT NULL, y TEXT NOT NULL) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'n');
+         INSERT INTO s SELECT a AS x, upper(b) AS y FROM o;",
+    );
+    assert!(
+        e.contains("column 'a' (TEXT) of 'o' may be NULL but column 'x' is TEXT NOT NULL; declare 'a' NOT NULL"),
+        "{e}"
+    );
+    let e = plan_err(
+        "CREATE TABLE o (a TEXT NOT NULL, b TEXT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');
+         CREATE TABLE s (x TEXT NOT NULL, y TEXT NOT NULL) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'n');
+         INSERT INTO s SELECT a AS x, upper(b) AS y FROM o;",
+    );
+    assert!(
+        e.contains("the query's column 'y' (TEXT) may be NULL but column 'y' is TEXT NOT NULL; drop NOT NULL from 'y', or make the value never NULL"),
+        "{e}"
+    );
     let e = plan_err(
         "CREATE TABLE o (a TEXT NOT NULL) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'n');
          CREATE TABLE s (a TEXT, z BIGINT NOT NULL) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'n');

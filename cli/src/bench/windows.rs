@@ -130,7 +130,13 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
             "round {r}: stateless {:.0} bids/s, {:.4} s CPU per 1,000 ({:.4} without \
              WATERMARK FOR); tumble {:.0} bids/s, {:.4} s CPU per 1,000, {} window rows, \
              peak {} open groups at {:.0} bytes each",
-            s.rate, s.cpu_1k, plain.cpu_1k, w.rate, w.cpu_1k, w.written, w.peak_groups,
+            s.rate,
+            s.cpu_1k,
+            plain.cpu_1k,
+            w.rate,
+            w.cpu_1k,
+            w.written,
+            w.peak_groups,
             w.bytes_per_group
         );
         ratio.push(w.rate / s.rate);
@@ -147,8 +153,18 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
         summary("stateless CPU", &stateless_cpu, 4)
     );
     println!("{} s per 1,000 bids", summary("tumble CPU", &cpu, 4));
-    println!("{} s per 1,000 bids", summary("stateless CPU without WATERMARK FOR", &plain_cpu, 4));
-    println!("{}", summary("ratio CPU stateless with/without watermarks", &watermark_cost, 2));
+    println!(
+        "{} s per 1,000 bids",
+        summary("stateless CPU without WATERMARK FOR", &plain_cpu, 4)
+    );
+    println!(
+        "{}",
+        summary(
+            "ratio CPU stateless with/without watermarks",
+            &watermark_cost,
+            2
+        )
+    );
     println!(
         "{} bytes (window_state_bytes / window_groups at the peak)",
         summary("state per open group", &per_group, 0)

@@ -61,6 +61,8 @@ pub struct Observed {
     pub dead_letters: Vec<Msg>,
     /// Every row hop2 wrote.
     pub last: Vec<Msg>,
+    /// Every window row hop1 wrote (all fire in its final, drained run).
+    pub windows: Vec<Msg>,
     /// Message ids still on the input subscription after the final run.
     pub unread: HashSet<String>,
     /// Messages still on hop2's subscriptions after its run.
@@ -314,6 +316,9 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
             ));
         }
     }
+
+    // 7. The windows equal a batch GROUP BY over the rows written.
+    v.extend(super::window_check::check(&obs.windows, &copies));
 
     let duplicates = copies.values().chain(letters.values()).map(|n| n - 1).sum();
     Outcome {

@@ -5,7 +5,8 @@
 //! cuts of the source, sink and dead-letter paths, a stalled sink, a recreated sink
 //! topic); then runs hop1 to completion and hop2, which deduplicates hop1's output on its
 //! record ids, and checks the delivery promise: at least once through hop1, exactly once
-//! through hop2 (see `check.rs`), and every process outcome (see `rules.rs`). The last
+//! through hop2 (see `check.rs`), windows equal to a batch GROUP BY of what hop1 wrote
+//! (`window_check.rs`), and every process outcome (see `rules.rs`). The last
 //! lines read
 //! `chaos: N seeds, F faults injected, M messages, L lost, D duplicates, H hangs` and
 //! `chaos end to end: N seeds, M messages, L lost, D duplicates after deduplication`;
@@ -27,6 +28,7 @@ mod schedule;
 mod seed;
 mod sql;
 mod supervise;
+mod window_check;
 
 use std::collections::BTreeMap;
 

@@ -115,6 +115,28 @@ FROM src WHERE seq % 10 <> 7"
 /// The sink columns of the first hop's rows (and of the second hop's, plus `rid`).
 pub const ROW_COLUMNS: &str = "seq BIGINT NOT NULL, body JSON, mid TEXT NOT NULL, attrs JSON NOT NULL, tripled BIGINT, quotient BIGINT, label TEXT, event TEXT, parity TEXT";
 
+/// The attribute carrying a message's event time (epoch milliseconds), which the
+/// windowed query of hop1 reads (`scan.event-time.attribute`).
+pub const EVENT_TIME_ATTRIBUTE: &str = "ts";
+
+/// The event time of message `seq`, milliseconds since the epoch: 10 ms apart from
+/// 2026-12-04T00:00:00Z, so a 1 s window holds 100 seqs.
+pub fn event_time_ms(seq: u64) -> i64 {
+    1_796_342_400_000 + seq as i64 * 10
+}
+
+/// hop1's windowed query over `src`: per 1 s window of event time and `seq % 3`, the
+/// count and sum of the seqs that pass the stateless query's WHERE. With an
+/// out-of-orderness longer than a seed, no window fires before the final run's drain:
+/// the state lives through every fault.
+pub const WINDOW_QUERY: &str = "SELECT window.start AS ws, k, n, total FROM (
+       SELECT TUMBLE(INTERVAL '1' SECOND) AS window, seq % 3 AS k, count(*) AS n, sum(seq) AS total
+       FROM src WHERE seq % 10 <> 7 GROUP BY window, k)";
+
+/// The window sink's columns.
+pub const WINDOW_COLUMNS: &str =
+    "ws TIMESTAMP NOT NULL, k BIGINT NOT NULL, n BIGINT NOT NULL, total BIGINT";
+
 /// One message to publish.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Payload {
@@ -139,6 +161,7 @@ pub fn payload(seq: u64, format: Format) -> Payload {
     let mut attributes: BTreeMap<String, String> =
         serde_json::from_str(attrs).expect("embedded attributes are a JSON object of strings");
     attributes.insert("seq".into(), seq.to_string());
+    attributes.insert(EVENT_TIME_ATTRIBUTE.into(), event_time_ms(seq).to_string());
     let poison = fate(seq) == Fate::DecodeFailure;
     let data = match format {
         Format::Json if poison => format!("{{\"seq\": {seq}, \"body\": ").into_bytes(),

@@ -98,8 +98,10 @@ impl Pipeline {
             .arg("--checkpoint-interval")
             .arg(format!("{}ms", self.checkpoint_interval.as_millis()));
         if let Some(idle) = stop_when_idle {
+            // A run to completion fires every open window before it stops.
             cmd.arg("--stop-when-idle")
-                .arg(format!("{}ms", idle.as_millis()));
+                .arg(format!("{}ms", idle.as_millis()))
+                .arg("--drain");
         }
         let child = cmd
             .env("RUST_LOG", "info")

@@ -65,6 +65,8 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
         dead_letter_sub: format!("{name}-dlq-sub"),
         last: format!("{name}-last"),
         last_sub: format!("{name}-last-sub"),
+        windows: format!("{name}-win"),
+        windows_sub: format!("{name}-win-sub"),
     };
     let schema = format!("{name}-schema");
     let mut extra_attributes = BTreeMap::new();
@@ -83,7 +85,12 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
             ]);
         }
     }
-    for t in [&topics.output, &topics.dead_letter, &topics.last] {
+    for t in [
+        &topics.output,
+        &topics.dead_letter,
+        &topics.last,
+        &topics.windows,
+    ] {
         admin::create_topic(&direct, t).await?;
     }
     let subs = [
@@ -92,6 +99,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
         (&topics.hop2_subs[0], &topics.output, 60),
         (&topics.dead_letter_sub, &topics.dead_letter, 60),
         (&topics.last_sub, &topics.last, 60),
+        (&topics.windows_sub, &topics.windows, 60),
     ];
     for (sub, topic, deadline) in subs {
         admin::create_subscription(&direct, sub, topic, deadline).await?;
@@ -138,6 +146,8 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
             source: &source.endpoint(),
             sink: &sink.endpoint(),
             dead_letter_endpoint: &dead_letters.endpoint(),
+            windows: &topics.windows,
+            windows_endpoint: &env.proxy,
         }),
     )?;
     std::fs::write(dir.join("schedule.txt"), schedule.to_string())?;
@@ -211,9 +221,14 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
             Duration::from_secs(3),
         )
         .await?;
-        anyhow::Ok((rows, letters.into_iter().map(msg).collect::<Vec<_>>()))
+        let windows = drain_msgs(&direct, &topics.windows_sub).await?;
+        anyhow::Ok((
+            rows,
+            letters.into_iter().map(msg).collect::<Vec<_>>(),
+            windows,
+        ))
     };
-    let ((hop2_end, last, hop2_unread), unread, (rows, dead_letters)) =
+    let ((hop2_end, last, hop2_unread), unread, (rows, dead_letters, windows)) =
         tokio::try_join!(run_hop2, unread, read_hop1)?;
     record.rows.extend(rows);
 
@@ -245,6 +260,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
         hop2: hop2_end,
         dead_letters,
         last,
+        windows,
         unread: unread.into_keys().collect(),
         hop2_unread,
         wire,
@@ -262,6 +278,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
             &topics.input_sub,
             &topics.dead_letter_sub,
             &topics.last_sub,
+            &topics.windows_sub,
         ]);
         for s in subs {
             let _ = admin::delete_subscription(&direct, s).await;
@@ -271,6 +288,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
             &topics.output,
             &topics.dead_letter,
             &topics.last,
+            &topics.windows,
         ] {
             let _ = admin::delete_topic(&direct, t).await;
         }

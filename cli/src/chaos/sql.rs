@@ -6,12 +6,17 @@
 //!   `dead-letter`); the query ([`super::payload::query`]) filters by a WHERE and computes
 //!   expressions; the sink writes JSON rows to the output topic through the sink's
 //!   cutter, stamping each row's record id in attribute [`RID`]. A 10 s lease extension
-//!   keeps a dead run's leases at 10 s.
+//!   keeps a dead run's leases at 10 s. A second query reads the same rows into 1 s
+//!   windows of event time (attribute `ts`), written to the windows topic through the
+//!   proxy with record ids; its 10 min out-of-orderness keeps every window open until
+//!   the final run drains them, so the window state crosses every fault.
 //! - **hop2**, without faults: every subscription it has on hop1's output topic (one per
 //!   incarnation of the topic), deduplicating on [`RID`], to the last topic; each row
 //!   carries the record id it was deduplicated on, so the checker can match it.
 
-use super::payload::{query, Format, ROW_COLUMNS};
+use super::payload::{
+    query, Format, EVENT_TIME_ATTRIBUTE, ROW_COLUMNS, WINDOW_COLUMNS, WINDOW_QUERY,
+};
 
 /// The attribute hop1 stamps record ids in and hop2 deduplicates on.
 pub const RID: &str = "rid";
@@ -26,6 +31,9 @@ pub struct Hop1<'a> {
     pub source: &'a str,
     pub sink: &'a str,
     pub dead_letter_endpoint: &'a str,
+    /// The windows' topic, and where it is reached (no cutter).
+    pub windows: &'a str,
+    pub windows_endpoint: &'a str,
 }
 
 pub fn hop1(h: &Hop1<'_>) -> String {
@@ -38,6 +46,8 @@ pub fn hop1(h: &Hop1<'_>) -> String {
         source,
         sink,
         dead_letter_endpoint,
+        windows,
+        windows_endpoint,
     } = h;
     let columns = match format {
         Format::Json => "seq BIGINT NOT NULL, body JSON",
@@ -49,11 +59,16 @@ pub fn hop1(h: &Hop1<'_>) -> String {
          WITH ('connector' = 'pubsub', 'project' = '{project}', 'subscription' = '{input_sub}', 'emulator-endpoint' = '{source}',
                'format' = '{format}', 'scan.ack.max-duration-per-extension' = '10s',
                'scan.deserialization-failure-policy' = 'dead-letter', 'scan.dead-letter.topic' = '{dead_letter}',
-               'scan.dead-letter.emulator-endpoint' = '{dead_letter_endpoint}');
+               'scan.dead-letter.emulator-endpoint' = '{dead_letter_endpoint}',
+               'scan.event-time.attribute' = '{EVENT_TIME_ATTRIBUTE}', 'scan.watermark.out-of-orderness' = '10m');
          CREATE TABLE dst ({ROW_COLUMNS})
          WITH ('connector' = 'pubsub', 'project' = '{project}', 'topic' = '{output}', 'emulator-endpoint' = '{sink}', 'format' = 'json',
                'sink.record-id-attribute' = '{RID}');
-         INSERT INTO dst {query};\n",
+         CREATE TABLE win ({WINDOW_COLUMNS})
+         WITH ('connector' = 'pubsub', 'project' = '{project}', 'topic' = '{windows}', 'emulator-endpoint' = '{windows_endpoint}',
+               'format' = 'json', 'sink.record-id-attribute' = '{RID}');
+         INSERT INTO dst {query};
+         INSERT INTO win {WINDOW_QUERY};\n",
         format = format.name(),
         query = query(*format),
     )

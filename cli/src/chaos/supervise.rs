@@ -106,6 +106,9 @@ pub struct Topics {
     /// The second hop's output topic and the campaign's subscription of it.
     pub last: String,
     pub last_sub: String,
+    /// hop1's window rows, and the campaign's subscription of them.
+    pub windows: String,
+    pub windows_sub: String,
 }
 
 /// What the fault phase works on.

@@ -470,11 +470,24 @@ fn sink_side(
         fields: select.fields.clone(),
         ..source.clone()
     };
+    let column_of_source: Vec<Option<String>> = select
+        .exprs
+        .iter()
+        .map(|(_, text)| {
+            let bare = text.trim();
+            source
+                .fields
+                .iter()
+                .find(|f| f.name == bare)
+                .map(|f| f.name.clone())
+        })
+        .collect();
     let projection = plan_projection(
         ins,
         what,
         &rows,
         &select.untyped_null,
+        &column_of_source,
         &sink.connection.schema,
     )?;
     let mut sink_schema =
@@ -604,11 +617,15 @@ pub(crate) fn check_exclusive_sources(
 /// `untyped_null`: which of them are a bare `NULL`, fit for any column that may be NULL),
 /// checking counts, names, types and nullability. `what` starts the errors about the
 /// sink's columns (SQL: `INSERT INTO sink`).
+///
+/// `column_of_source[i]`: item `i` is this column of the source table as it is (its
+/// nullability is the table's to change); `None`: a value the query computes.
 pub(crate) fn plan_projection(
     ins: &InsertDef,
     what: &str,
     src: &ConnectionSchema,
     untyped_null: &[bool],
+    column_of_source: &[Option<String>],
     sink: &ConnectionSchema,
 ) -> Result<Vec<Option<usize>>, SqlError> {
     let sink_name = &ins.sink;
@@ -692,16 +709,26 @@ pub(crate) fn plan_projection(
                 CAST_RULE
             )));
         }
+        let source_column = column_of_source.get(*from).cloned().flatten();
+        if t.required && !f.required && source_column.is_none() {
+            return Err(SqlError(format!(
+                "{what}: the query's column '{}' ({}) may be NULL but column '{}' is {} NOT NULL; drop NOT NULL from '{}', or make the value never NULL (e.g. with coalesce)",
+                f.name,
+                f.field_type.sql_name(),
+                t.name,
+                t.field_type.sql_name(),
+                t.name
+            )));
+        }
         if t.required && !f.required {
             return Err(SqlError(format!(
-                "{what}: column '{}' ({}) of '{}' may be NULL but column '{}' is {} NOT NULL; declare '{}' NOT NULL (a message without it is then refused) or drop NOT NULL from '{}'",
-                f.name,
+                "{what}: column '{c}' ({}) of '{}' may be NULL but column '{}' is {} NOT NULL; declare '{c}' NOT NULL (a message without it is then refused) or drop NOT NULL from '{}'",
                 f.field_type.sql_name(),
                 ins.source,
                 t.name,
                 t.field_type.sql_name(),
-                f.name,
-                t.name
+                t.name,
+                c = source_column.as_deref().unwrap_or(&f.name),
             )));
         }
     }

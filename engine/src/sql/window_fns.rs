@@ -68,6 +68,24 @@ impl ScalarUDFImpl for WindowFn {
         Ok(window_type())
     }
 
+    /// Never NULL, whatever its arguments: every row is in a window, whose bounds a
+    /// `NOT NULL` sink column takes.
+    fn return_field_from_args(
+        &self,
+        args: datafusion_expr::ReturnFieldArgs,
+    ) -> Result<arrow::datatypes::FieldRef> {
+        let types: Vec<DataType> = args
+            .arg_fields
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        Ok(Arc::new(Field::new(
+            self.name,
+            self.return_type(&types)?,
+            false,
+        )))
+    }
+
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         exec_err!(
             "{} is a window: it belongs in GROUP BY, where the window operator computes it",

@@ -333,3 +333,21 @@ fn a_window_row_carries_a_record_key_from_its_bounds_and_group_key() {
     let distinct: std::collections::HashSet<_> = keys.iter().collect();
     assert_eq!(distinct.len(), 3);
 }
+
+/// A window's bounds are never NULL, nor is a count: a sink column NOT NULL takes them.
+#[test]
+fn window_bounds_and_counts_are_never_null() {
+    let (after, _) = plan(
+        "SELECT window.start AS ws, window.end AS we, n, total FROM (SELECT TUMBLE(INTERVAL '1' SECOND) AS window, count(*) AS n, sum(v) AS total FROM src GROUP BY window)",
+    )
+    .unwrap();
+    let required: Vec<(&str, bool)> = after
+        .fields
+        .iter()
+        .map(|f| (f.name.as_str(), f.required))
+        .collect();
+    assert_eq!(
+        required,
+        vec![("ws", true), ("we", true), ("n", true), ("total", false)]
+    );
+}
