@@ -28,10 +28,12 @@ CREATE TABLE bids_out (
     'format' = 'json'
 );
 
+-- A view names the windowed aggregate (inlined where it is read, as Arroyo and Flink do).
+CREATE VIEW per_auction AS
+SELECT TUMBLE(INTERVAL '10' SECOND) AS window, auction,
+       count(*) AS bids, max(price) AS max_price
+FROM bids
+GROUP BY window, auction;
+
 INSERT INTO bids_out
-SELECT window.start, window.end, auction, bids, max_price FROM (
-    SELECT TUMBLE(INTERVAL '10' SECOND) AS window, auction,
-           count(*) AS bids, max(price) AS max_price
-    FROM bids
-    GROUP BY window, auction
-);
+SELECT window.start, window.end, auction, bids, max_price FROM per_auction;

@@ -21,6 +21,7 @@ mod select;
 mod temporal;
 mod temporal_fns;
 mod type_words;
+mod views;
 mod watermark;
 mod window_fns;
 

@@ -127,6 +127,7 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens.clone());
     let syntax = |e: sqlparser::parser::ParserError| SqlError(format!("SQL syntax error: {e}"));
     let mut out = PipelineSql::default();
+    let mut views = super::views::Views::default();
     loop {
         while parser.consume_token(&Token::SemiColon) {}
         if parser.peek_token().token == Token::EOF {
@@ -158,6 +159,12 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
             Statement::CreateTable(ct) => {
                 check_create_table(&ct, &tokens)?;
                 let mut table = create_table(&ct, &out.tables)?;
+                if views.contains(&table.name) {
+                    return Err(at(
+                        tokens.start(),
+                        format!("table '{}': the name is already a view's", table.name),
+                    ));
+                }
                 // Its clause: the next one, if it lies within this statement (one that
                 // lies before it was refused above).
                 let end = tokens.tokens.last().map(|t| t.span.end);
@@ -172,16 +179,23 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                 }
                 out.tables.push(table);
             }
-            Statement::Insert(ins) => {
+            Statement::Insert(mut ins) => {
                 check_insert(&ins, &tokens)?;
+                if let Some(q) = ins.source.as_mut() {
+                    views.inline(&mut q.body)?;
+                }
                 out.inserts.extend(inserts(&ins, &tokens)?);
+            }
+            view @ Statement::CreateView { .. } => {
+                let tables: Vec<String> = out.tables.iter().map(|t| t.name.clone()).collect();
+                views.create(&view, &tokens, &tables)?;
             }
             other => {
                 let text = other.to_string();
                 let head: String = text.chars().take(40).collect();
                 return Err(at(
                     tokens.start(),
-                    format!("unsupported statement: {head}... (only CREATE TABLE and INSERT INTO ... SELECT)"),
+                    format!("unsupported statement: {head}... (only CREATE TABLE, CREATE VIEW and INSERT INTO ... SELECT)"),
                 ));
             }
         }
