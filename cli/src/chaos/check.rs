@@ -630,6 +630,9 @@ mod tests {
             rows,
             dead_letters,
             last,
+            windows: super::super::window_check::perfect(
+                (0..n).filter(|s| fate(*s) == Fate::Output),
+            ),
             unread: HashSet::new(),
             hop2_unread: 0,
             wire: Vec::new(),

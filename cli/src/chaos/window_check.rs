@@ -102,3 +102,53 @@ pub fn check(rows: &[Msg], written: &BTreeMap<u64, usize>) -> Vec<String> {
     }
     v
 }
+
+/// The window rows of the seqs `written`, each once, as hop1 writes them (tests).
+#[cfg(test)]
+pub fn perfect(written: impl Iterator<Item = u64>) -> Vec<Msg> {
+    let written: Vec<u64> = written.collect();
+    oracle(written.iter())
+        .into_iter()
+        .map(|((ws, k), (n, total))| {
+            // Within the first minute of event time (6,000 seqs).
+            let s = (ws - event_time_ms(0)) / 1000;
+            assert!(s < 60, "perfect() writes the first minute only");
+            let row = serde_json::json!({
+                "ws": format!("2026-12-04T00:00:{s:02}Z"),
+                "k": k, "n": n, "total": total,
+            });
+            Msg {
+                data: row.to_string().into_bytes(),
+                attributes: [(RID.to_string(), format!("w{ws}-{k}"))].into(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_equal_to_the_batch_pass_and_a_count_off_by_one_or_a_second_value_fails() {
+        let written: BTreeMap<u64, usize> = (0..300).map(|s| (s, 1)).collect();
+        let rows = perfect(0..300);
+        assert!(
+            check(&rows, &written).is_empty(),
+            "{:?}",
+            check(&rows, &written)
+        );
+        // A replay counted twice: one more row than the batch says.
+        let mut replayed = written.clone();
+        replayed.remove(&5);
+        assert!(check(&rows, &replayed)[0].contains("values differ"));
+        // A copy with another value.
+        let mut copies = rows.clone();
+        let mut other = rows[0].clone();
+        let mut v: serde_json::Value = serde_json::from_slice(&other.data).unwrap();
+        v["n"] = serde_json::json!(999);
+        other.data = v.to_string().into_bytes();
+        copies.push(other);
+        assert!(check(&copies, &written)[0].contains("was written with"));
+    }
+}
