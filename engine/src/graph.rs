@@ -730,6 +730,29 @@ mod tests {
             vec![col("n", FieldType::Text), col("a", FieldType::Text)],
         );
         assert!(PipelineGraph::new().pipe(&src, &dst).is_ok());
+        // Signed into unsigned may be negative, BIGINT UNSIGNED into BIGINT too large:
+        // refused (the CAST the user writes then fails the row that does not fit).
+        let dst = sink("dst", vec![col("n", FieldType::UBigint)]);
+        assert!(pipe_error(&src, &dst).contains(
+            "column 'n' (BIGINT) of 'src' cannot be written to column 'n' (BIGINT UNSIGNED)"
+        ));
+        let unsigned = |name, ty| source(name, vec![col("n", ty)]);
+        let dst = sink("dst", vec![col("n", FieldType::Bigint)]);
+        assert!(
+            pipe_error(&unsigned("src", FieldType::UBigint), &dst).contains(
+                "column 'n' (BIGINT UNSIGNED) of 'src' cannot be written to column 'n' (BIGINT)"
+            )
+        );
+        for to in [FieldType::Bigint, FieldType::UBigint, FieldType::Double] {
+            let dst = sink("dst", vec![col("n", to)]);
+            assert!(
+                PipelineGraph::new()
+                    .pipe(&unsigned("src", FieldType::UInt), &dst)
+                    .is_ok(),
+                "INT UNSIGNED -> {}",
+                to.sql_name()
+            );
+        }
     }
 
     #[test]

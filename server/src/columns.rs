@@ -74,6 +74,12 @@ pub enum SqlType {
     Timestamp,
     Bytea,
     Json,
+    /// 0 to 4294967295.
+    #[serde(rename = "INT UNSIGNED")]
+    IntUnsigned,
+    /// 0 to 18446744073709551615.
+    #[serde(rename = "BIGINT UNSIGNED")]
+    BigintUnsigned,
 }
 
 impl SqlType {
@@ -89,6 +95,8 @@ impl SqlType {
             FieldType::Timestamp => SqlType::Timestamp,
             FieldType::Bytea => SqlType::Bytea,
             FieldType::Json => SqlType::Json,
+            FieldType::UInt => SqlType::IntUnsigned,
+            FieldType::UBigint => SqlType::BigintUnsigned,
         }
     }
 
@@ -103,6 +111,8 @@ impl SqlType {
             SqlType::Timestamp => FieldType::Timestamp,
             SqlType::Bytea => FieldType::Bytea,
             SqlType::Json => FieldType::Json,
+            SqlType::IntUnsigned => FieldType::UInt,
+            SqlType::BigintUnsigned => FieldType::UBigint,
         }
     }
 }
@@ -223,5 +233,24 @@ mod tests {
         assert_eq!(ident("select x"), "\"select x\"");
         assert_eq!(ident("a\"b"), "\"a\"\"b\"");
         assert_eq!(literal("it's"), "'it''s'");
+    }
+
+    #[test]
+    fn unsigned_types_are_named_as_sql_writes_them() {
+        let cols: Columns = serde_json::from_value(serde_json::json!({"fields": [
+            {"name": "a", "type": "INT UNSIGNED", "nullable": false},
+            {"name": "b", "type": "BIGINT UNSIGNED"}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            cols.sql_columns(),
+            vec!["a INT UNSIGNED NOT NULL", "b BIGINT UNSIGNED"]
+        );
+        let schema = cols.connection_schema();
+        assert_eq!(schema.fields[0].field_type, FieldType::UInt);
+        assert_eq!(schema.fields[1].field_type, FieldType::UBigint);
+        assert_eq!(SqlType::of(FieldType::UBigint), SqlType::BigintUnsigned);
+        let types = Columns::schema().to_string();
+        assert!(types.contains("\"BIGINT UNSIGNED\""), "{types}");
     }
 }

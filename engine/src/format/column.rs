@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BinaryArray, BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array,
-    StringArray, TimestampNanosecondArray,
+    StringArray, TimestampNanosecondArray, UInt32Array, UInt64Array,
 };
 use arrow::array::{BooleanBufferBuilder, BufferBuilder, NullBufferBuilder};
 use arrow::buffer::OffsetBuffer;
@@ -16,6 +16,8 @@ use crate::spi::FieldType;
 enum Values {
     I64(BufferBuilder<i64>),
     I32(BufferBuilder<i32>),
+    U64(BufferBuilder<u64>),
+    U32(BufferBuilder<u32>),
     F64(BufferBuilder<f64>),
     F32(BufferBuilder<f32>),
     Bool(BooleanBufferBuilder),
@@ -51,6 +53,8 @@ impl Column {
         let values = match ty {
             FieldType::Bigint => Values::I64(BufferBuilder::new(cap)),
             FieldType::Int => Values::I32(BufferBuilder::new(cap)),
+            FieldType::UBigint => Values::U64(BufferBuilder::new(cap)),
+            FieldType::UInt => Values::U32(BufferBuilder::new(cap)),
             FieldType::Double => Values::F64(BufferBuilder::new(cap)),
             FieldType::Float => Values::F32(BufferBuilder::new(cap)),
             FieldType::Boolean => Values::Bool(BooleanBufferBuilder::new(cap)),
@@ -78,6 +82,8 @@ impl Column {
         match &mut self.values {
             Values::I64(b) | Values::Nanos(b) => b.truncate(len),
             Values::I32(b) => b.truncate(len),
+            Values::U64(b) => b.truncate(len),
+            Values::U32(b) => b.truncate(len),
             Values::F64(b) => b.truncate(len),
             Values::F32(b) => b.truncate(len),
             Values::Bool(b) => b.truncate(len),
@@ -95,6 +101,8 @@ impl Column {
         match &mut self.values {
             Values::I64(b) | Values::Nanos(b) => b.append(0),
             Values::I32(b) => b.append(0),
+            Values::U64(b) => b.append(0),
+            Values::U32(b) => b.append(0),
             Values::F64(b) => b.append(0.0),
             Values::F32(b) => b.append(0.0),
             Values::Bool(b) => b.append(false),
@@ -133,6 +141,24 @@ impl Column {
         match &mut self.values {
             Values::I32(b) => b.append(v),
             _ => unreachable!("push_i32 on a column of another type"),
+        }
+        self.nulls.append_non_null();
+    }
+
+    /// Appends a BIGINT UNSIGNED value.
+    pub(crate) fn push_u64(&mut self, v: u64) {
+        match &mut self.values {
+            Values::U64(b) => b.append(v),
+            _ => unreachable!("push_u64 on a column of another type"),
+        }
+        self.nulls.append_non_null();
+    }
+
+    /// Appends an INT UNSIGNED value.
+    pub(crate) fn push_u32(&mut self, v: u32) {
+        match &mut self.values {
+            Values::U32(b) => b.append(v),
+            _ => unreachable!("push_u32 on a column of another type"),
         }
         self.nulls.append_non_null();
     }
@@ -208,6 +234,8 @@ impl Column {
         match &mut self.values {
             Values::I64(b) => Arc::new(Int64Array::new(take(b).into(), nulls)),
             Values::I32(b) => Arc::new(Int32Array::new(take(b).into(), nulls)),
+            Values::U64(b) => Arc::new(UInt64Array::new(take(b).into(), nulls)),
+            Values::U32(b) => Arc::new(UInt32Array::new(take(b).into(), nulls)),
             Values::F64(b) => Arc::new(Float64Array::new(take(b).into(), nulls)),
             Values::F32(b) => Arc::new(Float32Array::new(take(b).into(), nulls)),
             Values::Bool(b) => {

@@ -96,11 +96,32 @@ pub(crate) fn exact_i64(s: &str) -> Result<i64, IntError> {
     if let Some(v) = short_plain_integer(s) {
         return Ok(v);
     }
+    i64::try_from(exact_wide(s)?).map_err(|_| IntError::OutOfRange)
+}
+
+/// The exact integer value of the number text `s`, if it is integral and fits `u64`
+/// (`-0` is 0; any other negative integer is out of range).
+pub(crate) fn exact_u64(s: &str) -> Result<u64, IntError> {
+    let v = match short_plain_integer(s) {
+        Some(v) => i128::from(v),
+        None => exact_wide(s)?,
+    };
+    u64::try_from(v).map_err(|_| IntError::OutOfRange)
+}
+
+/// The exact integer value of `s` if it fits `u32`.
+pub(crate) fn exact_u32(s: &str) -> Result<u32, IntError> {
+    u32::try_from(exact_u64(s)?).map_err(|_| IntError::OutOfRange)
+}
+
+/// The general path: the exact value of `s` when it is an integer of at most 20 digits
+/// (every `i64` and `u64`), `OutOfRange` beyond.
+fn exact_wide(s: &str) -> Result<i128, IntError> {
     let p = split(s).ok_or(IntError::Syntax)?;
     if p.frac.is_empty() && !s.contains(['e', 'E']) {
         // Plain integer text: the common case. (An exponent of zero, `1e0`, is not plain
         // text: it takes the general path below.)
-        return s.parse::<i64>().map_err(|_| IntError::OutOfRange);
+        return s.parse::<i128>().map_err(|_| IntError::OutOfRange);
     }
     // value = digits * 10^scale, digits = int ++ frac without leading/trailing zeros.
     let all = p.int.iter().chain(p.frac.iter());
@@ -116,7 +137,7 @@ pub(crate) fn exact_i64(s: &str) -> Result<i64, IntError> {
     if scale < 0 {
         return Err(IntError::NotInteger);
     }
-    if digits.len() as i64 + scale > 19 {
+    if digits.len() as i64 + scale > 20 {
         return Err(IntError::OutOfRange);
     }
     let mut v: i128 = 0;
@@ -124,10 +145,7 @@ pub(crate) fn exact_i64(s: &str) -> Result<i64, IntError> {
         v = v * 10 + i128::from(c - b'0');
     }
     v *= 10i128.pow(scale as u32);
-    if p.negative {
-        v = -v;
-    }
-    i64::try_from(v).map_err(|_| IntError::OutOfRange)
+    Ok(if p.negative { -v } else { v })
 }
 
 /// The value of `s` if it is `-?(0|[1-9][0-9]{0,17})`: at most 18 digits always fit
@@ -187,6 +205,16 @@ mod tests {
         assert_eq!(exact_i64("1234e-2"), Err(IntError::NotInteger));
         assert_eq!(exact_i32("2147483647"), Ok(i32::MAX));
         assert_eq!(exact_i32("2147483648"), Err(IntError::OutOfRange));
+        assert_eq!(exact_u64("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(exact_u64("1.8446744073709551615e19"), Ok(u64::MAX));
+        assert_eq!(exact_u64("-0"), Ok(0));
+        assert_eq!(exact_u64("18446744073709551616"), Err(IntError::OutOfRange));
+        assert_eq!(exact_u64("1e20"), Err(IntError::OutOfRange));
+        assert_eq!(exact_u64("-1"), Err(IntError::OutOfRange));
+        assert_eq!(exact_u64("-1e0"), Err(IntError::OutOfRange));
+        assert_eq!(exact_u64("1.5"), Err(IntError::NotInteger));
+        assert_eq!(exact_u32("4294967295"), Ok(u32::MAX));
+        assert_eq!(exact_u32("4294967296"), Err(IntError::OutOfRange));
     }
 
     #[test]
@@ -208,6 +236,11 @@ mod tests {
         ) {
             let want = s.parse::<i64>().map_err(|_| IntError::OutOfRange);
             proptest::prop_assert_eq!(exact_i64(&s), want);
+        }
+
+        #[test]
+        fn every_u64_round_trips(v in proptest::num::u64::ANY) {
+            proptest::prop_assert_eq!(exact_u64(&v.to_string()), Ok(v));
         }
 
         #[test]

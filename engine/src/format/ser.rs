@@ -2,7 +2,9 @@
 //! exactly the same values.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::{Float32Type, Float64Type, Int32Type, Int64Type, TimestampNanosecondType};
+use arrow::datatypes::{
+    Float32Type, Float64Type, Int32Type, Int64Type, TimestampNanosecondType, UInt32Type, UInt64Type,
+};
 use base64::Engine as _;
 
 use std::sync::Arc;
@@ -92,7 +94,7 @@ impl Serializer {
     /// One payload per row, in row order.
     ///
     /// - `json`: one object per row with every payload column, NULL columns omitted;
-    ///   BIGINT/INT as numbers; DOUBLE/FLOAT as numbers, NaN and ±infinity as the strings
+    ///   BIGINT/INT and their UNSIGNED forms as numbers; DOUBLE/FLOAT as numbers, NaN and ±infinity as the strings
     ///   `"NaN"`, `"Infinity"`, `"-Infinity"`; TIMESTAMP per `json.timestamp-format`
     ///   (`rfc3339`: UTC ending in `Z` with 0, 3, 6 or 9 fractional digits, the fewest that
     ///   are exact; `epoch-*`: an integer in that unit); BYTEA as standard padded base64;
@@ -227,6 +229,9 @@ impl Serializer {
             }
             FieldType::Bigint => write_int(a.as_primitive::<Int64Type>().value(row), out),
             FieldType::Int => write_int(a.as_primitive::<Int32Type>().value(row), out),
+            // Up to 18446744073709551615 as a JSON number: the decoder reads it exactly.
+            FieldType::UBigint => write_int(a.as_primitive::<UInt64Type>().value(row), out),
+            FieldType::UInt => write_int(a.as_primitive::<UInt32Type>().value(row), out),
             FieldType::Double => write_float(a.as_primitive::<Float64Type>().value(row), out),
             FieldType::Float => {
                 let v = a.as_primitive::<Float32Type>().value(row);

@@ -8,7 +8,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
 
 use super::column::Column;
-use super::number::{exact_i32, exact_i64, IntError};
+use super::number::{exact_i32, exact_i64, exact_u32, exact_u64, IntError};
 use super::timestamp::{epoch_unit, format_name, from_epoch, parse_rfc3339, RANGE};
 use crate::spi::{FieldType, TimestampFormat};
 
@@ -125,6 +125,14 @@ pub(crate) fn append(
             let text = integer_text(raw, is_number, is_string, &wrong_kind)?;
             buf.push_i32(exact_i32(&text).map_err(|e| int_refusal(raw, e, col.ty))?);
         }
+        FieldType::UBigint => {
+            let text = integer_text(raw, is_number, is_string, &wrong_kind)?;
+            buf.push_u64(exact_u64(&text).map_err(|e| int_refusal(raw, e, col.ty))?);
+        }
+        FieldType::UInt => {
+            let text = integer_text(raw, is_number, is_string, &wrong_kind)?;
+            buf.push_u32(exact_u32(&text).map_err(|e| int_refusal(raw, e, col.ty))?);
+        }
         FieldType::Double | FieldType::Float => {
             let special = |s: &str| match s {
                 "NaN" => Some(f64::NAN),
@@ -203,19 +211,18 @@ fn integer_text<'a>(
 }
 
 fn int_refusal(raw: &str, e: IntError, ty: FieldType) -> String {
+    let range = match ty {
+        FieldType::Int => format!("{}..={}", i32::MIN, i32::MAX),
+        FieldType::UInt => format!("0..={}", u32::MAX),
+        FieldType::UBigint => format!("0..={}", u64::MAX),
+        _ => format!("{}..={}", i64::MIN, i64::MAX),
+    };
     match e {
         IntError::Syntax | IntError::NotInteger => format!("{} is not an integer", show(raw)),
-        IntError::OutOfRange if ty == FieldType::Int => format!(
-            "{} is out of range for INT ({}..={})",
-            show(raw),
-            i32::MIN,
-            i32::MAX
-        ),
         IntError::OutOfRange => format!(
-            "{} is out of range for BIGINT ({}..={})",
+            "{} is out of range for {} ({range})",
             show(raw),
-            i64::MIN,
-            i64::MAX
+            ty.sql_name()
         ),
     }
 }

@@ -176,6 +176,10 @@ pub enum FieldType {
     Bytea,
     /// Any JSON value, carried as canonical JSON text (SQL `JSON`/`JSONB`).
     Json,
+    /// 0 to 4294967295 (SQL `INT UNSIGNED`; issue 32).
+    UInt,
+    /// 0 to 18446744073709551615 (SQL `BIGINT UNSIGNED`; issue 32).
+    UBigint,
 }
 
 impl FieldType {
@@ -193,6 +197,8 @@ impl FieldType {
             // JSON travels as its canonical text; the declared SQL type (not the Arrow
             // type) tells TEXT and JSON apart in the planner and the sink.
             FieldType::Json => DataType::Utf8,
+            FieldType::UInt => DataType::UInt32,
+            FieldType::UBigint => DataType::UInt64,
         }
     }
 
@@ -208,6 +214,8 @@ impl FieldType {
             FieldType::Float => "FLOAT",
             FieldType::Bytea => "BYTEA",
             FieldType::Json => "JSON",
+            FieldType::UInt => "INT UNSIGNED",
+            FieldType::UBigint => "BIGINT UNSIGNED",
         }
     }
 }

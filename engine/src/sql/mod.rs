@@ -34,6 +34,8 @@ mod session_tests;
 #[cfg(test)]
 mod temporal_tests;
 #[cfg(test)]
+mod unsigned_tests;
+#[cfg(test)]
 mod window_tests;
 
 pub use aggregate::{WindowKind, WindowPlan};

@@ -347,9 +347,21 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
         | DataType::Int8(Some(_))
         | DataType::Int(Some(_))
         | DataType::Integer(Some(_))
-        | DataType::Int4(Some(_)) => {
+        | DataType::Int4(Some(_))
+        | DataType::BigIntUnsigned(Some(_))
+        | DataType::Int8Unsigned(Some(_))
+        | DataType::IntUnsigned(Some(_))
+        | DataType::IntegerUnsigned(Some(_))
+        | DataType::Int4Unsigned(Some(_)) => {
             Some("a display width changes nothing: declare the type without it")
         }
+        // No column type of their width: INT UNSIGNED would not keep their range.
+        DataType::TinyIntUnsigned(_)
+        | DataType::SmallIntUnsigned(_)
+        | DataType::Int2Unsigned(_)
+        | DataType::MediumIntUnsigned(_) => Some(
+            "the unsigned integer types are INT UNSIGNED (0 to 4294967295) and BIGINT UNSIGNED (0 to 18446744073709551615)",
+        ),
         DataType::Double(info) | DataType::Float(info)
             if *info != sqlparser::ast::ExactNumberInfo::None =>
         {
@@ -367,6 +379,10 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
         DataType::Text | DataType::Varchar(_) | DataType::String(_) => FieldType::Text,
         DataType::BigInt(_) | DataType::Int8(_) => FieldType::Bigint,
         DataType::Int(_) | DataType::Integer(_) | DataType::Int4(_) => FieldType::Int,
+        DataType::BigIntUnsigned(_) | DataType::Int8Unsigned(_) => FieldType::UBigint,
+        DataType::IntUnsigned(_) | DataType::IntegerUnsigned(_) | DataType::Int4Unsigned(_) => {
+            FieldType::UInt
+        }
         DataType::Double(_) | DataType::DoublePrecision | DataType::Float8 => FieldType::Double,
         DataType::Boolean | DataType::Bool => FieldType::Boolean,
         DataType::Timestamp(_, _) => FieldType::Timestamp,
@@ -375,7 +391,7 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
         DataType::JSON | DataType::JSONB => FieldType::Json,
         other => {
             return err(format!(
-                "table '{table}' column '{}': type {other} is not supported (TEXT, BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP, BYTEA, JSON)",
+                "table '{table}' column '{}': type {other} is not supported (TEXT, BIGINT, INT, BIGINT UNSIGNED, INT UNSIGNED, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP, BYTEA, JSON)",
                 c.name.value
             ))
         }
@@ -524,6 +540,39 @@ mod tests {
             "TEXT",
         ] {
             parse_pipeline(&format!("CREATE TABLE t (a {ty}) WITH ('x' = 'y')")).unwrap();
+        }
+    }
+
+    #[test]
+    fn unsigned_integer_types_are_their_own_columns_and_narrower_ones_are_refused() {
+        let p = parse_pipeline(
+            "CREATE TABLE t (a BIGINT UNSIGNED, b INT UNSIGNED NOT NULL, c INTEGER UNSIGNED, d INT8 UNSIGNED) WITH ('x' = 'y')",
+        )
+        .unwrap();
+        let types: Vec<FieldType> = p.tables[0].fields.iter().map(|f| f.field_type).collect();
+        assert_eq!(
+            types,
+            [
+                FieldType::UBigint,
+                FieldType::UInt,
+                FieldType::UInt,
+                FieldType::UBigint
+            ]
+        );
+        assert!(p.tables[0].fields[1].required);
+        for (ty, says) in [
+            ("TINYINT UNSIGNED", "INT UNSIGNED (0 to 4294967295)"),
+            ("SMALLINT UNSIGNED", "INT UNSIGNED (0 to 4294967295)"),
+            ("BIGINT(20) UNSIGNED", "display width"),
+            ("INT(10) UNSIGNED", "display width"),
+        ] {
+            let e =
+                parse_pipeline(&format!("CREATE TABLE t (a {ty}) WITH ('x' = 'y')")).unwrap_err();
+            assert!(
+                e.0.contains(&format!("column 'a': type {ty} is not supported"))
+                    && e.0.contains(says),
+                "{ty}: {e}"
+            );
         }
     }
 

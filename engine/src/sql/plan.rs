@@ -743,17 +743,25 @@ fn column_list(s: &ConnectionSchema) -> String {
         .join(", ")
 }
 
-const CAST_RULE: &str = "only the same type and exact conversions are allowed (INT -> BIGINT, INT/FLOAT -> DOUBLE, any type but BYTEA -> TEXT, JSON -> TEXT)";
+const CAST_RULE: &str = "only the same type and exact conversions are allowed (INT -> BIGINT, INT UNSIGNED -> BIGINT/BIGINT UNSIGNED, INT/INT UNSIGNED/FLOAT -> DOUBLE, any type but BYTEA -> TEXT, JSON -> TEXT); for another, write the CAST, which fails the row whose value does not fit";
 
 /// Conversions that never fail and never change a value: identity, integer widening,
-/// INT and FLOAT to DOUBLE (exact), and any type but BYTEA (not always UTF-8) to TEXT.
-/// BIGINT -> DOUBLE rounds beyond 2^53 and TEXT -> JSON may not be JSON: both refused.
+/// INT, INT UNSIGNED and FLOAT to DOUBLE (exact), and any type but BYTEA (not always
+/// UTF-8) to TEXT. BIGINT -> DOUBLE rounds beyond 2^53, a signed integer into an unsigned
+/// one may be negative, BIGINT UNSIGNED into BIGINT may be too large, and TEXT -> JSON
+/// may not be JSON: all refused.
 fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
     use FieldType::*;
     from == to
         || matches!(
             (from, to),
-            (Int, Bigint) | (Int, Double) | (Float, Double) | (Json, Text)
+            (Int, Bigint)
+                | (Int, Double)
+                | (UInt, Bigint)
+                | (UInt, UBigint)
+                | (UInt, Double)
+                | (Float, Double)
+                | (Json, Text)
         )
         || (to == Text && from != Bytea)
 }

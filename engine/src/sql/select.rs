@@ -642,7 +642,7 @@ pub(super) fn output_field(
     };
     let field_type = field_type.ok_or_else(|| {
         format!(
-            "has type {}, which no column type holds; CAST it to TEXT, BIGINT, INT, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP or BYTEA",
+            "has type {}, which no column type holds; CAST it to TEXT, BIGINT, INT, BIGINT UNSIGNED, INT UNSIGNED, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP or BYTEA",
             sql_type(&ty)
         )
     })?;
@@ -659,8 +659,10 @@ pub(super) fn output_field(
 pub(super) fn field_type(t: &DataType) -> Option<FieldType> {
     use DataType::*;
     Some(match t {
-        Int64 | UInt32 => FieldType::Bigint,
+        Int64 => FieldType::Bigint,
         Int32 | Int16 | Int8 | UInt16 | UInt8 => FieldType::Int,
+        UInt64 => FieldType::UBigint,
+        UInt32 => FieldType::UInt,
         Float64 => FieldType::Double,
         Float32 | Float16 => FieldType::Float,
         Boolean => FieldType::Boolean,

@@ -203,6 +203,14 @@ fn push(col: &mut Column, spec: &ColumnSpec, v: &Value) -> Result<(), String> {
         (FieldType::Int, Value::Long(i)) => col.push_i32(i32::try_from(*i).map_err(|_| no_fit())?),
         (FieldType::Bigint, Value::Int(i)) => col.push_i64(i64::from(*i)),
         (FieldType::Bigint, Value::Long(i)) => col.push_i64(*i),
+        (FieldType::UInt, Value::Int(_) | Value::Long(_)) => {
+            let i = integer(v).expect("an int or a long");
+            col.push_u32(u32::try_from(i).map_err(|_| unsigned_range(v, spec.ty))?)
+        }
+        (FieldType::UBigint, Value::Int(_) | Value::Long(_)) => {
+            let i = integer(v).expect("an int or a long");
+            col.push_u64(u64::try_from(i).map_err(|_| unsigned_range(v, spec.ty))?)
+        }
         (FieldType::Double, Value::Int(i)) => col.push_f64(f64::from(*i)),
         (FieldType::Double, Value::Long(i)) => col.push_f64(exact_f64(*i).ok_or_else(no_fit)?),
         (FieldType::Double, Value::Float(f)) => col.push_f64(f64::from(*f)),
@@ -236,6 +244,20 @@ fn push(col: &mut Column, spec: &ColumnSpec, v: &Value) -> Result<(), String> {
         _ => return Err(no_fit()),
     }
     Ok(())
+}
+
+/// A negative `int`/`long` (or, for INT UNSIGNED, one above 4294967295).
+fn unsigned_range(v: &Value, ty: FieldType) -> String {
+    let max = if ty == FieldType::UInt {
+        u64::from(u32::MAX)
+    } else {
+        u64::MAX
+    };
+    format!(
+        "{} is out of range for {} (0..={max})",
+        show(v),
+        ty.sql_name()
+    )
 }
 
 fn out_of_range() -> String {

@@ -1,16 +1,19 @@
 //! Rows into Avro messages under a topic's schema revision, in its encoding. The table's
 //! columns are checked against the revision once, when the writer is made: every payload
 //! column needs a field of a type that can hold it, every field without a column must be
-//! nullable (it is written as null). What only a value can tell (a BIGINT beyond an `int`
-//! field, a TIMESTAMP finer than `timestamp-millis`, a text that is no enum symbol, a NULL
-//! into a field that is not nullable) fails that row.
+//! nullable (it is written as null); a BIGINT UNSIGNED column is refused (no Avro type
+//! holds its values). What only a value can tell (a BIGINT beyond an `int` field, a
+//! TIMESTAMP finer than `timestamp-millis`, a text that is no enum symbol, a NULL into a
+//! field that is not nullable) fails that row.
 
 use std::sync::Arc;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
 use arrow::array::{Array, ArrayRef, AsArray};
-use arrow::datatypes::{Float32Type, Float64Type, Int32Type, Int64Type, TimestampNanosecondType};
+use arrow::datatypes::{
+    Float32Type, Float64Type, Int32Type, Int64Type, TimestampNanosecondType, UInt32Type,
+};
 
 use super::decode::{exact_f32, exact_f64};
 use super::json::{read_json_as, write_json};
@@ -105,8 +108,15 @@ impl AvroWriter {
                 writable(*ty, r).then(|| (i, r.clone()))
             });
             let Some((branch, target)) = chosen else {
+                // Avro's widest integer is a signed `long`; a `decimal` could hold every
+                // value, but has no column type yet (so no reader would give it back).
+                let why = if *ty == FieldType::UBigint {
+                    format!(": no Avro type holds every BIGINT UNSIGNED value exactly (a long stops at 9223372036854775807); declare the column BIGINT, or write CAST({name} AS BIGINT) in the query, which fails the row whose value does not fit")
+                } else {
+                    String::new()
+                };
                 return Err(format!(
-                    "column '{name}' ({}) cannot be written into field '{}' ({}) of {at}",
+                    "column '{name}' ({}) cannot be written into field '{}' ({}) of {at}{why}",
                     ty.sql_name(),
                     f.name,
                     type_text(&f.schema)
@@ -210,6 +220,18 @@ impl AvroWriter {
                     _ => unreachable!("checked by writable"),
                 }
             }
+            (FieldType::UInt, _) => {
+                let i = a.as_primitive::<UInt32Type>().value(row);
+                match target {
+                    Schema::Long => Value::Long(i64::from(i)),
+                    Schema::Int => Value::Int(i32::try_from(i).map_err(|_| no_fit(&i))?),
+                    Schema::Double => Value::Double(f64::from(i)),
+                    Schema::Float => {
+                        Value::Float(exact_f32(i64::from(i)).ok_or_else(|| no_fit(&i))?)
+                    }
+                    _ => unreachable!("checked by writable"),
+                }
+            }
             (FieldType::Bigint, _) => {
                 let i = a.as_primitive::<Int64Type>().value(row);
                 match target {
@@ -303,7 +325,7 @@ fn writable(ty: FieldType, s: &Schema) -> bool {
         (ty, s),
         (FieldType::Boolean, Schema::Boolean)
             | (
-                FieldType::Int | FieldType::Bigint,
+                FieldType::Int | FieldType::Bigint | FieldType::UInt,
                 Schema::Int | Schema::Long | Schema::Double | Schema::Float
             )
             | (

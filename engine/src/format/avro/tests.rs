@@ -268,6 +268,121 @@ fn the_sink_writer_fails_a_row_whose_value_does_not_fit() {
     );
 }
 
+/// `u` and `ui` as `long`, `small` as `int`: unsigned columns read every Avro integer
+/// that is theirs exactly, and refuse a negative one or one above INT UNSIGNED.
+const UNSIGNED: &str = r#"{"type":"record","name":"U","fields":[
+  {"name":"u","type":"long"},{"name":"ui","type":["null","long"],"default":null},
+  {"name":"small","type":"int"}]}"#;
+
+fn unsigned_table() -> ConnectionSchema {
+    table(&[
+        ("u", FieldType::UBigint, true),
+        ("ui", FieldType::UInt, false),
+        ("small", FieldType::UInt, true),
+    ])
+}
+
+#[test]
+fn unsigned_columns_read_avro_integers_exactly_or_refuse_them() {
+    use arrow::datatypes::{UInt32Type, UInt64Type};
+    let w = rev(UNSIGNED, "r1");
+    let json =
+        |u: &str, ui: &str, small: &str| format!(r#"{{"u": {u}, "ui": {ui}, "small": {small}}}"#);
+    let b = decode(
+        &unsigned_table(),
+        &w,
+        AvroEncoding::Json,
+        json(
+            "9223372036854775807",
+            r#"{"long": 4294967295}"#,
+            "2147483647",
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        b.column(0).as_primitive::<UInt64Type>().value(0),
+        i64::MAX as u64
+    );
+    assert_eq!(b.column(1).as_primitive::<UInt32Type>().value(0), u32::MAX);
+    assert_eq!(
+        b.column(2).as_primitive::<UInt32Type>().value(0),
+        i32::MAX as u32
+    );
+    let b = decode(
+        &unsigned_table(),
+        &w,
+        AvroEncoding::Json,
+        json("0", "null", "0").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(b.column(0).as_primitive::<UInt64Type>().value(0), 0);
+    assert!(b.column(1).is_null(0));
+    for (payload, want) in [
+        (
+            json("-1", "null", "0"),
+            "column 'u' (BIGINT UNSIGNED): field 'u' (\"long\") of schema projects/p/schemas/bids revision r1: long -1 is out of range for BIGINT UNSIGNED (0..=18446744073709551615)",
+        ),
+        (
+            json("1", r#"{"long": 4294967296}"#, "0"),
+            "column 'ui' (INT UNSIGNED): field 'ui' ([\"null\",\"long\"]) of schema projects/p/schemas/bids revision r1: long 4294967296 is out of range for INT UNSIGNED (0..=4294967295)",
+        ),
+        (
+            json("1", r#"{"long": -1}"#, "0"),
+            "long -1 is out of range for INT UNSIGNED",
+        ),
+        (json("1", "null", "-1"), "int -1 is out of range for INT UNSIGNED"),
+        // What a `long` cannot hold never reaches the column.
+        (json("18446744073709551616", "null", "0"), "is not a \"long\""),
+        (json("1.5", "null", "0"), "is not a \"long\""),
+    ] {
+        let e = decode(&unsigned_table(), &w, AvroEncoding::Json, payload.as_bytes()).unwrap_err();
+        assert!(e.contains(want), "{payload}: {e}");
+    }
+}
+
+#[test]
+fn int_unsigned_round_trips_through_a_long_and_bigint_unsigned_is_refused_when_planned() {
+    use arrow::array::UInt32Array;
+    let w = rev(UNSIGNED, "r1");
+    let sink = table(&[
+        ("u", FieldType::Bigint, true),
+        ("ui", FieldType::UInt, false),
+        ("small", FieldType::UInt, true),
+    ]);
+    let batch = RecordBatch::try_new(
+        sink.arrow_schema(),
+        vec![
+            Arc::new(arrow::array::Int64Array::from(vec![1, 2, 3])),
+            Arc::new(UInt32Array::from(vec![Some(u32::MAX), None, Some(0)])),
+            Arc::new(UInt32Array::from(vec![0, i32::MAX as u32, u32::MAX])),
+        ],
+    )
+    .unwrap();
+    for enc in [AvroEncoding::Binary, AvroEncoding::Json] {
+        let s = Serializer::avro(&sink, w.clone(), enc).unwrap();
+        let rows = s.serialize_rows(&batch).unwrap();
+        // `small` is an `int`: 4294967295 fails its row, never wraps.
+        let e = rows[2].as_ref().unwrap_err();
+        assert!(
+            e.contains("column 'small' (INT UNSIGNED): field 'small' (\"int\")")
+                && e.contains("4294967295 does not fit \"int\""),
+            "{e}"
+        );
+        for row in 0..2 {
+            let back = decode(&sink, &w, enc, rows[row].as_ref().unwrap()).unwrap();
+            assert_eq!(back, batch.slice(row, 1), "{enc} row {row}");
+        }
+    }
+    let Err(e) = Serializer::avro(&unsigned_table(), w, AvroEncoding::Binary) else {
+        panic!("a BIGINT UNSIGNED column into a long was accepted")
+    };
+    assert!(
+        e.starts_with("column 'u' (BIGINT UNSIGNED) cannot be written into field 'u' (\"long\") of schema projects/p/schemas/bids revision r1: no Avro type holds every BIGINT UNSIGNED value exactly"),
+        "{e}"
+    );
+}
+
 #[test]
 fn binary_decoding_checks_values_against_the_columns() {
     let w = rev(

@@ -9,6 +9,7 @@ mod values;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{
     DataType, Float32Type, Float64Type, Int32Type, Int64Type, TimeUnit, TimestampNanosecondType,
+    UInt32Type, UInt64Type,
 };
 use bytes::Bytes;
 
@@ -80,6 +81,8 @@ enum Val {
     Null,
     I64(i64),
     I32(i32),
+    U64(u64),
+    U32(u32),
     F64(u64),
     F32(u32),
     Bool(bool),
@@ -111,6 +114,8 @@ fn cell(b: &RecordBatch, name: &str, row: usize) -> Val {
     match a.data_type() {
         DataType::Int64 => Val::I64(a.as_primitive::<Int64Type>().value(row)),
         DataType::Int32 => Val::I32(a.as_primitive::<Int32Type>().value(row)),
+        DataType::UInt64 => Val::U64(a.as_primitive::<UInt64Type>().value(row)),
+        DataType::UInt32 => Val::U32(a.as_primitive::<UInt32Type>().value(row)),
         DataType::Float64 => f64v(a.as_primitive::<Float64Type>().value(row)),
         DataType::Float32 => f32v(a.as_primitive::<Float32Type>().value(row)),
         DataType::Boolean => Val::Bool(a.as_boolean().value(row)),

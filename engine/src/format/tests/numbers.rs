@@ -1,7 +1,7 @@
 //! The integer and epoch-timestamp readers against an exact reference: every JSON number
 //! form (sign, fraction, exponent of either sign with leading zeros, huge exponents, long
-//! mantissas), as a JSON number and as a proto3 int64 string, for BIGINT, INT and every
-//! `epoch-*` format. The reference reads the text as a big decimal (digits x 10^exp); a
+//! mantissas), as a JSON number and as a proto3 int64 string, for BIGINT, INT, their
+//! UNSIGNED forms and every `epoch-*` format. The reference reads the text as a big decimal (digits x 10^exp); a
 //! value that is exactly an integer in range must be accepted as that integer, anything
 //! else refused with the usual words.
 
@@ -9,7 +9,7 @@ use num_bigint::BigInt;
 use proptest::prelude::*;
 
 use super::*;
-use crate::spi::FieldType::{Bigint, Int, Timestamp};
+use crate::spi::FieldType::{Bigint, Int, Timestamp, UBigint, UInt};
 use crate::spi::TimestampFormat::*;
 
 /// The exact value of a JSON number text, per the reference: `Some(v)` when it is an
@@ -66,6 +66,12 @@ fn expected(text: &str, ty: FieldType, tf: TimestampFormat) -> Result<Val, &'sta
         Int => fits(i32::MIN.into(), i32::MAX.into())
             .map(|x| Val::I32(x as i32))
             .ok_or("out of range for INT"),
+        UBigint => fits(0, u64::MAX.into())
+            .map(|x| Val::U64(x as u64))
+            .ok_or("out of range for BIGINT UNSIGNED (0..=18446744073709551615)"),
+        UInt => fits(0, u32::MAX.into())
+            .map(|x| Val::U32(x as u32))
+            .ok_or("out of range for INT UNSIGNED (0..=4294967295)"),
         Timestamp => {
             let unit: i128 = match tf {
                 EpochSeconds => 1_000_000_000,
@@ -90,9 +96,11 @@ fn decoded(json: &str, ty: FieldType, tf: TimestampFormat) -> Result<Val, String
     decode_one(&schema, payload.as_bytes(), &[]).map(|b| cell(&b, "v", 0))
 }
 
-const TARGETS: [(FieldType, TimestampFormat); 6] = [
+const TARGETS: [(FieldType, TimestampFormat); 8] = [
     (Bigint, Rfc3339),
     (Int, Rfc3339),
+    (UBigint, Rfc3339),
+    (UInt, Rfc3339),
     (Timestamp, EpochSeconds),
     (Timestamp, EpochMillis),
     (Timestamp, EpochMicros),
@@ -169,6 +177,19 @@ fn named_cases_agree_with_the_exact_reading() {
         "2147483647e0",
         "2147483648e0",
         "-2147483648.0e0",
+        // The unsigned edges: 0, the maxima, one more, -1.
+        "18446744073709551615",
+        "18446744073709551616",
+        "1.8446744073709551615e19",
+        "184467440737095516150e-1",
+        "99999999999999999999",
+        "1e20",
+        "4294967295",
+        "4294967296",
+        "4294967295.0",
+        "-1",
+        "-1e0",
+        "-0.0e0",
         // Fractions are refused, never rounded.
         "1.5",
         "1.5e0",
@@ -258,6 +279,8 @@ fn shifted_integer() -> impl Strategy<Value = String> {
         (i64::MAX / 1_000_000_000).into(),
         (i64::MIN / 1_000_000).into(),
         (i64::MAX / 1_000).into(),
+        u64::MAX.into(),
+        u32::MAX.into(),
         0,
     ];
     (

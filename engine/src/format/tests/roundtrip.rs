@@ -82,6 +82,36 @@ fn decode_of_serialize_is_identity() {
 }
 
 #[test]
+fn unsigned_columns_are_written_as_their_exact_numbers_and_read_back() {
+    let schema = json_table(vec![col("u", UBigint), col("ui", UInt)]);
+    let rows = r#"{"u": 18446744073709551615, "ui": 4294967295} {"u": 0, "ui": 0}
+        {"u": 9007199254740993} {}"#;
+    let batch = decode_all_raw(&schema, &[rows.as_bytes()]);
+    let out = Serializer::new(&schema).serialize(&batch).unwrap();
+    let text: Vec<String> = out
+        .iter()
+        .map(|p| String::from_utf8(p.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        text,
+        vec![
+            r#"{"u":18446744073709551615,"ui":4294967295}"#,
+            r#"{"u":0,"ui":0}"#,
+            r#"{"u":9007199254740993}"#,
+            "{}",
+        ]
+    );
+    assert_eq!(
+        cells(&decode_all_raw(
+            &schema,
+            &[&out[0], &out[1], &out[2], &out[3]]
+        )),
+        cells(&batch)
+    );
+    assert_eq!(cell(&batch, "u", 0), Val::U64(u64::MAX));
+}
+
+#[test]
 fn epoch_units_round_trip_and_refuse_truncation() {
     let whole_seconds = r#"{"ts": "2024-05-01T12:00:00Z"} {"ts": "1969-12-31T23:59:59Z"}"#;
     let millis = r#"{"ts": "2024-05-01T12:00:00.123Z"}"#;

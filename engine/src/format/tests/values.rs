@@ -35,6 +35,55 @@ fn check_all(ty: FieldType, tf: TimestampFormat, cases: Vec<(&str, Want)>) {
     }
 }
 
+/// Every JSON form of the unsigned edges: 0, the maximum, -1, the maximum + 1, 1.5; number
+/// text in a string follows BIGINT's rules (decision 0033).
+#[test]
+fn bigint_unsigned_and_int_unsigned() {
+    check_all(
+        UBigint,
+        Rfc3339,
+        vec![
+            ("0", Is(Val::U64(0))),
+            ("-0", Is(Val::U64(0))),
+            ("18446744073709551615", Is(Val::U64(u64::MAX))),
+            ("1.8446744073709551615e19", Is(Val::U64(u64::MAX))),
+            (r#""18446744073709551615""#, Is(Val::U64(u64::MAX))),
+            // Above i64::MAX and 2^53: read from the digits, never through a float.
+            ("9223372036854775809", Is(Val::U64(9_223_372_036_854_775_809))),
+            (
+                "-1",
+                Refused("column 'v' (BIGINT UNSIGNED): -1 is out of range for BIGINT UNSIGNED (0..=18446744073709551615)"),
+            ),
+            (
+                "18446744073709551616",
+                Refused("18446744073709551616 is out of range for BIGINT UNSIGNED"),
+            ),
+            (r#""-1""#, Refused("out of range for BIGINT UNSIGNED")),
+            ("1.5", Refused("column 'v' (BIGINT UNSIGNED): 1.5 is not an integer")),
+            (r#""1.5""#, Refused("is not an integer")),
+            ("true", Refused("true is a JSON boolean, not an integer")),
+            ("null", Is(Val::Null)),
+        ],
+    );
+    check_all(
+        UInt,
+        Rfc3339,
+        vec![
+            ("0", Is(Val::U32(0))),
+            ("4294967295", Is(Val::U32(u32::MAX))),
+            (r#""4294967295""#, Is(Val::U32(u32::MAX))),
+            ("4.294967295e9", Is(Val::U32(u32::MAX))),
+            (
+                "-1",
+                Refused("column 'v' (INT UNSIGNED): -1 is out of range for INT UNSIGNED (0..=4294967295)"),
+            ),
+            ("4294967296", Refused("4294967296 is out of range for INT UNSIGNED")),
+            ("1.5", Refused("1.5 is not an integer")),
+            ("null", Is(Val::Null)),
+        ],
+    );
+}
+
 #[test]
 fn bigint() {
     check_all(
