@@ -5,6 +5,7 @@
 
 mod support;
 
+mod alignment;
 mod avro;
 mod cluster;
 mod credentials;

@@ -136,6 +136,38 @@ pub struct SourceConfig {
         length(min = 1, max = 256)
     )]
     pub event_time_attribute: Option<String>,
+    /// Watermark alignment (Flink's `scan.watermark.alignment.*`): a split whose watermark
+    /// runs more than the drift ahead of its group's is paused until the group catches
+    /// up. Default: none.
+    #[serde(default)]
+    #[schemars(title = "Watermark alignment")]
+    pub alignment: Option<AlignmentConfig>,
+}
+
+/// A source's watermark alignment group (issue 32; decision 0042).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AlignmentConfig {
+    /// The group's name: every source table of a pipeline naming it is aligned with the
+    /// others (Flink's `scan.watermark.alignment.group`).
+    #[schemars(title = "Group", example = "page-events", length(min = 1, max = 256))]
+    pub group: String,
+    /// How far (ms) a split's watermark may run ahead of the group's lowest before it is
+    /// paused.
+    #[schemars(title = "Max drift (ms)", range(min = 1))]
+    pub max_drift_ms: u64,
+    /// How often (ms) a process sends its members' watermarks to the leader, which
+    /// broadcasts the group's. Default 1000.
+    #[serde(default = "default_alignment_update_interval_ms")]
+    #[schemars(title = "Update interval (ms)", range(min = 50))]
+    pub update_interval_ms: u64,
+}
+
+/// The default of `AlignmentConfig::update_interval_ms` (Flink's).
+pub const DEFAULT_ALIGNMENT_UPDATE_INTERVAL_MS: u64 = 1_000;
+
+fn default_alignment_update_interval_ms() -> u64 {
+    DEFAULT_ALIGNMENT_UPDATE_INTERVAL_MS
 }
 
 /// Deduplication by a record id attribute (docs/guarantees.md): a
@@ -209,6 +241,7 @@ impl SourceConfig {
             dead_letter: None,
             dedup: None,
             event_time_attribute: None,
+            alignment: None,
         }
     }
 }

@@ -3,9 +3,9 @@
 
 use pubsub_engine::{ConnectorOptions, OptionError};
 use pubsub_schema::{
-    Authentication, DeadLetterConfig, DedupConfig, DeserializationFailurePolicy, Expiration,
-    OrderingMode, PubSubProfile, PubSubTable, SourceConfig, StartPosition, SubscriptionConfig,
-    SubscriptionCreateConfig,
+    AlignmentConfig, Authentication, DeadLetterConfig, DedupConfig, DeserializationFailurePolicy,
+    Expiration, OrderingMode, PubSubProfile, PubSubTable, SourceConfig, StartPosition,
+    SubscriptionConfig, SubscriptionCreateConfig,
 };
 
 mod sink;
@@ -67,6 +67,10 @@ pub const AUTO_CREATE_FILTER: &str = "scan.auto-create.filter";
 pub const DEDUP_ATTRIBUTE: &str = "scan.dedup.attribute";
 pub const DEDUP_WINDOW: &str = "scan.dedup.window";
 pub const DEDUP_MAX_IDS: &str = "scan.dedup.max-ids";
+/// Watermark alignment (issue 32; Flink's names).
+pub const ALIGNMENT_GROUP: &str = "scan.watermark.alignment.group";
+pub const ALIGNMENT_MAX_DRIFT: &str = "scan.watermark.alignment.max-drift";
+pub const ALIGNMENT_UPDATE_INTERVAL: &str = "scan.watermark.alignment.update-interval";
 
 /// Source keys (SPEC 8), in the order of docs/options.md.
 pub const SOURCE_OPTIONS: &[&str] = &[
@@ -93,6 +97,9 @@ pub const SOURCE_OPTIONS: &[&str] = &[
     WATERMARK_IDLE_TIMEOUT,
     WATERMARK_OUT_OF_ORDERNESS,
     EVENT_TIME_ATTRIBUTE,
+    ALIGNMENT_GROUP,
+    ALIGNMENT_MAX_DRIFT,
+    ALIGNMENT_UPDATE_INTERVAL,
     AUTO_CREATE_TOPICS,
     AUTO_CREATE_ACK_DEADLINE,
     AUTO_CREATE_MESSAGE_ORDERING,
@@ -139,6 +146,9 @@ const BASE_OPTIONS: &[&str] = &[
     WATERMARK_IDLE_TIMEOUT,
     WATERMARK_OUT_OF_ORDERNESS,
     EVENT_TIME_ATTRIBUTE,
+    ALIGNMENT_GROUP,
+    ALIGNMENT_MAX_DRIFT,
+    ALIGNMENT_UPDATE_INTERVAL,
     AUTO_CREATE_TOPICS,
     AUTO_CREATE_ACK_DEADLINE,
     AUTO_CREATE_MESSAGE_ORDERING,
@@ -188,6 +198,9 @@ pub fn sql_key(option: &str) -> &str {
         "watermark_idle_timeout" => WATERMARK_IDLE_TIMEOUT,
         "watermark_out_of_orderness" => WATERMARK_OUT_OF_ORDERNESS,
         "event_time_attribute" => EVENT_TIME_ATTRIBUTE,
+        "alignment.group" => ALIGNMENT_GROUP,
+        "alignment.max_drift" => ALIGNMENT_MAX_DRIFT,
+        "alignment.update_interval" => ALIGNMENT_UPDATE_INTERVAL,
         "topic" => AUTO_CREATE_TOPICS,
         "ack_deadline" => AUTO_CREATE_ACK_DEADLINE,
         "enable_message_ordering" => AUTO_CREATE_MESSAGE_ORDERING,
@@ -411,7 +424,40 @@ fn source_options(
     auto_create(o, &mut c.subscriptions)?;
     c.dead_letter = sink::dead_letter_options(o, "scan.")?;
     c.dedup = dedup_options(o)?;
+    c.alignment = alignment_options(o)?;
     Ok(c)
+}
+
+/// `scan.watermark.alignment.*`: `None` without a group; a group needs its drift, and the
+/// drift and interval alone are refused.
+fn alignment_options(o: &mut ConnectorOptions) -> Result<Option<AlignmentConfig>, OptionError> {
+    let group = o.pull_opt_str(ALIGNMENT_GROUP)?;
+    let drift = pull_ms(o, ALIGNMENT_MAX_DRIFT)?;
+    let every = pull_ms(o, ALIGNMENT_UPDATE_INTERVAL)?;
+    let Some(group) = group else {
+        if let Some(k) = [
+            (drift.is_some(), ALIGNMENT_MAX_DRIFT),
+            (every.is_some(), ALIGNMENT_UPDATE_INTERVAL),
+        ]
+        .iter()
+        .find_map(|(set, k)| set.then_some(*k))
+        {
+            return Err(OptionError::Conflict {
+                message: format!("option '{k}' needs '{ALIGNMENT_GROUP}' (the name of the group whose sources are aligned)"),
+            });
+        }
+        return Ok(None);
+    };
+    let Some(max_drift_ms) = drift else {
+        return Err(OptionError::Conflict {
+            message: format!("option '{ALIGNMENT_GROUP}' = '{group}' needs '{ALIGNMENT_MAX_DRIFT}' (how far a split's watermark may run ahead of the group's, e.g. '30s')"),
+        });
+    };
+    Ok(Some(AlignmentConfig {
+        group,
+        max_drift_ms,
+        update_interval_ms: every.unwrap_or(pubsub_schema::DEFAULT_ALIGNMENT_UPDATE_INTERVAL_MS),
+    }))
 }
 
 /// `scan.dedup.*`: `None` without the attribute; the window and bound alone are refused.
@@ -831,6 +877,51 @@ mod tests {
                 window_ms: 90_000,
                 max_ids: 5_000
             })
+        );
+        // Watermark alignment: a group needs its drift; the drift and interval need a group.
+        let a = source(&[
+            ("subscription", "a"),
+            (ALIGNMENT_GROUP, "clicks"),
+            (ALIGNMENT_MAX_DRIFT, "30s"),
+        ])
+        .unwrap()
+        .alignment
+        .unwrap();
+        assert_eq!(
+            (a.group.as_str(), a.max_drift_ms, a.update_interval_ms),
+            ("clicks", 30_000, 1_000)
+        );
+        let a = source(&[
+            ("subscription", "a"),
+            (ALIGNMENT_GROUP, "clicks"),
+            (ALIGNMENT_MAX_DRIFT, "1m"),
+            (ALIGNMENT_UPDATE_INTERVAL, "200ms"),
+        ])
+        .unwrap()
+        .alignment
+        .unwrap();
+        assert_eq!((a.max_drift_ms, a.update_interval_ms), (60_000, 200));
+        let e = |pairs: &[(&str, &str)]| source(pairs).unwrap_err().to_string();
+        let no_drift = e(&[("subscription", "a"), (ALIGNMENT_GROUP, "clicks")]);
+        assert!(
+            no_drift.contains("'scan.watermark.alignment.group' = 'clicks' needs 'scan.watermark.alignment.max-drift'"),
+            "{no_drift}"
+        );
+        for k in [ALIGNMENT_MAX_DRIFT, ALIGNMENT_UPDATE_INTERVAL] {
+            let alone = e(&[("subscription", "a"), (k, "1s")]);
+            assert!(
+                alone.contains(&format!("'{k}' needs 'scan.watermark.alignment.group'")),
+                "{alone}"
+            );
+        }
+        let bad = e(&[
+            ("subscription", "a"),
+            (ALIGNMENT_GROUP, "clicks"),
+            (ALIGNMENT_MAX_DRIFT, "soon"),
+        ]);
+        assert!(
+            bad.contains("scan.watermark.alignment.max-drift") && bad.contains("soon"),
+            "{bad}"
         );
         // The window and the bound need the attribute.
         let e = source(&[("subscription", "a"), (DEDUP_WINDOW, "1m")])

@@ -114,6 +114,16 @@ fn source_to_options(s: &SourceConfig) -> Result<OptionPairs, NotExpressible> {
         o.changed(DEDUP_MAX_IDS, d.max_ids, default.max_ids);
     }
     o.opt(EVENT_TIME_ATTRIBUTE, s.event_time_attribute.clone(), |a| a);
+    if let Some(a) = &s.alignment {
+        o.put(ALIGNMENT_GROUP, a.group.clone());
+        o.put(ALIGNMENT_MAX_DRIFT, ms(a.max_drift_ms));
+        o.opt(
+            ALIGNMENT_UPDATE_INTERVAL,
+            (a.update_interval_ms != pubsub_schema::DEFAULT_ALIGNMENT_UPDATE_INTERVAL_MS)
+                .then_some(a.update_interval_ms),
+            ms,
+        );
+    }
     Ok(o.0)
 }
 

@@ -52,6 +52,16 @@ impl PubSubSource {
         if let Some(a) = &config.event_time_attribute {
             b = b.event_time_attribute(a.clone());
         }
+        if let Some(a) = &config.alignment {
+            b = b
+                .watermark_alignment(
+                    a.group.clone(),
+                    std::time::Duration::from_millis(a.max_drift_ms),
+                )
+                .watermark_alignment_update_interval(std::time::Duration::from_millis(
+                    a.update_interval_ms,
+                ));
+        }
         for s in &config.subscriptions {
             b = match &s.create {
                 Some(c) => b.subscription_with_create(
@@ -102,6 +112,8 @@ pub struct PubSubSourceBuilder {
     dedup: Option<pubsub_schema::DedupConfig>,
     dedup_max_ids: Option<u64>,
     event_time_attribute: Option<String>,
+    alignment: Option<pubsub_schema::AlignmentConfig>,
+    alignment_update_interval: Option<std::time::Duration>,
 }
 
 impl PubSubSourceBuilder {
@@ -229,6 +241,36 @@ impl PubSubSourceBuilder {
         self
     }
 
+    /// Watermark alignment (Flink's `scan.watermark.alignment.group` and `.max-drift`,
+    /// decision 0042): every source table of a pipeline in group `group` is aligned; a
+    /// split whose watermark is more than `max_drift` ahead of the group's (the lowest of
+    /// its subtasks that have one and are not idle, over every process) takes no
+    /// deliveries into rows: they wait in its paused buffer up to the
+    /// `scan.paused-split-buffer.*` caps, where the split is parked (its messages nacked,
+    /// never emitted), until the group catches up. `max_drift`: whole milliseconds, at
+    /// least 1 ms. A source with no watermark (nothing delivered yet) or an idle one does
+    /// not hold the group back. Default: no alignment.
+    pub fn watermark_alignment(
+        mut self,
+        group: impl Into<String>,
+        max_drift: std::time::Duration,
+    ) -> Self {
+        self.alignment = Some(pubsub_schema::AlignmentConfig {
+            group: group.into(),
+            max_drift_ms: max_drift.as_millis().try_into().unwrap_or(u64::MAX),
+            update_interval_ms: pubsub_schema::DEFAULT_ALIGNMENT_UPDATE_INTERVAL_MS,
+        });
+        self
+    }
+
+    /// How often each process sends its aligned sources' watermarks to the leader
+    /// (Flink's `scan.watermark.alignment.update-interval`); at least 50 ms, default 1 s.
+    /// Needs [`Self::watermark_alignment`].
+    pub fn watermark_alignment_update_interval(mut self, every: std::time::Duration) -> Self {
+        self.alignment_update_interval = Some(every);
+        self
+    }
+
     /// Validates: a project; at least one subscription, ids well-formed and distinct; the
     /// emulator endpoint; per-key ordering with one stream per split and, on subscriptions
     /// it would create, message ordering; policy `dead-letter` with a dead-letter queue,
@@ -315,6 +357,7 @@ impl PubSubSourceBuilder {
         if let Some(a) = &self.event_time_attribute {
             check_attribute_key("event_time_attribute", a)?;
         }
+        let alignment = alignment(self.alignment, self.alignment_update_interval)?;
         let streams = self.subscriber.config().parallel_pull_count;
         if self.ordering_mode == OrderingMode::PerKey {
             if streams != 1 {
@@ -356,9 +399,52 @@ impl PubSubSourceBuilder {
                 dead_letter: self.dead_letter,
                 dedup,
                 event_time_attribute: self.event_time_attribute,
+                alignment,
             },
         })
     }
+}
+
+/// Checks an alignment group and applies its update interval.
+fn alignment(
+    a: Option<pubsub_schema::AlignmentConfig>,
+    every: Option<std::time::Duration>,
+) -> Result<Option<pubsub_schema::AlignmentConfig>, BuildError> {
+    let Some(mut a) = a else {
+        return match every {
+            Some(d) => Err(BuildError::new(
+                "alignment.update_interval",
+                format!("{}ms", d.as_millis()),
+                "needs a watermark alignment group: set alignment.group",
+            )),
+            None => Ok(None),
+        };
+    };
+    if a.group.trim().is_empty() || a.group.len() > 256 {
+        return Err(BuildError::new(
+            "alignment.group",
+            &a.group,
+            "must be 1 to 256 characters, not blank",
+        ));
+    }
+    if a.max_drift_ms == 0 {
+        return Err(BuildError::new(
+            "alignment.max_drift",
+            "0ms",
+            "must be at least 1ms",
+        ));
+    }
+    if let Some(d) = every {
+        if d.subsec_nanos() % 1_000_000 != 0 || d < std::time::Duration::from_millis(50) {
+            return Err(BuildError::new(
+                "alignment.update_interval",
+                format!("{d:?}"),
+                "must be whole milliseconds, at least 50ms",
+            ));
+        }
+        a.update_interval_ms = d.as_millis().try_into().unwrap_or(u64::MAX);
+    }
+    Ok(Some(a))
 }
 
 /// An attribute key (Pub/Sub's rule): 1 to 256 bytes, not starting with `goog` (reserved
@@ -577,6 +663,42 @@ mod tests {
             "option 'scan.dedup.max-ids' is invalid: must be at least 1, was '0'"
         );
         assert!(e(a().dedup_max_ids(5)).contains("needs a deduplication attribute"));
+    }
+
+    #[test]
+    fn alignment_rules_name_their_sql_keys() {
+        use std::time::Duration;
+        let e = |b: PubSubSourceBuilder| crate::sql_error(b.build().unwrap_err()).to_string();
+        let a = || base().subscription("a");
+        let ok = a()
+            .watermark_alignment("clicks", Duration::from_secs(30))
+            .watermark_alignment_update_interval(Duration::from_millis(200))
+            .build()
+            .unwrap();
+        let c = ok.config().alignment.as_ref().unwrap();
+        assert_eq!(
+            (c.group.as_str(), c.max_drift_ms, c.update_interval_ms),
+            ("clicks", 30_000, 200)
+        );
+        // Through the config (SQL, the wizard) and back.
+        let again = PubSubSource::from_config(ok.profile().clone(), ok.config().clone()).unwrap();
+        assert_eq!(again.config().alignment, ok.config().alignment);
+        assert_eq!(
+            e(a().watermark_alignment(" ", Duration::from_secs(1))),
+            "option 'scan.watermark.alignment.group' is invalid: must be 1 to 256 characters, not blank, was ' '"
+        );
+        assert_eq!(
+            e(a().watermark_alignment("g", Duration::ZERO)),
+            "option 'scan.watermark.alignment.max-drift' is invalid: must be at least 1ms, was '0ms'"
+        );
+        assert!(e(a()
+            .watermark_alignment("g", Duration::from_secs(1))
+            .watermark_alignment_update_interval(Duration::from_millis(10)))
+        .contains("option 'scan.watermark.alignment.update-interval' is invalid: must be whole milliseconds, at least 50ms"));
+        assert!(
+            e(a().watermark_alignment_update_interval(Duration::from_secs(1)))
+                .contains("needs a watermark alignment group")
+        );
     }
 
     #[test]

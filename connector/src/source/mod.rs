@@ -116,3 +116,9 @@ pub const MESSAGES_BEHIND_WATERMARK: &str = "messages_behind_watermark";
 /// Counter: redeliveries of messages the restored checkpoint already holds (their ack was
 /// lost in a crash), acked at once without rows, for a table read by a window.
 pub const MESSAGES_REPLAYED: &str = "messages_replayed";
+/// Gauge: the subtask's splits paused now by watermark alignment
+/// (`scan.watermark.alignment.*`): their watermark is more than the drift ahead of their
+/// group's.
+pub const SPLITS_PAUSED_FOR_ALIGNMENT: &str = "splits_paused_for_alignment";
+/// Counter: times watermark alignment paused one of the subtask's splits.
+pub const ALIGNMENT_PAUSES: &str = "alignment_pauses";

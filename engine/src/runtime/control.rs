@@ -27,6 +27,11 @@ pub(crate) enum Control {
     Commit { epoch: u64 },
     /// The final checkpoint committed: stop sources and close sinks.
     Stop,
+    /// The watermark of each alignment group (`runtime::alignment`): the lowest over
+    /// its members that have one and are not idle; a group without one is absent.
+    Alignment {
+        groups: std::collections::BTreeMap<String, i64>,
+    },
     /// The job failed: stop at once, acknowledge nothing more, exit non-zero.
     Abort { reason: String },
 }
@@ -102,6 +107,12 @@ pub(crate) enum Report {
         received: u64,
         idle_capable: bool,
         pending_acks: u64,
+    },
+    /// The lowest watermark of each alignment group's members in `process` (`None`:
+    /// none has one), sent when it changed, at most once per update interval.
+    Alignment {
+        process: usize,
+        groups: std::collections::BTreeMap<String, Option<i64>>,
     },
 }
 

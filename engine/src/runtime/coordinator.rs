@@ -258,6 +258,7 @@ pub async fn run_pipeline(
         flow,
         coordinator: coord_tx.clone(),
         aborted: Arc::new(AtomicBool::new(false)),
+        alignment: Default::default(),
     };
     let flags = WorkerFlags {
         abort: shared.aborted.clone(),
@@ -360,6 +361,7 @@ pub async fn run_pipeline(
                 coordinator: coord_tx.clone(),
                 pull_state: pull_state.clone(),
                 drain: config.drain,
+                alignment: shared.alignment.clone(),
             };
             let mut collector = SourceCollector::new(
                 out_schema,

@@ -81,6 +81,8 @@ pub(crate) struct Leader {
     writing: Option<(u64, Instant)>,
     /// When the last progress line of a graceful stop was logged (rate limit).
     stop_progress_logged: Option<Instant>,
+    /// Each process's alignment groups, and the minima last broadcast.
+    alignment: super::alignment::GroupMinima,
 }
 
 /// A checkpoint write in flight ([`Leader::start_write`]): the event loop selects on it,
@@ -136,6 +138,7 @@ impl Leader {
             idle_not_before: None,
             writing: None,
             stop_progress_logged: None,
+            alignment: Default::default(),
         }
     }
 
@@ -326,6 +329,11 @@ impl Leader {
                         pending_acks,
                     },
                 );
+            }
+            Report::Alignment { process, groups } => {
+                if let Some(groups) = self.alignment.on_report(process, groups) {
+                    self.decide(Control::Alignment { groups });
+                }
             }
         }
         Ok(())

@@ -3,6 +3,7 @@
 //! completes, and a probe behind the sinks tells the coordinator when a checkpoint is
 //! complete; only then is its metadata written and `Commit` sent to every source.
 
+pub mod alignment;
 mod cluster;
 mod control;
 mod coordinator;
@@ -255,6 +256,8 @@ pub(crate) struct JobShared {
     pub coordinator: tokio::sync::mpsc::UnboundedSender<CoordEvent>,
     /// Set when the job fails: workers drop their dataflows, sinks skip queued rows.
     pub aborted: Arc<std::sync::atomic::AtomicBool>,
+    /// Watermark alignment groups of this process's sources.
+    pub alignment: Arc<alignment::Alignment>,
 }
 
 impl JobShared {

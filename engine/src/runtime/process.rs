@@ -21,6 +21,10 @@ use crate::spi::{
     CHECKPOINT_DURATION_MS, LAST_COMPLETED_EPOCH, MESSAGES_RECEIVED, RUNTIME_OPERATOR,
 };
 
+/// How often a process looks whether its alignment groups changed (each group's update
+/// interval, `scan.watermark.alignment.update-interval`, is at least this).
+const ALIGNMENT_CHECK: Duration = Duration::from_millis(50);
+
 /// This process's tasks and their control channels.
 #[derive(Default)]
 pub(crate) struct LocalTasks {
@@ -133,6 +137,30 @@ impl ProcessCoordinator {
             && self.leader.as_ref().is_none_or(|l| l.finished())
     }
 
+    /// Sends this process's alignment minima to the leader when they changed and the
+    /// smallest update interval of its members has passed since the last send.
+    fn send_alignment(
+        &self,
+        sent: &mut (Option<BTreeMap<String, Option<i64>>>, tokio::time::Instant),
+    ) {
+        let a = &self.shared.alignment;
+        let Some(every) = a.update_interval() else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        if sent.0.is_some() && now < sent.1 + every {
+            return;
+        }
+        let local = a.local();
+        if sent.0.as_ref() != Some(&local) {
+            self.report(Report::Alignment {
+                process: self.process,
+                groups: local.clone(),
+            });
+            *sent = (Some(local), now);
+        }
+    }
+
     fn status(&self) -> Report {
         let started = self
             .tasks
@@ -170,6 +198,11 @@ impl ProcessCoordinator {
             });
         let mut status_tick = tokio::time::interval(status_every);
         let mut watchdog = tokio::time::interval(Duration::from_millis(250));
+        // Alignment groups: checked this often, sent once per update interval if changed.
+        let mut alignment_tick = tokio::time::interval(ALIGNMENT_CHECK);
+        alignment_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut alignment_sent: (Option<BTreeMap<String, Option<i64>>>, tokio::time::Instant) =
+            (None, tokio::time::Instant::now());
         let leads = self.leader.is_some();
         // The leader's checkpoint write in flight: awaited here among the other events,
         // never inline, so a store that hangs cannot stall signals or the watchdog.
@@ -203,6 +236,10 @@ impl ProcessCoordinator {
                         Some(l) => l.idle_check(),
                         None => Ok(()),
                     }
+                }
+                _ = alignment_tick.tick() => {
+                    self.send_alignment(&mut alignment_sent);
+                    Ok(())
                 }
                 _ = watchdog.tick(), if leads => {
                     match self.leader.as_mut() {
@@ -434,6 +471,7 @@ impl ProcessCoordinator {
                     let _ = tx.send(SinkEvent::Close);
                 }
             }
+            Control::Alignment { groups } => self.shared.alignment.set_minima(groups),
             Control::Abort { reason } => {
                 if self.leader.is_none() {
                     return Err(anyhow!("the cluster is stopping: {reason}"));

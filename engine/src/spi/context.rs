@@ -101,6 +101,8 @@ pub struct SourceContext {
     pub(crate) pull_state: Arc<PullState>,
     /// `RuntimeConfig::drain`: the final barrier carries the watermark at the end of time.
     pub(crate) drain: bool,
+    /// This process's watermark alignment groups.
+    pub(crate) alignment: Arc<crate::runtime::alignment::Alignment>,
 }
 
 impl SourceContext {
@@ -118,6 +120,24 @@ impl SourceContext {
     pub fn counter(&self, name: &str) -> Counter {
         self.metrics
             .counter(name, &self.task_info.operator_id, self.task_info.task_index)
+    }
+
+    /// Joins watermark alignment group `group` (Flink's `scan.watermark.alignment.*`,
+    /// decision 0042): the member reports this subtask's watermark and reads the group's,
+    /// which the leader computes over every process. The process forwards its members'
+    /// watermarks at most once per `update_interval` (the smallest of its members').
+    pub fn join_alignment_group(
+        &self,
+        group: &str,
+        update_interval: std::time::Duration,
+    ) -> crate::runtime::alignment::AlignmentMember {
+        crate::runtime::alignment::AlignmentMember::new(
+            self.alignment.clone(),
+            group,
+            &self.task_info.operator_id,
+            self.task_info.task_index,
+            update_interval,
+        )
     }
 
     /// Tells the runtime this subtask has no more input (a bounded source reached its

@@ -79,6 +79,11 @@ fn source_full() -> SourceConfig {
         max_ids: 5_000,
     });
     s.event_time_attribute = Some("event-time".into());
+    s.alignment = Some(pubsub_schema::AlignmentConfig {
+        group: "clicks".into(),
+        max_drift_ms: 30_000,
+        update_interval_ms: 250,
+    });
     s
 }
 
@@ -104,6 +109,11 @@ fn source_other_variants() -> Vec<SourceConfig> {
     };
     never.dead_letter = Some(d);
     never.dedup = Some(pubsub_schema::DedupConfig::new("id"));
+    never.alignment = Some(pubsub_schema::AlignmentConfig {
+        group: "g".into(),
+        max_drift_ms: 1,
+        update_interval_ms: pubsub_schema::DEFAULT_ALIGNMENT_UPDATE_INTERVAL_MS,
+    });
     let mut latest = SourceConfig::new("y");
     latest.start_position = StartPosition::Latest;
     latest.deserialization_failure_policy = DeserializationFailurePolicy::Nack;

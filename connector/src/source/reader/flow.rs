@@ -44,6 +44,8 @@ pub(super) struct PullInputs {
     pub(super) all_up: bool,
     /// A closed stream may still have deliveries leased to it.
     pub(super) stranded: bool,
+    /// A split paused by watermark alignment holds messages it may not take yet.
+    pub(super) aligned_waiting: bool,
 }
 
 /// What the run loop does with its streams this turn.
@@ -63,7 +65,9 @@ pub(super) fn pull_plan(i: PullInputs) -> PullPlan {
     PullPlan {
         can_pull,
         hold: !i.stopping && !i.may_take && i.open,
-        reading: i.stopping || i.no_splits || (can_pull && i.all_up && !i.stranded),
+        reading: i.stopping
+            || i.no_splits
+            || (can_pull && i.all_up && !i.stranded && !i.aligned_waiting),
     }
 }
 
@@ -124,6 +128,9 @@ impl SourceReader {
     ) -> anyhow::Result<usize> {
         let mut n = 0;
         for split in 0..self.splits.len() {
+            if self.splits[split].paused_for_alignment {
+                continue;
+            }
             while n < max && self.may_take(Instant::now()) {
                 let Some(held) = self.splits[split].paused.pop() else {
                     break;
@@ -138,8 +145,12 @@ impl SourceReader {
         Ok(n)
     }
 
+    /// Deliveries wait in the paused buffer of a split that may take them (a split paused
+    /// by watermark alignment keeps its own until it resumes).
     pub(super) fn any_paused(&self) -> bool {
-        self.splits.iter().any(|s| !s.paused.is_empty())
+        self.splits
+            .iter()
+            .any(|s| !s.paused_for_alignment && !s.paused.is_empty())
     }
 
     /// Parks split `split`: stops its streams, nacks its paused buffer, and leaves the
@@ -165,7 +176,12 @@ impl SourceReader {
         let caps = self.paused_caps;
         self.counters().parked.add(1);
         let n = self.counters().parked.get();
-        if should_log_bad(n) {
+        if self.splits[split].paused_for_alignment {
+            // Expected while a group waits for a slow member: not a warning.
+            if should_log_bad(n) {
+                tracing::info!(subscription = %sub, "split {} is paused by watermark alignment and its paused buffer is full ({} messages; caps '{}' = {}, '{}' = {} bytes): parked, its messages nacked for redelivery, its streams stopped until its group catches up ({n} parks so far)", self.splits[split].index, ids.len(), pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_MESSAGES, caps.messages, pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_BYTES, caps.bytes);
+            }
+        } else if should_log_bad(n) {
             tracing::warn!(subscription = %sub, "split {} cannot take deliveries (back-pressure, flow control or the rate limit) and its paused buffer is full ({} messages; caps '{}' = {}, '{}' = {} bytes), or a subscriber buffer cap was reached: parked, {} messages nacked for redelivery, its streams stopped; fresh streams open once it can take again ({n} parks so far)", self.splits[split].index, ids.len(), pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_MESSAGES, caps.messages, pubsub_table_options::PAUSED_SPLIT_BUFFER_MAX_BYTES, caps.bytes, ids.len() + 1);
         }
     }
@@ -193,6 +209,9 @@ impl SourceReader {
         let shared = self.stream_shared();
         for s in &mut self.splits {
             let Some(since) = s.parked_at else { continue };
+            if s.paused_for_alignment {
+                continue;
+            }
             s.tag += n;
             s.streams = Some(PullStreams::start(
                 r.subscriber.clone(),
@@ -301,6 +320,18 @@ mod tests {
                 }
             );
         }
+        // A split paused by watermark alignment holds messages it has not read: not idle.
+        assert_eq!(
+            pull_plan(PullInputs {
+                aligned_waiting: true,
+                ..reading
+            }),
+            PullPlan {
+                can_pull: true,
+                hold: false,
+                reading: false
+            }
+        );
         // After the final barrier nothing is held back and the idle clock may run.
         let stopping = PullInputs {
             stopping: true,

@@ -61,7 +61,12 @@ impl SourceReader {
         if let (Some(r), Pulled::Message(m, _)) = (self.avro.as_mut(), &p) {
             r.fetch(&m.attributes).await?;
         }
-        let park = if can_pull {
+        // A split paused by watermark alignment takes nothing into rows.
+        let aligned = self
+            .splits
+            .get(split_of(tag, self.splits.len()))
+            .is_some_and(|s| s.paused_for_alignment);
+        let park = if can_pull && !aligned {
             self.on_pulled(tag, p, collector)?
         } else {
             self.on_pulled_paused(tag, p)?
@@ -118,8 +123,9 @@ impl SourceReader {
         }
     }
 
-    /// Takes one event while a flush waits for back-pressure: a delivery goes to its
-    /// split's paused buffer. Returns the split to park when the delivery would cross its
+    /// Takes one event while the subtask may not take deliveries into rows (back-pressure,
+    /// flow control, the rate limit) or its split is paused by watermark alignment: a
+    /// delivery goes to its split's paused buffer. Returns the split to park when the delivery would cross its
     /// paused cap (the delivery was nacked, untracked).
     pub(super) fn on_pulled_paused(
         &mut self,

@@ -26,6 +26,8 @@ pub(super) struct Counters {
     pub(super) watermark_lag_ms: Gauge,
     pub(super) idle: Gauge,
     pub(super) replayed: Counter,
+    pub(super) paused_for_alignment: Gauge,
+    pub(super) alignment_pauses: Counter,
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
@@ -76,6 +78,8 @@ impl Counters {
             watermark_lag_ms: gauge(WATERMARK_LAG_MS),
             idle: gauge(SOURCE_IDLE),
             replayed: counter(MESSAGES_REPLAYED),
+            paused_for_alignment: gauge(SPLITS_PAUSED_FOR_ALIGNMENT),
+            alignment_pauses: counter(ALIGNMENT_PAUSES),
         }
     }
 }

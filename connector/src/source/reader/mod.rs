@@ -47,6 +47,7 @@ use super::*;
 use crate::client;
 use crate::dead_letter::{DeadLetter, PubSubDeadLetterQueue, DEAD_LETTERS_PUBLISHED};
 
+mod align;
 mod checkpoint;
 mod decode;
 mod dedup;
@@ -88,6 +89,8 @@ struct Split {
     paused: PausedBuffer,
     /// When the split was parked, while it is.
     parked_at: Option<Instant>,
+    /// Watermark alignment paused it (see [`align`]): its deliveries wait in `paused`.
+    paused_for_alignment: bool,
     /// Gauges of this split's subscription: [`OLDEST_UNACKED_MESSAGE_AGE_MS`] and
     /// [`EVENT_TIME_LAG_MS`] (a subtask reads each subscription through one split at most).
     age: (Gauge, Gauge),
@@ -158,6 +161,8 @@ pub struct SourceReader {
     /// For a table read by a window: deliveries the restored checkpoint already holds
     /// (set up in `on_start`).
     replays: Option<replay::Replays>,
+    /// Watermark alignment, when the table names a group (set up in `on_start`).
+    alignment: Option<align::Aligned>,
 }
 
 impl SourceReader {
@@ -211,6 +216,7 @@ impl SourceReader {
                 .iter()
                 .position(|f| f.key == pubsub_engine::sql::EVENT_TIME),
             replays: None,
+            alignment: None,
             profile,
             config,
             options,
@@ -286,10 +292,12 @@ impl SourceOperator for SourceReader {
                 no_splits: self.splits.is_empty(),
                 all_up: self.splits.iter().all(|s| s.down.is_empty()),
                 stranded: stranded.is_some(),
+                aligned_waiting: self.alignment_waiting(),
             });
             self.report_can_pull(ctx, reading);
             let first_deadline = self.first_checkpoint_deadline();
             let rx = self.rx.as_mut();
+            let aligned = self.alignment.as_mut();
             tokio::select! {
                 biased;
                 ctrl = ctx.control_rx.recv() => match ctrl {
@@ -310,6 +318,9 @@ impl SourceOperator for SourceReader {
                 _ = tokio::time::sleep_until(rate_wait.unwrap_or_else(Instant::now)), if rate_wait.is_some() => {}
                 () = std::future::ready(()), if paused_left && may_take => {}
                 _ = tokio::time::sleep_until(stranded.unwrap_or_else(Instant::now)), if stranded.is_some() => {}
+                () = async { aligned.expect("guarded").member.changed().await }, if aligned.is_some() => {
+                    self.on_group_watermark();
+                }
                 _ = gauge_tick.tick() => {}
                 _ = tokio::time::sleep_until(first_deadline.unwrap_or_else(Instant::now)), if first_deadline.is_some() => {
                     if self.first_checkpoint_deadline().is_some_and(|d| d <= Instant::now()) {

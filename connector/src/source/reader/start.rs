@@ -121,6 +121,7 @@ impl SourceReader {
                 down: HashSet::new(),
                 paused: PausedBuffer::default(),
                 parked_at: None,
+                paused_for_alignment: false,
                 age: (
                     subscription_gauge(ctx, OLDEST_UNACKED_MESSAGE_AGE_MS, &subscription),
                     subscription_gauge(ctx, EVENT_TIME_LAG_MS, &subscription),
@@ -174,6 +175,14 @@ impl SourceReader {
             marks.add_split(now);
         }
         self.watermarks = Some(marks);
+        if let Some(a) = &self.config.alignment {
+            let member =
+                ctx.join_alignment_group(&a.group, Duration::from_millis(a.update_interval_ms));
+            self.alignment = Some(align::Aligned::new(
+                member,
+                Duration::from_millis(a.max_drift_ms),
+            ));
+        }
         tracing::debug!(
             "source subtask {} reads splits {:?}",
             ctx.task_info.task_index,

@@ -66,6 +66,9 @@ struct SplitTime {
     /// It delivered since the last advance: never idle at the next one, whatever `last`
     /// says (a burst after a quiet spell is stamped with a clock from before it).
     fresh: bool,
+    /// Paused by watermark alignment: it has deliveries it may not take, so it is never
+    /// idle (it would stop holding the subtask back while its messages wait).
+    paused: bool,
 }
 
 /// What the subtask's watermark is now.
@@ -129,7 +132,26 @@ impl Watermarks {
             max_ns: None,
             last: now,
             fresh: false,
+            paused: false,
         });
+    }
+
+    /// Split `split`'s own watermark: its highest event time minus the out-of-orderness;
+    /// `None` before it delivered (or out of range).
+    pub fn split_watermark(&self, split: usize) -> Option<i64> {
+        let s = self.splits.get(split)?;
+        s.max_ns.map(|m| m.saturating_sub(self.bound_ns))
+    }
+
+    /// Watermark alignment paused (`true`) or resumed split `split`: paused, it is never
+    /// idle; resumed, its idle clock starts again at `now`.
+    pub fn set_paused(&mut self, split: usize, paused: bool, now: Instant) {
+        if let Some(s) = self.splits.get_mut(split) {
+            if s.paused && !paused {
+                s.last = now;
+            }
+            s.paused = paused;
+        }
     }
 
     /// Split `split` delivered a message with event time `event_ns`. Returns whether the
@@ -147,6 +169,7 @@ impl Watermarks {
 
     fn is_idle(&self, s: &SplitTime, now: Instant) -> bool {
         !s.fresh
+            && !s.paused
             && self
                 .idle_timeout
                 .is_some_and(|t| now.saturating_duration_since(s.last) >= t)
@@ -236,6 +259,9 @@ impl super::SourceReader {
         if w.observe(split, ns, self.watermark_at) {
             self.counters().behind_watermark.add(1);
         }
+        // Paused at once, not at the next advance: a split may decode a whole fetch
+        // in between and run far past its group.
+        self.pause_if_ahead(split);
     }
 
     /// Advances the watermark and sets its gauges, at most every `ADVANCE_EVERY`.
@@ -249,6 +275,7 @@ impl super::SourceReader {
         self.watermark_at = now;
         let status = w.advance(now);
         self.watermark_out = status.to_emit();
+        self.align(status, now);
         let c = self.counters();
         let ms = status.watermark_ns.map(|ns| ns.div_euclid(1_000_000));
         c.watermark_ms.set(ms.map_or(0, |ms| ms.max(0) as u64));

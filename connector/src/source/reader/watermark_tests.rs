@@ -41,6 +41,37 @@ fn the_watermark_is_the_lowest_splits_highest_event_time_less_the_bound() {
 }
 
 #[test]
+fn a_split_paused_by_alignment_is_never_idle_and_its_idle_clock_restarts_on_resume() {
+    let t0 = Instant::now();
+    let mut w = marks(1, Some(10), 2, t0);
+    assert_eq!(w.split_watermark(0), None, "nothing delivered");
+    w.observe(0, 100 * S, t0);
+    w.observe(1, 50 * S, t0);
+    assert_eq!(w.split_watermark(0), Some(99 * S));
+    assert_eq!(w.advance(t0).watermark_ns, Some(49 * S));
+    // Split 0 is paused: it delivers nothing into rows for a long time, but its waiting
+    // messages must not let the subtask's watermark pass them.
+    w.set_paused(0, true, t0);
+    let later = t0 + Duration::from_secs(60);
+    w.observe(1, 80 * S, later);
+    let s = w.advance(later);
+    assert_eq!((s.watermark_ns, s.idle), (Some(79 * S), false));
+    // Resumed: idle only a full timeout after the resume.
+    w.set_paused(0, false, later);
+    w.observe(1, 200 * S, later + Duration::from_secs(9));
+    assert_eq!(
+        w.advance(later + Duration::from_secs(9)).watermark_ns,
+        Some(99 * S)
+    );
+    w.observe(1, 200 * S, later + Duration::from_secs(10));
+    assert_eq!(
+        w.advance(later + Duration::from_secs(10)).watermark_ns,
+        Some(199 * S),
+        "split 0 idled out 10 s after its resume"
+    );
+}
+
+#[test]
 fn the_watermark_never_goes_backwards() {
     let t0 = Instant::now();
     let mut w = marks(0, Some(10), 2, t0);
