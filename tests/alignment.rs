@@ -112,4 +112,5 @@ async fn a_source_ahead_of_its_group_pauses_parks_and_resumes_and_writes_every_m
             .collect();
         assert!(missing.is_empty(), "never written: {missing:?}; {out}");
     }
+    println!("alignment: {}", out.lines().last().unwrap_or_default());
 }

@@ -223,7 +223,7 @@ async fn watch_peaks(addrs: Vec<String>, peaks: Arc<Mutex<Vec<u64>>>) {
 }
 
 /// The number right after `label` in `line`.
-fn number_after(line: &str, label: &str) -> Option<u64> {
+pub(crate) fn number_after(line: &str, label: &str) -> Option<u64> {
     let rest = line.split(label).nth(1)?;
     rest.split(|c: char| !c.is_ascii_digit())
         .next()?

@@ -311,3 +311,68 @@ async fn the_window_state_limit_fails_the_job_naming_the_flag_and_loses_nothing(
     }
     assert_eq!(seen, expected);
 }
+
+/// On a cluster of two processes (one worker each, under the `cluster` supervisor) the
+/// windows equal the oracle after process 1 is SIGKILLed and the cluster restarts from
+/// its last checkpoint: group keys and watermarks cross the processes, and the window
+/// state of both is in the checkpoint and restored. The bound is longer than the test,
+/// so however the killed run's messages come back none is late, and every window fires
+/// at the drain, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_write_the_windows_after_one_is_sigkilled() {
+    let t = topics("windows-cluster", 10).await;
+    let events = events(35, 2_000, BASE_MS);
+    let expected = oracle(&events);
+    publish(&t.input, &events).await;
+    let w = Workdir::new(&sql_bound(&t, TUMBLE, "10m"));
+    // Past the input's 10 s ack deadline: the killed run's messages come back first.
+    let mut sup = w.spawn_cluster(&[
+        "--processes",
+        "2",
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "500ms",
+        "--stop-when-idle",
+        "15s",
+        "--drain",
+    ]);
+    let lines = collect_lines(sup.stderr.take().unwrap());
+    let pid_of_1 = || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.starts_with("[p1]") && l.contains("process 1 of 2 (pid"))
+            .and_then(|l| crate::cluster::number_after(l, "(pid "))
+    };
+    wait_until("process 1 and three checkpoints", Duration::from_secs(120), || {
+        pid_of_1().is_some() && w.checkpoint_epoch().is_some_and(|e| e >= 3)
+    })
+    .await;
+    let pid = pid_of_1().unwrap();
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = tokio::time::timeout(Duration::from_secs(300), sup.wait_with_output())
+        .await
+        .expect("the supervisor ends")
+        .unwrap();
+    let stderr = lines.lock().unwrap().join("\n");
+    assert!(out.status.success(), "supervisor failed: {stderr}");
+    assert!(
+        stderr.contains("restoring from checkpoint"),
+        "the cluster restarted from a checkpoint: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stderr.contains("rows late") && !stdout.contains("rows late"),
+        "{stdout}\n{stderr}"
+    );
+    let got = written(&t.output_sub, expected.len()).await;
+    assert_eq!(got.len(), expected.len(), "each window once");
+    let got: Windows = got.into_iter().collect();
+    assert_eq!(got, expected);
+}

@@ -36,6 +36,8 @@ mod temporal_tests;
 #[cfg(test)]
 mod unsigned_tests;
 #[cfg(test)]
+mod window_oracle_tests;
+#[cfg(test)]
 mod window_tests;
 
 pub use aggregate::{WindowKind, WindowPlan};
