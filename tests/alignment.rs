@@ -16,7 +16,12 @@ fn payloads(prefix: &str, start_s: usize) -> Vec<Vec<u8>> {
     (0..N)
         .map(|i| {
             let t = start_s + i;
-            let ts = format!("2026-12-04T{:02}:{:02}:{:02}Z", t / 3600, t / 60 % 60, t % 60);
+            let ts = format!(
+                "2026-12-04T{:02}:{:02}:{:02}Z",
+                t / 3600,
+                t / 60 % 60,
+                t % 60
+            );
             format!("{{\"k\": \"{prefix}{i}\", \"ts\": \"{ts}\"}}").into_bytes()
         })
         .collect()
@@ -101,7 +106,9 @@ async fn a_source_ahead_of_its_group_pauses_parks_and_resumes_and_writes_every_m
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for m in &rows {
         let r: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
-        *seen.entry(r["k"].as_str().unwrap().to_string()).or_default() += 1;
+        *seen
+            .entry(r["k"].as_str().unwrap().to_string())
+            .or_default() += 1;
     }
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "written twice: {twice:?}");

@@ -346,9 +346,11 @@ async fn two_processes_write_the_windows_after_one_is_sigkilled() {
             .find(|l| l.starts_with("[p1]") && l.contains("process 1 of 2 (pid"))
             .and_then(|l| crate::cluster::number_after(l, "(pid "))
     };
-    wait_until("process 1 and three checkpoints", Duration::from_secs(120), || {
-        pid_of_1().is_some() && w.checkpoint_epoch().is_some_and(|e| e >= 3)
-    })
+    wait_until(
+        "process 1 and three checkpoints",
+        Duration::from_secs(120),
+        || pid_of_1().is_some() && w.checkpoint_epoch().is_some_and(|e| e >= 3),
+    )
     .await;
     let pid = pid_of_1().unwrap();
     assert!(std::process::Command::new("kill")

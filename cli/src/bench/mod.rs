@@ -96,12 +96,27 @@ async fn run_pipeline(
     watch: Watch<'_>,
     stop: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> anyhow::Result<ChildRun> {
+    run_command(args, "run", name, sql, extra, watch, stop).await
+}
+
+/// [`run_pipeline`] with another subcommand of this binary (`cluster`): the child's own
+/// CPU only (a `cluster` supervisor's children are not counted), `watch` on the metrics of
+/// process 0.
+async fn run_command(
+    args: &BenchArgs,
+    command: &str,
+    name: &str,
+    sql: &str,
+    extra: &[&str],
+    watch: Watch<'_>,
+    stop: Option<tokio::sync::oneshot::Receiver<()>>,
+) -> anyhow::Result<ChildRun> {
     parse_pipeline(sql)?; // fail here, not in the child, on a bad statement
     let dir = std::env::temp_dir().join(format!("pubsub-bench-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("bench.sql"), sql)?;
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
-    cmd.arg("run")
+    cmd.arg(command)
         .args(["--metrics-addr", watch.addr])
         .arg(dir.join("bench.sql"))
         .args(extra)

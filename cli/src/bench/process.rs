@@ -221,6 +221,22 @@ pub async fn run_sampled(
 }
 
 /// The number after `label` in a run's summary (`messages read: 50000, ...`); 0 if absent.
+/// The sum of the numbers after every `label` in `stdout` (each process's summary of a
+/// `cluster`).
+pub fn count_all(stdout: &str, label: &str) -> u64 {
+    stdout
+        .split(label)
+        .skip(1)
+        .filter_map(|r| {
+            r.trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 pub fn count_after(stdout: &str, label: &str) -> u64 {
     stdout
         .split(label)

@@ -6,9 +6,12 @@
 //! first bid to the process's exit, final checkpoint included on both sides), CPU per
 //! 1,000 bids, and the window state's bytes per open group at its peak (gauges
 //! `window_state_bytes` and `window_groups`). A third run, the projection over a table
-//! without `WATERMARK FOR`, gives what the watermarks cost the stateless pipeline.
+//! without `WATERMARK FOR`, gives what the watermarks cost the stateless pipeline. A
+//! fourth, the tumble on a `cluster` of 2 processes x 1 worker (keys routed between them),
+//! gives its throughput over twice the 1 x 1 tumble's: the fraction of 2 cores it reaches
+//! (the bench itself and the sampling share those cores).
 
-use super::{alternating, metrics_addr, per_1k, run_pipeline, summary};
+use super::{alternating, metrics_addr, per_1k, run_command, summary};
 use crate::bench::process::Watch;
 use crate::BenchArgs;
 
@@ -48,12 +51,16 @@ fn bids(n: u64, watermark: bool) -> String {
     )
 }
 
+/// One run of `query` over `n` bids: on one process of one worker, or with `processes`
+/// > 1 a `cluster` of that many processes of one worker each (group keys routed between
+/// them).
 async fn measure(
     args: &BenchArgs,
     name: &str,
     query: &str,
     n: u64,
     watermark: bool,
+    processes: usize,
 ) -> anyhow::Result<Measured> {
     let sql = format!("{}\n{query}", bids(n, watermark));
     let addr = metrics_addr()?;
@@ -65,17 +72,16 @@ async fn measure(
         gauges: &["window_groups", "window_state_bytes"],
     };
     // Every window fires at the end of input (--drain): both write all they will.
-    let run = run_pipeline(
-        args,
-        name,
-        &sql,
-        &["--workers", "1", "--drain"],
-        watch,
-        None,
-    )
-    .await?;
-    let written = super::process::count_after(&run.stdout, "rows written:");
-    let read = super::process::count_after(&run.stdout, "messages read:");
+    let p = processes.to_string();
+    let run = if processes > 1 {
+        let extra = ["--processes", p.as_str(), "--workers", "1", "--drain"];
+        run_command(args, "cluster", name, &sql, &extra, watch, None).await?
+    } else {
+        let extra = ["--workers", "1", "--drain"];
+        run_command(args, "run", name, &sql, &extra, watch, None).await?
+    };
+    let written = super::process::count_all(&run.stdout, "rows written:");
+    let read = super::process::count_all(&run.stdout, "messages read:");
     anyhow::ensure!(read == n, "{name}: {read} of {n} bids read");
     let streaming = run
         .streaming(n)
@@ -108,16 +114,25 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
         args.rounds
     );
     let (mut ratio, mut cpu, mut stateless_cpu, mut per_group) = (vec![], vec![], vec![], vec![]);
-    let (mut plain_cpu, mut watermark_cost) = (vec![], vec![]);
+    let (mut plain_cpu, mut watermark_cost, mut scaling) = (vec![], vec![], vec![]);
     for r in 0..args.rounds {
         let (w, s) = alternating(
             r,
-            measure(args, "tumble", TUMBLE, n, true),
-            measure(args, "stateless", STATELESS, n, true),
+            measure(args, "tumble", TUMBLE, n, true, 1),
+            measure(args, "stateless", STATELESS, n, true, 1),
         )
         .await?;
         // The same projection without WATERMARK FOR: what the watermarks cost.
-        let plain = measure(args, "plain", STATELESS, n, false).await?;
+        let plain = measure(args, "plain", STATELESS, n, false, 1).await?;
+        // The windows on 2 processes of 1 worker: keys cross the processes.
+        let two = measure(args, "tumble-2x1", TUMBLE, n, true, 2).await?;
+        anyhow::ensure!(
+            two.written == w.written,
+            "tumble on 2 processes wrote {} window rows, on 1 process {}",
+            two.written,
+            w.written
+        );
+        scaling.push(two.rate / (2.0 * w.rate));
         plain_cpu.push(plain.cpu_1k);
         watermark_cost.push(s.cpu_1k / plain.cpu_1k);
         anyhow::ensure!(
@@ -129,7 +144,8 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
         println!(
             "round {r}: stateless {:.0} bids/s, {:.4} s CPU per 1,000 ({:.4} without \
              WATERMARK FOR); tumble {:.0} bids/s, {:.4} s CPU per 1,000, {} window rows, \
-             peak {} open groups at {:.0} bytes each",
+             peak {} open groups at {:.0} bytes each; tumble on 2 processes x 1 worker \
+             {:.0} bids/s",
             s.rate,
             s.cpu_1k,
             plain.cpu_1k,
@@ -137,7 +153,8 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
             w.cpu_1k,
             w.written,
             w.peak_groups,
-            w.bytes_per_group
+            w.bytes_per_group,
+            two.rate
         );
         ratio.push(w.rate / s.rate);
         cpu.push(w.cpu_1k);
@@ -168,6 +185,11 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
     println!(
         "{} bytes (window_state_bytes / window_groups at the peak)",
         summary("state per open group", &per_group, 0)
+    );
+    println!(
+        "{} (throughput of tumble on 2 processes x 1 worker over twice 1 x 1: the fraction \
+         of 2 cores' worth it reaches)",
+        summary("scaling tumble 2x1 / (2 x 1x1)", &scaling, 2)
     );
     Ok(())
 }
