@@ -223,7 +223,18 @@ async fn watch_peaks(addrs: Vec<String>, peaks: Arc<Mutex<Vec<u64>>>) {
 }
 
 /// The number right after `label` in `line`.
-pub(crate) fn number_after(line: &str, label: &str) -> Option<u64> {
+/// The pid of process 1 of a 2-process `cluster`, once its start line is among `lines`
+/// (the supervisor's stderr).
+pub(crate) fn pid_of_process_1(lines: &Mutex<Vec<String>>) -> Option<u64> {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|l| l.starts_with("[p1]") && l.contains("process 1 of 2 (pid"))
+        .and_then(|l| number_after(l, "(pid "))
+}
+
+fn number_after(line: &str, label: &str) -> Option<u64> {
     let rest = line.split(label).nth(1)?;
     rest.split(|c: char| !c.is_ascii_digit())
         .next()?
@@ -272,14 +283,7 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
         .spawn()
         .unwrap();
     let lines = collect_lines(sup.stderr.take().unwrap());
-    let pid_of_1 = || {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.starts_with("[p1]") && l.contains("process 1 of 2 (pid"))
-            .and_then(|l| number_after(l, "(pid "))
-    };
+    let pid_of_1 = || pid_of_process_1(&lines);
     wait_until(
         "process 1 to start and two checkpoints to complete",
         LIMIT,

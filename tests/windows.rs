@@ -338,14 +338,7 @@ async fn two_processes_write_the_windows_after_one_is_sigkilled() {
         "--drain",
     ]);
     let lines = collect_lines(sup.stderr.take().unwrap());
-    let pid_of_1 = || {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.starts_with("[p1]") && l.contains("process 1 of 2 (pid"))
-            .and_then(|l| crate::cluster::number_after(l, "(pid "))
-    };
+    let pid_of_1 = || crate::cluster::pid_of_process_1(&lines);
     wait_until(
         "process 1 and three checkpoints",
         Duration::from_secs(120),

@@ -14,7 +14,7 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampNano
 use datafusion::prelude::SessionContext;
 use proptest::prelude::*;
 
-use super::window_tests::plan;
+use super::window_tests::{plan, text_rows};
 use crate::runtime::window::WindowState;
 
 const MS: i64 = 1_000_000;
@@ -86,19 +86,9 @@ fn batch(rows: &[Arrived]) -> RecordBatch {
     RecordBatch::try_from_iter([("page", page), ("v", v), ("__event_time", ts)]).unwrap()
 }
 
-/// Each row of `batches` as text cells.
+/// Each row of `batches` as text cells, sorted.
 fn cells(batches: &[RecordBatch]) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            out.push(
-                b.columns()
-                    .iter()
-                    .map(|c| arrow::util::display::array_value_to_string(c, r).unwrap())
-                    .collect(),
-            );
-        }
-    }
+    let mut out: Vec<Vec<String>> = batches.iter().flat_map(text_rows).collect();
     out.sort();
     out
 }

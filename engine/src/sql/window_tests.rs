@@ -63,17 +63,21 @@ pub(super) fn rows(r: &[(&str, i64, i64)]) -> RecordBatch {
 pub(super) fn run(after: &SelectPlan, state: &mut WindowState, w: i64) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for b in state.advance(w * S).unwrap() {
-        let b = after.evaluate(&b).unwrap();
-        for r in 0..b.num_rows() {
-            out.push(
-                b.columns()
-                    .iter()
-                    .map(|c| arrow::util::display::array_value_to_string(c, r).unwrap())
-                    .collect(),
-            );
-        }
+        out.extend(text_rows(&after.evaluate(&b).unwrap()));
     }
     out
+}
+
+/// The rows of `b`, each as its cells' text.
+pub(super) fn text_rows(b: &RecordBatch) -> Vec<Vec<String>> {
+    (0..b.num_rows())
+        .map(|r| {
+            b.columns()
+                .iter()
+                .map(|c| arrow::util::display::array_value_to_string(c, r).unwrap())
+                .collect()
+        })
+        .collect()
 }
 
 pub(super) fn feed(window: &WindowPlan, state: &mut WindowState, input: &[(&str, i64, i64)]) {
