@@ -128,10 +128,12 @@ impl SourceReader {
     ) -> anyhow::Result<usize> {
         let mut n = 0;
         for split in 0..self.splits.len() {
-            if self.splits[split].paused_for_alignment {
-                continue;
-            }
-            while n < max && self.may_take(Instant::now()) {
+            // A split paused by alignment keeps its buffer, also when a message decoded
+            // here paused it.
+            while n < max
+                && !self.splits[split].paused_for_alignment
+                && self.may_take(Instant::now())
+            {
                 let Some(held) = self.splits[split].paused.pop() else {
                     break;
                 };
