@@ -234,6 +234,15 @@ pub(crate) fn pid_of_process_1(lines: &Mutex<Vec<String>>) -> Option<u64> {
         .and_then(|l| number_after(l, "(pid "))
 }
 
+/// SIGKILLs process `pid` (a child of a `cluster` supervisor, not of the test).
+pub(crate) fn sigkill(pid: u64) {
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+}
+
 fn number_after(line: &str, label: &str) -> Option<u64> {
     let rest = line.split(label).nth(1)?;
     rest.split(|c: char| !c.is_ascii_digit())
@@ -290,12 +299,7 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
         || pid_of_1().is_some() && latest_epoch().unwrap_or(0) >= 2,
     )
     .await;
-    let pid = pid_of_1().unwrap();
-    assert!(std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    sigkill(pid_of_1().unwrap());
     let killed_at = std::time::Instant::now();
     let out = tokio::time::timeout(LIMIT, sup.wait_with_output())
         .await

@@ -345,12 +345,7 @@ async fn two_processes_write_the_windows_after_one_is_sigkilled() {
         || pid_of_1().is_some() && w.checkpoint_epoch().is_some_and(|e| e >= 3),
     )
     .await;
-    let pid = pid_of_1().unwrap();
-    assert!(std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    crate::cluster::sigkill(pid_of_1().unwrap());
     let out = tokio::time::timeout(Duration::from_secs(300), sup.wait_with_output())
         .await
         .expect("the supervisor ends")
