@@ -15,6 +15,7 @@ mod event_time;
 mod exactly_once;
 mod expressions;
 mod graph;
+mod late_rows;
 mod metrics;
 mod permanent;
 mod pipeline;

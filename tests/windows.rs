@@ -16,7 +16,7 @@ use crate::support::*;
 const MS: i64 = 1_000;
 
 /// One event: (page, v, event time in ms since the epoch).
-type Event = (String, i64, i64);
+pub(crate) type Event = (String, i64, i64);
 
 /// `n` events on 5 pages, 100 ms apart from `base_ms`, each moved by up to 2 s either way
 /// (less than the table's 5 s bound, so none is late: every event is within 4 s of the
@@ -52,7 +52,7 @@ fn oracle(events: &[Event]) -> Windows {
     out
 }
 
-async fn publish(topic: &str, events: &[Event]) {
+pub(crate) async fn publish(topic: &str, events: &[Event]) {
     use google_cloud_pubsub::model::Message;
     let publisher = client::publisher(&profile(), &client::topic_path(PROJECT, topic))
         .unwrap()
@@ -125,7 +125,7 @@ async fn written(sub: &str, expected: usize) -> Vec<((i64, i64, String), (i64, i
         .collect()
 }
 
-const BASE_MS: i64 = 1_796_342_400_000; // 2026-12-04T00:00:00Z
+pub(crate) const BASE_MS: i64 = 1_796_342_400_000; // 2026-12-04T00:00:00Z
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_equal_a_batch_group_by_and_open_ones_fire_in_the_next_run_on_other_workers() {

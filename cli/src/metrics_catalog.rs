@@ -123,7 +123,7 @@ pub const CATALOG: &[(&str, Described)] = &[
     (src::SOURCE_IDLE, d(Gauge, "source_idle", None, "1 while every split of a source subtask is idle (scan.watermark.idle-timeout): it does not hold watermarks back.")),
     (src::EVENT_TIME_LAG_MS, seconds("event_time_lag", "Seconds since the publish time of the newest message a source subtask holds from a subscription (0: none held).")),
     (INPUT_WATERMARK_MS, seconds("input_watermark_timestamp", "A sink subtask's input watermark, in seconds since the Unix epoch: the lowest watermark of the source subtasks that send to it and are not idle, carried through the dataflow behind their rows (0: not every one sent one yet).")),
-    (ROWS_LATE, d(Counter, "rows_late", None, "Rows a window operator subtask dropped as late: their window had fired already (for HOP, one of their windows).")),
+    (ROWS_LATE, d(Counter, "rows_late", None, "Rows a window operator subtask found late: their window had fired already (for HOP, one of their windows). Dropped, or written to the source table's `scan.late-rows.table`.")),
     (WINDOW_GROUPS, d(Gauge, "window_groups", None, "Groups a window operator subtask holds over its open windows (one per group key per window): what its state and memory grow with.")),
     (WINDOW_STATE_BYTES, d(Gauge, "window_state", Some("bytes"), "The memory estimate of a window operator subtask's open windows: key bytes, the accumulators' own size and a measured overhead per group (bounded by --max-window-state-bytes).")),
     (ROWS_WRITTEN, d(Counter, "rows_written", None, "Rows a sink wrote and saw confirmed (Pub/Sub: records sent).")),

@@ -157,6 +157,7 @@ impl GraphTable {
             table: PlannedTable {
                 connector,
                 connection,
+                late_rows: None,
             },
         })
     }
@@ -337,98 +338,10 @@ fn prefixed(what: &str, e: SqlError) -> GraphError {
 
 #[cfg(test)]
 mod tests {
-    use serde::Deserialize;
-
     use super::*;
-    use crate::spi::{
-        ConnectorMetadata, ConnectorOptions, ConstructedOperator, FieldType, Format, MetadataDef,
-        OperatorConfig, SourceField, TimestampFormat,
-    };
+    use crate::spi::{FieldType, Format, SourceField, TimestampFormat};
     use crate::sql::{parse_pipeline, plan_pipeline};
-
-    /// Plans only: a source or sink table that may consume an exclusive `resource` and
-    /// route by a `key` column; builds no operator.
-    #[derive(Debug, Clone, Copy)]
-    struct Mem;
-
-    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct MemTable {
-        sink: bool,
-        resource: Option<String>,
-        key: Option<String>,
-        #[serde(default)]
-        stamp: bool,
-    }
-
-    impl Connector for Mem {
-        type ProfileT = ();
-        type TableT = MemTable;
-        fn name(&self) -> &'static str {
-            "mem"
-        }
-        fn metadata(&self) -> ConnectorMetadata {
-            ConnectorMetadata {
-                id: "mem".into(),
-                name: "mem".into(),
-                description: "test".into(),
-                source: true,
-                sink: true,
-                table_config: "{}".into(),
-                connection_config: None,
-            }
-        }
-        fn metadata_defs(&self) -> &'static [MetadataDef] {
-            &[MetadataDef {
-                name: "id",
-                field_types: &[FieldType::Text],
-            }]
-        }
-        fn known_options(&self) -> &'static [&'static str] {
-            &["role", "resource", "key", "stamp"]
-        }
-        fn table_type(&self, _: &(), t: &MemTable) -> ConnectionType {
-            if t.sink {
-                ConnectionType::Sink
-            } else {
-                ConnectionType::Source
-            }
-        }
-        fn from_options(
-            &self,
-            name: &str,
-            o: &mut ConnectorOptions,
-            schema: &ConnectionSchema,
-        ) -> anyhow::Result<Connection> {
-            let table = MemTable {
-                sink: o.pull_str("role")? == "sink",
-                resource: o.pull_opt_str("resource")?,
-                key: o.pull_opt_str("key")?,
-                stamp: o.pull_opt_bool("stamp")?.unwrap_or(false),
-            };
-            Connector::from_config(self, name, (), table, schema)
-        }
-        fn make_operator(
-            &self,
-            _: (),
-            _: MemTable,
-            _: OperatorConfig,
-        ) -> anyhow::Result<ConstructedOperator> {
-            anyhow::bail!("planning tests build no operator")
-        }
-        fn exclusive_resources(&self, _: &(), t: &MemTable) -> Vec<String> {
-            t.resource.iter().cloned().collect()
-        }
-        fn sink_key(&self, _: &(), t: &MemTable, _: &ConnectionSchema) -> Option<String> {
-            t.key.clone().filter(|_| t.sink)
-        }
-        fn sink_record_ids(&self, _: &(), t: &MemTable) -> bool {
-            t.sink && t.stamp
-        }
-        fn source_record_keys(&self) -> bool {
-            true
-        }
-    }
+    use crate::test_mem::{Mem, MemTable};
 
     /// Issue 32, item 1: a connector that does not read an event-time column refuses a
     /// table that names one (a newcomer's `nexmark` table took the clause and never made

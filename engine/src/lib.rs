@@ -13,6 +13,8 @@ pub mod redact;
 pub mod runtime;
 pub mod spi;
 pub mod sql;
+#[cfg(test)]
+mod test_mem;
 
 pub use graph::{GraphError, GraphTable, PipelineGraph};
 pub use redact::redact_url;

@@ -373,7 +373,8 @@ pub async fn run_pipeline(
             collector.set_row_checks(
                 plan.queries
                     .iter()
-                    .filter(|q| &q.source.connection.name == name)
+                    // A late-rows query reads what its window hands it, not the source.
+                    .filter(|q| &q.source.connection.name == name && q.late_of.is_none())
                     .map(|q| crate::sql::RowCheck {
                         text: q.text.clone(),
                         select: q.source_stage(),

@@ -250,7 +250,27 @@ pub(crate) fn run_worker(
             streams.push(rows);
         }
 
+        // Each windowed query's late rows, for the query writing them (planned after it).
+        let mut late_rows = BTreeMap::new();
         for sink in plumbing.sinks {
+            if let Some(of) = sink.query.late_of.clone() {
+                let Some(rows) = late_rows.remove(&of) else {
+                    panic!("the late rows of {of} are planned after it");
+                };
+                // Written by the worker whose window found them late: no exchange, and no
+                // watermark reaches them.
+                sink_operator(
+                    rows,
+                    Pipeline,
+                    sink,
+                    &probe,
+                    flow.clone(),
+                    Vec::new(),
+                    start_epoch,
+                );
+                continue;
+            }
+            let id = sink.query.id.clone();
             let peers = scope.peers() as u64;
             let op_id = sink.id.clone();
             let query = sink.query.clone();
@@ -393,7 +413,7 @@ pub(crate) fn run_worker(
                         }
                     },
                 );
-            if keyed {
+            let late = if keyed {
                 sink_operator(
                     routed,
                     timely::dataflow::channels::pact::Exchange::new(|r: &Routed| r.target),
@@ -402,7 +422,7 @@ pub(crate) fn run_worker(
                     flow.clone(),
                     upstream,
                     start_epoch,
-                );
+                )
             } else {
                 sink_operator(
                     routed,
@@ -412,8 +432,9 @@ pub(crate) fn run_worker(
                     flow.clone(),
                     upstream,
                     start_epoch,
-                );
-            }
+                )
+            };
+            late_rows.insert(id, late);
         }
     });
 
@@ -532,6 +553,9 @@ fn slices(batch: &RecordBatch, max: usize) -> Vec<RecordBatch> {
 /// state is snapshotted once an epoch is complete, so a checkpoint holds exactly the rows
 /// of the epochs it covers; what a window writes when it fires goes to the sink task in
 /// the epoch whose watermark fired it.
+///
+/// Its output is the rows a window found late, in the epoch they arrived in, when the
+/// query writes them to a table (`scan.late-rows.table`).
 fn sink_operator<'scope, P>(
     rows: timely::dataflow::StreamVec<'scope, u64, Routed>,
     pact: P,
@@ -540,7 +564,8 @@ fn sink_operator<'scope, P>(
     flow: Arc<Flow>,
     upstream: Vec<u32>,
     start_epoch: u64,
-) where
+) -> timely::dataflow::StreamVec<'scope, u64, Routed>
+where
     P: timely::dataflow::channels::pact::ParallelizationContract<u64, Vec<Routed>>,
 {
     let SinkPlumbing {
@@ -556,7 +581,7 @@ fn sink_operator<'scope, P>(
     let subtask = worker_ref.index();
     let peers = worker_ref.peers() as u64;
     let mut window = window.map(|w| WindowRun::new(w, query, subtask, peers, start_epoch));
-    rows.unary_frontier::<CapacityContainerBuilder<Vec<()>>, _, _, _>(
+    rows.unary_frontier::<CapacityContainerBuilder<Vec<Routed>>, _, _, _>(
         pact,
         &id,
         move |_cap, info| {
@@ -565,7 +590,7 @@ fn sink_operator<'scope, P>(
             let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
             let mut requested: BTreeSet<u64> = BTreeSet::new();
             let mut watermarks = InputWatermarks::new(upstream);
-            move |(input, frontier), _output| {
+            move |(input, frontier), output| {
                 input.for_each(|cap, data| {
                     let Some(&t) = cap.least() else { return };
                     if !held.contains_key(&t) {
@@ -607,6 +632,21 @@ fn sink_operator<'scope, P>(
                 if let Some(w) = window.as_mut() {
                     let f = frontier.frontier().first().copied();
                     w.step(f, &mut watermarks, &sink_tx);
+                    for (epoch, batch) in w.late_out.drain(..) {
+                        // Held until this query's sink made the epoch durable, which it
+                        // cannot do before the window took the epoch's input.
+                        let cap = held
+                            .get(&epoch)
+                            .expect("an epoch's capability is held while its input is taken");
+                        output.session(cap).give(Routed {
+                            target: subtask as u64,
+                            origin: flow.process as u32,
+                            payload: Payload::Rows(Rows {
+                                batch,
+                                permits: Arc::new(Permits::none()),
+                            }),
+                        });
+                    }
                 }
                 // Every row of epoch e has arrived once the frontier passed e.
                 for &e in held.keys() {
@@ -627,7 +667,7 @@ fn sink_operator<'scope, P>(
             }
         },
     )
-    .probe_with(probe);
+    .probe_with(probe)
 }
 
 /// A window subtask inside its query's sink operator (see [`sink_operator`]).
@@ -643,6 +683,9 @@ struct WindowRun {
     next: u64,
     /// The input ended and the last state was sent.
     ended: bool,
+    /// Late rows for the query writing them, by the epoch they arrived in, in the late
+    /// table's schema.
+    late_out: Vec<(u64, RecordBatch)>,
 }
 
 impl WindowRun {
@@ -662,6 +705,7 @@ impl WindowRun {
             stash: BTreeMap::new(),
             next: start_epoch,
             ended: false,
+            late_out: Vec::new(),
         };
         let state = super::window::WindowState::new(plan).and_then(|mut s| {
             s.restore(&run.plumbing.restore, subtask as u64, peers)?;
@@ -710,7 +754,7 @@ impl WindowRun {
             self.snapshot_until(k);
             let input = self.stash.remove(&k).unwrap_or_default();
             for payload in input {
-                if let Err(e) = self.take(payload, watermarks, sink_tx) {
+                if let Err(e) = self.take(k, payload, watermarks, sink_tx) {
                     self.fail(e);
                     return;
                 }
@@ -727,6 +771,7 @@ impl WindowRun {
 
     fn take(
         &mut self,
+        epoch: u64,
         payload: Payload,
         watermarks: &mut InputWatermarks,
         sink_tx: &UnboundedSender<SinkEvent>,
@@ -736,7 +781,21 @@ impl WindowRun {
         };
         match payload {
             Payload::Rows(rows) => {
-                state.update(&rows.batch)?;
+                let b = &rows.batch;
+                match &self.query.late {
+                    None => state.update(b)?,
+                    Some(late) => {
+                        // The first stage's columns, then the source row's (`keep_source`).
+                        let width = self.query.window.as_ref().map_or(0, |w| w.before.width());
+                        state.update(&b.project(&(0..width).collect::<Vec<_>>())?)?;
+                        if !state.late_rows().is_empty() {
+                            let all: Vec<usize> = (width..b.num_columns()).collect();
+                            let idx = arrow::array::UInt32Array::from(state.late_rows().to_vec());
+                            let taken = arrow::compute::take_record_batch(&b.project(&all)?, &idx)?;
+                            self.late_out.push((epoch, late.project(&taken)?));
+                        }
+                    }
+                }
                 self.plumbing.late.add(state.take_late());
                 let (bytes, max) = (state.bytes(), self.plumbing.max_bytes);
                 if bytes > max {

@@ -406,6 +406,7 @@ pub(crate) fn plan_windowed(
         schema: before_schema.clone(),
         message_id,
         carry: None,
+        keep_source: false,
     };
 
     // Stage 2: the aggregates, on stage 1's columns.
@@ -542,6 +543,7 @@ pub(crate) fn plan_windowed(
         message_id: None,
         untyped_null,
         carry,
+        keep_source: false,
     };
     Ok((
         after,

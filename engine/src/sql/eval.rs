@@ -105,6 +105,12 @@ pub(crate) fn checked_exprs(
 }
 
 impl SelectPlan {
+    /// How many leading columns of [`evaluate`](Self::evaluate)'s rows are the select
+    /// list and the carried record key: with `keep_source`, the source's columns follow.
+    pub(crate) fn width(&self) -> usize {
+        self.schema.fields().len() + self.carry.is_some() as usize
+    }
+
     /// The rows of `batch` (the source table's rows) where the WHERE condition is true,
     /// as the select list's columns (schema: `fields`), in their order.
     ///
@@ -159,7 +165,7 @@ impl SelectPlan {
                     .map_err(|x| fail(text, x.to_string()))
             })
             .collect::<Result<Vec<ArrayRef>, _>>()?;
-        let (schema, columns) = match &self.carry {
+        let (mut schema, mut columns) = match &self.carry {
             None => (self.schema.clone(), columns),
             Some((i, schema)) => {
                 let mut columns = columns;
@@ -167,6 +173,16 @@ impl SelectPlan {
                 (schema.clone(), columns)
             }
         };
+        if self.keep_source {
+            let fields: Vec<_> = schema
+                .fields()
+                .iter()
+                .chain(kept.schema().fields())
+                .cloned()
+                .collect();
+            schema = Arc::new(arrow::datatypes::Schema::new(fields));
+            columns.extend(kept.columns().iter().cloned());
+        }
         let opts = RecordBatchOptions::new().with_row_count(Some(kept.num_rows()));
         RecordBatch::try_new_with_options(schema, columns, &opts).map_err(|e| {
             // A NULL from an expression planned as NOT NULL: a bug guard, reported per row.

@@ -11,6 +11,7 @@ mod dialect;
 mod eval;
 mod exact_cast;
 mod json;
+mod late;
 mod number_text;
 mod parse;
 mod plan;
@@ -27,6 +28,8 @@ mod window_fns;
 
 #[cfg(test)]
 mod expr_tests;
+#[cfg(test)]
+mod late_tests;
 #[cfg(test)]
 mod row_local_tests;
 #[cfg(test)]

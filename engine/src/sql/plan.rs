@@ -19,6 +19,9 @@ use crate::spi::{
 pub struct PlannedTable {
     pub connector: Arc<dyn ErasedConnector>,
     pub connection: Connection,
+    /// A source table's `scan.late-rows.table`: the sink table its rows go to when they
+    /// arrive late at a window, instead of being dropped.
+    pub late_rows: Option<String>,
 }
 
 impl PlannedTable {
@@ -60,6 +63,12 @@ pub struct PlannedQuery {
     /// The job running the query, set by [`PlannedPipeline::bind_job`] before it runs: it
     /// enters every record id the query stamps ([`crate::record_id::RecordProducer`]).
     pub job: Option<String>,
+    /// A windowed query over a table with `scan.late-rows.table`: the query writing its
+    /// late rows (also in [`PlannedPipeline::queries`]), which `project`s them as read.
+    pub late: Option<Arc<PlannedQuery>>,
+    /// The query writing the late rows of windowed query `late_of`: fed by that query's
+    /// window, never by the source directly.
+    pub late_of: Option<String>,
 }
 
 impl PlannedQuery {
@@ -173,6 +182,9 @@ impl PlannedPipeline {
         crate::record_id::check_job_id(job).map_err(anyhow::Error::msg)?;
         for q in &mut self.queries {
             q.job = Some(job.to_string());
+            if let Some(late) = &mut q.late {
+                Arc::make_mut(late).job = Some(job.to_string());
+            }
         }
         Ok(())
     }
@@ -209,6 +221,9 @@ pub fn plan_pipeline(
     for ins in &sql.inserts {
         give_record_keys(&mut tables, &ins.source, &ins.sink)?;
         give_event_time(&mut tables, ins)?;
+        if let Some(late) = super::late::table_of(&tables, ins) {
+            give_record_keys(&mut tables, &ins.source, &late)?;
+        }
     }
     let find = |name: &str| {
         tables
@@ -240,6 +255,7 @@ pub fn plan_pipeline(
         let what = format!("INSERT INTO {}", ins.sink);
         queries.push(plan_query(format!("q{i}"), ins, &what, source, sink)?);
     }
+    super::late::plan_late_queries(&mut queries, &find)?;
     if queries.is_empty() {
         return Err(SqlError(
             "the pipeline has no INSERT INTO ... SELECT statement".into(),
@@ -452,6 +468,8 @@ pub(crate) fn plan_query(
         route_by,
         window: None,
         job: None,
+        late: None,
+        late_of: None,
     })
 }
 
@@ -551,6 +569,8 @@ fn plan_windowed_query(
         route_by: None,
         window: Some(Arc::new(window)),
         job: None,
+        late: None,
+        late_of: None,
     })
 }
 
@@ -777,6 +797,7 @@ fn plan_table(
         ));
     }
     let (connector, mut options, schema) = table_head(t, connectors)?;
+    let late_rows = super::late::option(t, &mut options)?;
     let connection = connector
         .from_options(&t.name, &mut options, &schema)
         .map_err(|x| e(format!("{x:#}")))?;
@@ -799,9 +820,16 @@ fn plan_table(
     let mut known = vec!["connector", "format", "json.timestamp-format"];
     known.extend_from_slice(connector.known_options());
     options.finish(&known).map_err(|x| e(x.to_string()))?;
+    if late_rows.is_some() && connection.connection_type == ConnectionType::Sink {
+        return Err(e(format!(
+            "is a sink: option '{}' applies to a table that is read",
+            super::late::OPTION
+        )));
+    }
     Ok(PlannedTable {
         connector,
         connection,
+        late_rows,
     })
 }
 

@@ -50,6 +50,10 @@ pub struct SelectPlan {
     /// every row) after the output columns, and the schema with it: set when the query's
     /// sink stamps record ids (see [`crate::record_id`]).
     pub(crate) carry: Option<(usize, SchemaRef)>,
+    /// Every column of the kept source rows follows the output (and the carried key):
+    /// set on a window's first stage when its table writes late rows to a table
+    /// (`scan.late-rows.table`), so that a late row can be written as read.
+    pub(crate) keep_source: bool,
 }
 
 impl std::fmt::Debug for SelectPlan {
@@ -199,6 +203,7 @@ pub(crate) fn plan_select(
         message_id,
         untyped_null,
         carry: None,
+        keep_source: false,
     })
 }
 

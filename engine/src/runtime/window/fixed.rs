@@ -130,7 +130,9 @@ impl Bins {
                     by_window.entry(start).or_default().push(r as u32);
                 }
             }
-            shared.late += late as u64;
+            if late {
+                shared.late_row(r);
+            }
         }
         for (start, rows) in by_window {
             let bin = self.bin(&plan, start)?;

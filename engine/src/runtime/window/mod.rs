@@ -93,6 +93,9 @@ struct Shared {
     watermark: Option<i64>,
     /// Rows dropped as late since the last call of [`WindowState::take_late`].
     late: u64,
+    /// Their indexes in the batch of the last `update`, when the table writes late rows to
+    /// a table (`scan.late-rows.table`).
+    late_rows: Option<Vec<u32>>,
 }
 
 /// A batch of the window's first stage, read: event times, group keys and the
@@ -112,6 +115,7 @@ impl WindowState {
         Ok(WindowState {
             shared: Shared {
                 converter: key_converter(&plan)?,
+                late_rows: plan.before.keep_source.then(Vec::new),
                 plan,
                 watermark: None,
                 late: 0,
@@ -143,6 +147,12 @@ impl WindowState {
         std::mem::take(&mut self.shared.late)
     }
 
+    /// The indexes of the rows of the last `update` that were late, in batch order
+    /// (empty unless the plan's first stage keeps the source row).
+    pub fn late_rows(&self) -> &[u32] {
+        self.shared.late_rows.as_deref().unwrap_or_default()
+    }
+
     /// Folds in rows of the window's first stage (`[keys.., arguments.., event time]`).
     /// A row is late when a window it belongs to has fired: counted, not folded into that
     /// window (for HOP, its open windows still take it; for SESSION, a row at or before
@@ -151,6 +161,9 @@ impl WindowState {
     /// Errors: an aggregate failed on the rows, or a row has no event time (a bug guard:
     /// the source refuses such rows).
     pub fn update(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
+        if let Some(rows) = &mut self.shared.late_rows {
+            rows.clear();
+        }
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -238,6 +251,14 @@ impl WindowState {
 }
 
 impl Shared {
+    /// Counts row `r` of the batch being folded in as late.
+    fn late_row(&mut self, r: usize) {
+        self.late += 1;
+        if let Some(rows) = &mut self.late_rows {
+            rows.push(r as u32);
+        }
+    }
+
     fn read(&self, batch: &RecordBatch) -> anyhow::Result<Input> {
         let n = batch.num_rows();
         let ts = batch

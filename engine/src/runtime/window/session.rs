@@ -69,7 +69,7 @@ impl Sessions {
         let mut by_key: HashMap<&[u8], Vec<(i64, u32)>> = HashMap::new();
         for (r, &t) in input.times.iter().enumerate() {
             if shared.watermark.is_some_and(|w| t <= w) {
-                shared.late += 1;
+                shared.late_row(r);
                 continue;
             }
             by_key
