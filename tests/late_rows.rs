@@ -72,6 +72,11 @@ async fn rows_after_their_window_fired_go_to_the_late_table_as_read() {
     let (code, out, err) = finish(child, Duration::from_secs(60)).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(summary_count(&out, "rows late:"), 5, "{out}");
+    // The late table's sinks have their window's watermark: the summary still gives one.
+    assert!(
+        summary_watermark_ms(&out).is_some_and(|ms| ms >= (BASE_MS + 40 * MS) as u64),
+        "{out}"
+    );
 
     // Written as read, in the late table's column order, each with its own record id.
     let rows: HashSet<(String, i64)> = got

@@ -257,15 +257,15 @@ pub(crate) fn run_worker(
                 let Some(rows) = late_rows.remove(&of) else {
                     panic!("the late rows of {of} are planned after it");
                 };
-                // Written by the worker whose window found them late: no exchange, and no
-                // watermark reaches them.
+                // Written by the worker whose window found them late (no exchange), with
+                // that window's input watermark.
                 sink_operator(
                     rows,
                     Pipeline,
                     sink,
                     &probe,
                     flow.clone(),
-                    Vec::new(),
+                    vec![index as u32],
                     start_epoch,
                 );
                 continue;
@@ -632,7 +632,7 @@ where
                 if let Some(w) = window.as_mut() {
                     let f = frontier.frontier().first().copied();
                     w.step(f, &mut watermarks, &sink_tx);
-                    for (epoch, batch) in w.late_out.drain(..) {
+                    for (epoch, payload) in w.late_out.drain(..) {
                         // Held until this query's sink made the epoch durable, which it
                         // cannot do before the window took the epoch's input.
                         let cap = held
@@ -641,10 +641,7 @@ where
                         output.session(cap).give(Routed {
                             target: subtask as u64,
                             origin: flow.process as u32,
-                            payload: Payload::Rows(Rows {
-                                batch,
-                                permits: Arc::new(Permits::none()),
-                            }),
+                            payload,
                         });
                     }
                 }
@@ -683,9 +680,9 @@ struct WindowRun {
     next: u64,
     /// The input ended and the last state was sent.
     ended: bool,
-    /// Late rows for the query writing them, by the epoch they arrived in, in the late
-    /// table's schema.
-    late_out: Vec<(u64, RecordBatch)>,
+    /// For the query writing late rows: the rows, in the late table's schema, by the
+    /// epoch they arrived in, and the window's input watermark (the late table's).
+    late_out: Vec<(u64, Payload)>,
 }
 
 impl WindowRun {
@@ -792,7 +789,11 @@ impl WindowRun {
                             let all: Vec<usize> = (width..b.num_columns()).collect();
                             let idx = arrow::array::UInt32Array::from(state.late_rows().to_vec());
                             let taken = arrow::compute::take_record_batch(&b.project(&all)?, &idx)?;
-                            self.late_out.push((epoch, late.project(&taken)?));
+                            let rows = Rows {
+                                batch: late.project(&taken)?,
+                                permits: Arc::new(Permits::none()),
+                            };
+                            self.late_out.push((epoch, Payload::Rows(rows)));
                         }
                     }
                 }
@@ -812,6 +813,13 @@ impl WindowRun {
                     return Ok(());
                 };
                 let _ = sink_tx.send(SinkEvent::Watermark(w));
+                if self.query.late.is_some() {
+                    let mark = Mark {
+                        from: self.subtask as u32,
+                        watermark: w,
+                    };
+                    self.late_out.push((epoch, Payload::Mark(mark)));
+                }
                 if let crate::spi::Watermark::EventTime(ns) = w {
                     for fired in state.advance(ns)? {
                         let batch = self.query.project(&fired)?;
