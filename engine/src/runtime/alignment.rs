@@ -3,11 +3,17 @@
 //!
 //! Every source subtask of a group reports its watermark to its process's [`Alignment`];
 //! each process sends the minimum of its members to the leader (`Report::Alignment`) at
-//! most once per update interval and only when it changed; the leader takes the minimum
-//! over processes ([`GroupMinima`]) and broadcasts it (`Control::Alignment`) to every
-//! process, whose sources watch it and pause the splits that ran more than their drift
-//! ahead. A member with no watermark yet, or an idle one, does not hold its group back (a
-//! split that never delivers would otherwise pause every other one for good).
+//! most once per update interval and only when it changed; the leader broadcasts every
+//! process's minimum ([`GroupMinima`], `Control::Alignment`), and a member's group
+//! watermark is the lowest of the other processes' broadcast minima and its own process's
+//! members as they are now ([`AlignmentMember::group_watermark`]): so within a process
+//! nothing is an update interval old, and a source is never paused behind its own stale
+//! watermark. Sources watch it and pause the splits that ran more than their drift ahead.
+//!
+//! A member that has no watermark yet holds its group at the start of time (Flink's
+//! initial watermark), so that a source with a backlog does not run ahead of one that has
+//! not read yet; it stops holding it once it has a watermark or turns idle (an idle
+//! member never holds it: a split that never delivers would pause every other for good).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,45 +21,70 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-/// Group name -> the group's watermark (ns since the Unix epoch): the lowest of its
-/// members that have one and are not idle. A group none of whose members has one is absent.
-pub type GroupWatermarks = Arc<BTreeMap<String, i64>>;
+/// Group name -> process -> the lowest watermark of the process's members (ns since the
+/// Unix epoch; [`HELD`] while one of them has none yet). Members that are idle do not
+/// count; a process all of whose members are idle is absent.
+pub type GroupWatermarks = Arc<BTreeMap<String, BTreeMap<usize, i64>>>;
+
+/// The watermark of a member that has none yet: it holds its group at the start of time.
+pub const HELD: i64 = i64::MIN;
+
+/// What a member last reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberWatermark {
+    /// No watermark yet: holds the group ([`HELD`]).
+    Unknown,
+    /// Idle: does not hold the group.
+    Idle,
+    /// At this watermark (ns since the Unix epoch).
+    At(i64),
+}
+
+impl MemberWatermark {
+    /// What the member holds its group at; `None`: nothing (idle).
+    fn holds(self) -> Option<i64> {
+        match self {
+            MemberWatermark::Unknown => Some(HELD),
+            MemberWatermark::Idle => None,
+            MemberWatermark::At(w) => Some(w),
+        }
+    }
+}
 
 /// One reporting member: a source subtask in a group.
 #[derive(Debug, Clone, Copy)]
 struct Member {
-    /// `None`: unknown yet, or idle.
-    watermark: Option<i64>,
+    watermark: MemberWatermark,
     update_interval: Duration,
 }
 
 /// This process's side: what its members reported, and the leader's latest minima.
 #[derive(Debug)]
 pub(crate) struct Alignment {
+    /// This process's index in the cluster.
+    process: usize,
     /// (group, operator id, subtask) -> what it reported last.
     members: Mutex<BTreeMap<(String, String, usize), Member>>,
     minima: watch::Sender<GroupWatermarks>,
 }
 
-impl Default for Alignment {
-    fn default() -> Self {
+impl Alignment {
+    pub fn new(process: usize) -> Self {
         Alignment {
+            process,
             members: Mutex::new(BTreeMap::new()),
             minima: watch::Sender::new(Arc::new(BTreeMap::new())),
         }
     }
-}
 
-impl Alignment {
-    /// Member `(operator_id, subtask)` of `group` is at `watermark` (`None`: unknown or
-    /// idle); the process forwards its groups' minima at most every `update_interval`
-    /// (the smallest of its members').
+    /// Member `(operator_id, subtask)` of `group` is at `watermark`; the process forwards
+    /// its groups' minima at most every `update_interval` (the smallest of its members').
     pub fn report(
         &self,
         group: &str,
         operator_id: &str,
         subtask: usize,
-        watermark: Option<i64>,
+        watermark: MemberWatermark,
         update_interval: Duration,
     ) {
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
@@ -71,18 +102,34 @@ impl Alignment {
         self.minima.subscribe()
     }
 
-    /// Every group with a member here -> the lowest watermark of its members here (`None`
-    /// while none has one).
+    /// Every group with a member here -> the lowest watermark its members here hold it at
+    /// ([`HELD`] while one has none yet; `None` while all are idle).
     pub fn local(&self) -> BTreeMap<String, Option<i64>> {
         let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         let mut out: BTreeMap<String, Option<i64>> = BTreeMap::new();
         for ((group, _, _), member) in m.iter() {
             let e = out.entry(group.clone()).or_insert(None);
-            if let Some(w) = member.watermark {
+            if let Some(w) = member.watermark.holds() {
                 *e = Some(e.map_or(w, |x| x.min(w)));
             }
         }
         out
+    }
+
+    /// `group`'s watermark for a member here: the lowest of the other processes' last
+    /// broadcast minima and this process's members now; `None` while nothing holds it.
+    fn group_watermark(&self, broadcast: &GroupWatermarks, group: &str) -> Option<i64> {
+        let here = self.local().get(group).copied().flatten();
+        let elsewhere = broadcast.get(group).and_then(|per| {
+            per.iter()
+                .filter(|(p, _)| **p != self.process)
+                .map(|(_, w)| *w)
+                .min()
+        });
+        match (here, elsewhere) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The smallest update interval of the members here; `None` without members.
@@ -92,7 +139,7 @@ impl Alignment {
     }
 
     /// The leader's broadcast.
-    pub fn set_minima(&self, minima: BTreeMap<String, i64>) {
+    pub fn set_minima(&self, minima: BTreeMap<String, BTreeMap<usize, i64>>) {
         self.minima.send_replace(Arc::new(minima));
     }
 }
@@ -126,7 +173,7 @@ impl AlignmentMember {
             update_interval,
             watch,
         };
-        m.report(None);
+        m.report(MemberWatermark::Unknown);
         m
     }
 
@@ -135,10 +182,9 @@ impl AlignmentMember {
         &self.group
     }
 
-    /// This subtask's watermark is `watermark` (ns since the Unix epoch; `None` while it
-    /// has none or is idle: it then does not hold the group back). A map insert; the
-    /// process forwards the change at its next update interval.
-    pub fn report(&self, watermark: Option<i64>) {
+    /// This subtask's watermark is `watermark`. A map insert: members of this process see
+    /// it at once, the process forwards it to the others at its next update interval.
+    pub fn report(&self, watermark: MemberWatermark) {
         self.alignment.report(
             &self.group,
             &self.operator_id,
@@ -148,10 +194,12 @@ impl AlignmentMember {
         );
     }
 
-    /// The group's watermark as the leader last broadcast it (the lowest of its members
-    /// that have one and are not idle, over every process); `None` while none has one.
+    /// The group's watermark (ns since the Unix epoch): the lowest that its members that
+    /// are not idle hold it at, this process's as they are now and the others' as last
+    /// broadcast; [`HELD`] while one has no watermark yet; `None` while nothing holds it.
     pub fn group_watermark(&mut self) -> Option<i64> {
-        self.watch.borrow_and_update().get(&self.group).copied()
+        let broadcast = self.watch.borrow_and_update().clone();
+        self.alignment.group_watermark(&broadcast, &self.group)
     }
 
     /// Resolves when a broadcast arrived since the last [`Self::group_watermark`]; never
@@ -163,27 +211,28 @@ impl AlignmentMember {
     }
 }
 
-/// The leader's side: each process's latest local minima, and the group minima last
-/// broadcast.
+/// The leader's side: each process's latest local minima, and what it broadcast last.
 #[derive(Debug, Default)]
 pub(crate) struct GroupMinima {
     per_process: BTreeMap<usize, BTreeMap<String, Option<i64>>>,
-    sent: BTreeMap<String, i64>,
+    sent: BTreeMap<String, BTreeMap<usize, i64>>,
 }
 
 impl GroupMinima {
-    /// Process `process` reported `groups`; returns the new minima when they changed.
+    /// Process `process` reported `groups`; returns group -> process -> minimum (idle
+    /// processes left out) when it changed.
     pub fn on_report(
         &mut self,
         process: usize,
         groups: BTreeMap<String, Option<i64>>,
-    ) -> Option<BTreeMap<String, i64>> {
+    ) -> Option<BTreeMap<String, BTreeMap<usize, i64>>> {
         self.per_process.insert(process, groups);
-        let mut minima: BTreeMap<String, i64> = BTreeMap::new();
-        for (group, w) in self.per_process.values().flatten() {
-            if let Some(w) = *w {
-                let e = minima.entry(group.clone()).or_insert(w);
-                *e = (*e).min(w);
+        let mut minima: BTreeMap<String, BTreeMap<usize, i64>> = BTreeMap::new();
+        for (p, groups) in &self.per_process {
+            for (group, w) in groups {
+                if let Some(w) = *w {
+                    minima.entry(group.clone()).or_default().insert(*p, w);
+                }
             }
         }
         (minima != self.sent).then(|| {
@@ -196,59 +245,75 @@ impl GroupMinima {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use MemberWatermark::{At, Idle, Unknown};
 
     const S: Duration = Duration::from_secs(1);
 
     #[test]
-    fn a_process_sends_the_lowest_known_watermark_of_each_group() {
-        let a = Alignment::default();
+    fn a_process_sends_the_lowest_watermark_its_members_hold_each_group_at() {
+        let a = Alignment::new(0);
         assert_eq!(a.update_interval(), None);
-        a.report("g", "source-a", 0, Some(50), S);
-        a.report("g", "source-b", 0, None, Duration::from_millis(200));
-        a.report("g", "source-b", 1, Some(20), S);
-        a.report("h", "source-c", 0, None, S);
+        a.report("g", "source-a", 0, At(50), S);
+        a.report("g", "source-b", 0, Idle, Duration::from_millis(200));
+        a.report("g", "source-b", 1, At(20), S);
+        a.report("h", "source-c", 0, Idle, S);
+        a.report("k", "source-d", 0, Unknown, S);
         let local = a.local();
-        assert_eq!(local.get("g"), Some(&Some(20)));
-        assert_eq!(local.get("h"), Some(&None), "unknown or idle: no minimum");
+        assert_eq!(local.get("g"), Some(&Some(20)), "idle members do not count");
+        assert_eq!(local.get("h"), Some(&None), "all idle: nothing held");
+        assert_eq!(local.get("k"), Some(&Some(HELD)), "no watermark yet: held");
         assert_eq!(a.update_interval(), Some(Duration::from_millis(200)));
         // A member's later report replaces its earlier one.
-        a.report("g", "source-b", 1, Some(70), S);
+        a.report("g", "source-b", 1, At(70), S);
         assert_eq!(a.local().get("g"), Some(&Some(50)));
     }
 
     #[test]
-    fn the_leader_broadcasts_the_minimum_over_processes_only_when_it_changes() {
+    fn the_leader_broadcasts_each_processs_minimum_only_when_it_changes() {
         let mut g = GroupMinima::default();
         let m = |v: &[(&str, Option<i64>)]| {
             v.iter()
                 .map(|(k, w)| (k.to_string(), *w))
                 .collect::<BTreeMap<_, _>>()
         };
-        assert_eq!(g.on_report(0, m(&[("g", None)])), None, "nothing known");
+        assert_eq!(g.on_report(0, m(&[("g", None)])), None, "nothing held");
         let first = g.on_report(0, m(&[("g", Some(100))])).expect("a minimum");
-        assert_eq!(first.get("g"), Some(&100));
+        assert_eq!(first["g"], BTreeMap::from([(0, 100)]));
         assert_eq!(g.on_report(0, m(&[("g", Some(100))])), None, "unchanged");
-        // Another process behind: the minimum goes down to it.
-        let lower = g.on_report(1, m(&[("g", Some(40))])).expect("changed");
-        assert_eq!(lower.get("g"), Some(&40));
-        // It turns idle: it no longer holds the group back.
+        let both = g.on_report(1, m(&[("g", Some(40))])).expect("changed");
+        assert_eq!(both["g"], BTreeMap::from([(0, 100), (1, 40)]));
+        // Process 1 turns idle: it is left out.
         let up = g.on_report(1, m(&[("g", None)])).expect("changed");
-        assert_eq!(up.get("g"), Some(&100));
+        assert_eq!(up["g"], BTreeMap::from([(0, 100)]));
     }
 
+    /// A member reads its own process's members as they are now and the others' as last
+    /// broadcast: a source is never held back by its own stale watermark.
     #[tokio::test]
-    async fn a_member_reports_unknown_at_first_and_sees_its_groups_broadcast() {
-        let a = Arc::new(Alignment::default());
+    async fn a_member_sees_its_process_now_and_the_others_as_broadcast() {
+        let a = Arc::new(Alignment::new(1));
         let mut m = AlignmentMember::new(a.clone(), "g", "source-a", 1, S);
-        assert_eq!(a.local().get("g"), Some(&None), "joined, not known yet");
-        m.report(Some(9));
-        assert_eq!(a.local().get("g"), Some(&Some(9)));
-        assert_eq!(m.group_watermark(), None);
-        a.set_minima(BTreeMap::from([("h".to_string(), 1), ("g".to_string(), 7)]));
+        assert_eq!(
+            a.local().get("g"),
+            Some(&Some(HELD)),
+            "joined, no watermark yet"
+        );
+        assert_eq!(m.group_watermark(), Some(HELD), "it holds its own group");
+        m.report(At(9));
+        assert_eq!(m.group_watermark(), Some(9), "its own report, at once");
+        a.set_minima(BTreeMap::from([
+            ("h".to_string(), BTreeMap::from([(0, 1)])),
+            // Process 1's own entry is stale (5): its members now are read instead.
+            ("g".to_string(), BTreeMap::from([(0, 30), (1, 5)])),
+        ]));
         tokio::time::timeout(Duration::from_secs(5), m.changed())
             .await
             .expect("woken by the broadcast");
-        assert_eq!(m.group_watermark(), Some(7));
+        assert_eq!(m.group_watermark(), Some(9));
+        m.report(At(50));
+        assert_eq!(m.group_watermark(), Some(30), "process 0 is behind");
+        m.report(Idle);
+        assert_eq!(m.group_watermark(), Some(30), "only process 0 holds it");
         assert!(
             tokio::time::timeout(Duration::from_millis(20), m.changed())
                 .await

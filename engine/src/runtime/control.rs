@@ -27,10 +27,10 @@ pub(crate) enum Control {
     Commit { epoch: u64 },
     /// The final checkpoint committed: stop sources and close sinks.
     Stop,
-    /// The watermark of each alignment group (`runtime::alignment`): the lowest over
-    /// its members that have one and are not idle; a group without one is absent.
+    /// Per alignment group, each process's lowest watermark of its members that are not
+    /// idle (`runtime::alignment`); a process with none is absent.
     Alignment {
-        groups: std::collections::BTreeMap<String, i64>,
+        groups: std::collections::BTreeMap<String, std::collections::BTreeMap<usize, i64>>,
     },
     /// The job failed: stop at once, acknowledge nothing more, exit non-zero.
     Abort { reason: String },

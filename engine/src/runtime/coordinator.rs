@@ -258,7 +258,7 @@ pub async fn run_pipeline(
         flow,
         coordinator: coord_tx.clone(),
         aborted: Arc::new(AtomicBool::new(false)),
-        alignment: Default::default(),
+        alignment: Arc::new(super::alignment::Alignment::new(process)),
     };
     let flags = WorkerFlags {
         abort: shared.aborted.clone(),

@@ -187,7 +187,7 @@ mod tests {
             flow: crate::runtime::Flow::new(0, 1, 1, 10, &Default::default(), Default::default()).0,
             coordinator: coord,
             aborted: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            alignment: Default::default(),
+            alignment: Arc::new(crate::runtime::alignment::Alignment::new(0)),
         };
         let ctx = OperatorContext {
             task_info: TaskInfo {

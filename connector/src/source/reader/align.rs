@@ -2,14 +2,16 @@
 //! `scan.watermark.alignment.*`; decision 0042).
 //!
 //! The subtask reports its watermark to its group at each watermark advance and reads the
-//! group's (the lowest over every member, computed by the leader). A split whose own
+//! group's (the lowest over every member: this process's as they are now, the others' as
+//! the leader last broadcast them; a member without a watermark yet holds the group at
+//! the start of time until it has one or turns idle). A split whose own
 //! watermark is more than `max-drift` ahead of the group's is paused: its deliveries go to
 //! its paused buffer instead of into rows, so its watermark stops rising, and at the
 //! `scan.paused-split-buffer.*` caps it is parked (its paused messages nacked, never
 //! emitted; its streams stopped). It resumes once the group comes within the drift: its
 //! paused buffer is decoded first, in delivery order, and a parked split reopens.
 
-use pubsub_engine::runtime::alignment::AlignmentMember;
+use pubsub_engine::runtime::alignment::{AlignmentMember, MemberWatermark, HELD};
 
 use super::watermark::WatermarkStatus;
 use super::*;
@@ -18,7 +20,7 @@ use super::*;
 pub(super) struct Aligned {
     pub(super) member: AlignmentMember,
     max_drift_ns: i64,
-    /// The group's watermark as last broadcast.
+    /// The group's watermark as last read (at a broadcast or an advance).
     group_ns: Option<i64>,
 }
 
@@ -46,11 +48,15 @@ impl SourceReader {
     /// At a watermark advance: reports the subtask's watermark to its group and pauses or
     /// resumes its splits.
     pub(super) fn align(&mut self, status: WatermarkStatus, now: Instant) {
-        let Some(a) = self.alignment.as_ref() else {
+        let Some(a) = self.alignment.as_mut() else {
             return;
         };
-        a.member
-            .report(status.watermark_ns.filter(|_| !status.idle));
+        a.member.report(match status.watermark_ns {
+            _ if status.idle => MemberWatermark::Idle,
+            Some(w) => MemberWatermark::At(w),
+            None => MemberWatermark::Unknown,
+        });
+        a.group_ns = a.member.group_watermark();
         self.pause_or_resume(now);
     }
 
@@ -92,8 +98,10 @@ impl SourceReader {
             if let (true, Some(c)) = (pause, self.counters.as_ref()) {
                 c.alignment_pauses.add(1);
             }
-            let ms = |ns: Option<i64>| {
-                ns.map_or("none".to_string(), |n| n.div_euclid(1_000_000).to_string())
+            let ms = |ns: Option<i64>| match ns {
+                None => "none".to_string(),
+                Some(HELD) => "held (a member has no watermark yet)".to_string(),
+                Some(n) => n.div_euclid(1_000_000).to_string(),
             };
             tracing::debug!(
                 subscription = %s.subscription,
@@ -140,6 +148,10 @@ mod tests {
         assert!(!must_pause(Some(50), Some(100), 30), "behind the group");
         assert!(!must_pause(None, Some(100), 30), "has not delivered");
         assert!(!must_pause(Some(i64::MAX), None, 30), "no member known");
+        assert!(
+            must_pause(Some(i64::MIN + 31), Some(i64::MIN), 30),
+            "a member without a watermark holds the group at the start of time"
+        );
         assert!(
             !must_pause(Some(i64::MAX), Some(i64::MAX - 1), 30),
             "no overflow"
