@@ -121,3 +121,69 @@ async fn a_source_ahead_of_its_group_pauses_parks_and_resumes_and_writes_every_m
     }
     println!("alignment: {}", out.lines().last().unwrap_or_default());
 }
+
+/// A member that has not read yet holds its group at the start (Flink's initial minimum):
+/// a backlog 200 s ahead writes no more than the message each split learns its watermark
+/// from before the slow source's first message. Before, it ran free (all 300) until the
+/// slow source reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_without_a_watermark_yet_holds_its_group_at_the_start() {
+    let slow = topics("align-held-slow", 10).await;
+    let fast = topics("align-held-fast", 10).await;
+    admin::publish_all(&profile(), &fast.input, payloads("f", 200), 2000)
+        .await
+        .unwrap();
+    let sql = format!(
+        "{}{}CREATE TABLE out (k TEXT, ts TIMESTAMP) WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+            'emulator-endpoint' = '{e}');
+         INSERT INTO out SELECT k, ts FROM slow;
+         INSERT INTO out SELECT k, ts FROM fast;",
+        table("slow", &slow.input_sub, "").replace(
+            "'scan.watermark.idle-timeout' = '3s'",
+            "'scan.watermark.idle-timeout' = '20s'"
+        ),
+        table("fast", &fast.input_sub, ""),
+        out = slow.output,
+        e = endpoint()
+    );
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&[
+        "--workers",
+        "2",
+        "--checkpoint-interval",
+        "500ms",
+        "--stop-when-idle",
+        "5s",
+    ]);
+    wait_until("two checkpoints", Duration::from_secs(60), || {
+        w.checkpoint_epoch().is_some_and(|e| e >= 2)
+    })
+    .await;
+    let early = admin::drain_messages(
+        &profile(),
+        &slow.output_sub,
+        1,
+        None,
+        Duration::from_secs(3),
+    )
+    .await
+    .unwrap();
+    // A split learns its watermark from the message it decodes: each of the fast
+    // source's two splits (one per worker) writes that one, then pauses.
+    assert!(
+        early.len() <= 2,
+        "{} rows written while the slow source had no watermark",
+        early.len()
+    );
+    // The slow source's first 20 s of event time: the fast one (200 s ahead, 10 s drift)
+    // stays paused until the slow one is idle (20 s), then writes everything.
+    let first: Vec<Vec<u8>> = payloads("s", 0).into_iter().take(20).collect();
+    admin::publish_all(&profile(), &slow.input, first, 2000)
+        .await
+        .unwrap();
+    let (code, out, err) = finish(child, Duration::from_secs(240)).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(summary_count(&out, "alignment pauses:") >= 1, "{out}");
+    assert_eq!(summary_count(&out, "rows written:"), N + 20, "{out}");
+}

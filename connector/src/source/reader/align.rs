@@ -25,11 +25,14 @@ pub(super) struct Aligned {
 }
 
 impl Aligned {
-    pub(super) fn new(member: AlignmentMember, max_drift: Duration) -> Self {
+    pub(super) fn new(mut member: AlignmentMember, max_drift: Duration) -> Self {
+        // Held by this member itself until its first advance: no message is taken into
+        // rows before the group's watermark is read.
+        let group_ns = member.group_watermark();
         Aligned {
             member,
             max_drift_ns: i64::try_from(max_drift.as_nanos()).unwrap_or(i64::MAX),
-            group_ns: None,
+            group_ns,
         }
     }
 }
