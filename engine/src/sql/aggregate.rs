@@ -338,7 +338,7 @@ pub(crate) fn plan_windowed(
         }
         if f.params.filter.is_some() {
             return Err(fail(format!(
-                "{name}(...) FILTER (WHERE ...) is not supported yet"
+                "{name}(...) FILTER (WHERE ...) is not supported yet: put the condition in the argument, e.g. count(CASE WHEN cond THEN 1 END) or sum(CASE WHEN cond THEN x END)"
             )));
         }
         if !f.params.order_by.is_empty() {

@@ -32,6 +32,12 @@ impl Dialect for PipelineDialect {
         self.base.is_delimited_identifier_start(ch)
     }
 
+    /// `count(*) FILTER (WHERE ...)` parses (as in PostgreSQL), so that the planner can
+    /// refuse it by name and position instead of a syntax error elsewhere in the line.
+    fn supports_filter_during_aggregation(&self) -> bool {
+        self.base.supports_filter_during_aggregation()
+    }
+
     /// `METADATA FROM 'key'` becomes `ColumnOption::DialectSpecific([METADATA, FROM, 'key'])`.
     fn parse_column_option(
         &self,

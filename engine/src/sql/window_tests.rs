@@ -267,6 +267,11 @@ fn windows_are_refused_with_their_reason_and_position() {
         "SELECT first_value(v) FROM src GROUP BY TUMBLE(INTERVAL '1' SECOND)",
         "depends on the order rows arrive in",
     );
+    // Found by a newcomer: FILTER was a syntax error pointing at the window's INTERVAL.
+    refused(
+        "SELECT count(*) FILTER (WHERE v > 1) FROM src GROUP BY TUMBLE(INTERVAL '1' SECOND)",
+        "FILTER (WHERE ...) is not supported yet: put the condition in the argument, e.g. count(CASE WHEN cond THEN 1 END)",
+    );
     // Without GROUP BY, the stateless planner says what is missing.
     let stateless = |select: &str| {
         let sql = format!(
