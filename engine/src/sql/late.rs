@@ -86,7 +86,7 @@ pub(crate) fn plan_late_queries(
             .inserts
             .pop()
             .ok_or_else(|| e("the late rows' query did not parse".into()))?;
-        let what = format!("the late rows of {} into '{table}'", q.id);
+        let what = format!("the late rows of '{source}' into '{table}'");
         let mut late = plan_query(
             format!("{}-late", q.id),
             &ins,
@@ -94,7 +94,12 @@ pub(crate) fn plan_late_queries(
             q.source.clone(),
             sink,
         )
-        .map_err(|x| e(x.0))?;
+        .map_err(|x| {
+            e(format!(
+                "{}; the late-rows table takes the source's columns by name, each as a type that holds it exactly: change the column of '{table}' (there is no query to CAST in)",
+                without_position(&x.0)
+            ))
+        })?;
         if late.route_by.is_some() {
             return Err(e(
                 "routes rows by an ordering key, and late rows have no order to keep; name a table without one".into(),
@@ -110,6 +115,16 @@ pub(crate) fn plan_late_queries(
     }
     queries.extend(late_queries);
     Ok(())
+}
+
+/// `message` without its `(line N, column M)`: a place in the generated INSERT, which the
+/// user never wrote.
+fn without_position(message: &str) -> String {
+    let Some(i) = message.find(" (line ") else {
+        return message.to_string();
+    };
+    let end = message[i..].find(')').map_or(message.len(), |j| i + j + 1);
+    format!("{}{}", &message[..i], &message[end..])
 }
 
 /// `name` as a quoted SQL identifier.

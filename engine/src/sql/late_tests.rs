@@ -111,7 +111,18 @@ fn a_bad_late_rows_table_is_refused_naming_the_option_and_its_value() {
     )
     .err()
     .unwrap();
-    assert!(e.contains("extra"), "{e}");
+    assert!(
+        e.contains("column 'extra' does not exist in table 'src'"),
+        "{e}"
+    );
+    assert!(e.contains("change the column of 'late'"), "{e}");
+    assert!(
+        !e.contains("(line"),
+        "no place in a query the user never wrote: {e}"
+    );
+    // A misspelt option gets a did-you-mean like every other.
+    let e = plan(", 'scan.late-row.table' = 'late'", "").err().unwrap();
+    assert!(e.contains("did you mean 'scan.late-rows.table'"), "{e}");
 }
 
 #[test]

@@ -817,7 +817,15 @@ fn plan_table(
             )));
         }
     }
-    let mut known = vec!["connector", "format", "json.timestamp-format"];
+    // Every option the engine reads, so that a misspelt one gets a did-you-mean.
+    let mut known = vec![
+        "connector",
+        "format",
+        "json.timestamp-format",
+        "event_time_field",
+        "watermark_field",
+        super::late::OPTION,
+    ];
     known.extend_from_slice(connector.known_options());
     options.finish(&known).map_err(|x| e(x.to_string()))?;
     if late_rows.is_some() && connection.connection_type == ConnectionType::Sink {
