@@ -27,14 +27,27 @@ fn payloads(prefix: &str, start_s: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn table(name: &str, sub: &str, extra: &str) -> String {
+/// A table of the group `g` (10 s drift), idle after `idle`.
+fn table(name: &str, sub: &str, idle: &str, extra: &str) -> String {
     format!(
         "CREATE TABLE {name} (k TEXT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH (
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
             'emulator-endpoint' = '{e}',
             'scan.watermark.alignment.group' = 'g', 'scan.watermark.alignment.max-drift' = '10s',
             'scan.watermark.alignment.update-interval' = '100ms',
-            'scan.watermark.idle-timeout' = '3s'{extra});\n",
+            'scan.watermark.idle-timeout' = '{idle}'{extra});\n",
+        e = endpoint()
+    )
+}
+
+/// Tables `slow` and `fast` (their DDL) both written to topic `out`.
+fn pipeline(slow: &str, fast: &str, out: &str) -> String {
+    format!(
+        "{slow}{fast}CREATE TABLE out (k TEXT, ts TIMESTAMP) WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+            'emulator-endpoint' = '{e}');
+         INSERT INTO out SELECT k, ts FROM slow;
+         INSERT INTO out SELECT k, ts FROM fast;",
         e = endpoint()
     )
 }
@@ -54,24 +67,20 @@ async fn a_source_ahead_of_its_group_pauses_parks_and_resumes_and_writes_every_m
     // The slow source reads its backlog at 50 messages (50 s of event time) per second;
     // the fast one is 200 s ahead, with a paused buffer of 20 messages, and its stopped
     // streams' deliveries return after 10 s (the stream ack deadline).
-    let sql = format!(
-        "{}{}CREATE TABLE out (k TEXT, ts TIMESTAMP) WITH (
-            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
-            'emulator-endpoint' = '{e}');
-         INSERT INTO out SELECT k, ts FROM slow;
-         INSERT INTO out SELECT k, ts FROM fast;",
-        table(
+    let sql = pipeline(
+        &table(
             "slow",
             &slow.input_sub,
-            ", 'scan.rate-limit.messages-per-second' = '50'"
+            "3s",
+            ", 'scan.rate-limit.messages-per-second' = '50'",
         ),
-        table(
+        &table(
             "fast",
             &fast.input_sub,
-            ", 'scan.paused-split-buffer.max-messages' = '20', 'scan.ack.max-duration-per-extension' = '10s'"
+            "3s",
+            ", 'scan.paused-split-buffer.max-messages' = '20', 'scan.ack.max-duration-per-extension' = '10s'",
         ),
-        out = slow.output,
-        e = endpoint()
+        &slow.output,
     );
     let w = Workdir::new(&sql);
     let child = w.spawn(&["--checkpoint-interval", "500ms", "--stop-when-idle", "5s"]);
@@ -133,19 +142,10 @@ async fn a_source_without_a_watermark_yet_holds_its_group_at_the_start() {
     admin::publish_all(&profile(), &fast.input, payloads("f", 200), 2000)
         .await
         .unwrap();
-    let sql = format!(
-        "{}{}CREATE TABLE out (k TEXT, ts TIMESTAMP) WITH (
-            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
-            'emulator-endpoint' = '{e}');
-         INSERT INTO out SELECT k, ts FROM slow;
-         INSERT INTO out SELECT k, ts FROM fast;",
-        table("slow", &slow.input_sub, "").replace(
-            "'scan.watermark.idle-timeout' = '3s'",
-            "'scan.watermark.idle-timeout' = '20s'"
-        ),
-        table("fast", &fast.input_sub, ""),
-        out = slow.output,
-        e = endpoint()
+    let sql = pipeline(
+        &table("slow", &slow.input_sub, "20s", ""),
+        &table("fast", &fast.input_sub, "3s", ""),
+        &slow.output,
     );
     let w = Workdir::new(&sql);
     let child = w.spawn(&[

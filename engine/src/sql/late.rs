@@ -127,7 +127,7 @@ fn without_position(message: &str) -> String {
     format!("{}{}", &message[..i], &message[end..])
 }
 
-/// `name` as a quoted SQL identifier.
+/// `name` as a quoted SQL identifier (sqlparser doubles a quote inside it).
 fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+    sqlparser::ast::Ident::with_quote('"', name).to_string()
 }
