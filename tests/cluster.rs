@@ -15,7 +15,7 @@ use tokio::process::{Child, Command};
 const LIMIT: Duration = Duration::from_secs(240);
 
 /// Free loopback ports, one per process, written as a `--hosts` file in `dir`.
-fn hosts_file(dir: &Path, processes: usize) -> (PathBuf, Vec<String>) {
+pub(crate) fn hosts_file(dir: &Path, processes: usize) -> (PathBuf, Vec<String>) {
     let hosts: Vec<String> = (0..processes)
         .map(|_| {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -27,7 +27,7 @@ fn hosts_file(dir: &Path, processes: usize) -> (PathBuf, Vec<String>) {
     (path, hosts)
 }
 
-fn spawn_process(
+pub(crate) fn spawn_process(
     w: &Workdir,
     hosts: &Path,
     processes: usize,

@@ -11,6 +11,7 @@ mod cluster;
 mod credentials;
 mod dead_letter;
 mod decode;
+mod dedup_cluster;
 mod event_time;
 mod exactly_once;
 mod expressions;

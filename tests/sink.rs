@@ -1117,6 +1117,7 @@ async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
     let schema = ConnectionSchema::json(vec![SourceField::new("seq", FieldType::Bigint)]);
     let op = OperatorConfig {
         drop_replays: false,
+        dedup_in_dataflow: false,
         format: Format::Json,
         bad_data: BadData::Fail,
         schema,

@@ -293,6 +293,18 @@ impl pubsub_engine::Connector for PubSubConnector {
         matches!(table, PubSubTable::Sink(s) if s.record_id_attribute.is_some())
     }
 
+    /// A source with `scan.dedup.attribute` drops copies by that id (decision 0046).
+    fn source_dedup(
+        &self,
+        _profile: &PubSubProfile,
+        table: &PubSubTable,
+    ) -> Option<pubsub_engine::dedup::DedupSpec> {
+        match table {
+            PubSubTable::Source(s) => s.dedup.as_ref().map(crate::source::dedup_spec),
+            PubSubTable::Sink(_) => None,
+        }
+    }
+
     /// A source fills the record key: the deduplication attribute's value, or the
     /// subscription and message id (`pubsub_engine::record_id`).
     fn source_record_keys(&self) -> bool {
@@ -362,15 +374,6 @@ impl pubsub_engine::Connector for PubSubConnector {
         };
         let profile = profile.clone();
         Box::pin(async move {
-            if config.dedup.is_some() && ctx.processes > 1 {
-                // Copies of one record may reach any process; one set per process would
-                // miss those that reach two.
-                return Err(ConfigError::wrap(anyhow::anyhow!(
-                    "option '{}' needs the job to run as one process (any --workers): copies of a record may reach any process, and the ids seen are shared within a process only; this job runs as {} processes",
-                    pubsub_table_options::DEDUP_ATTRIBUTE,
-                    ctx.processes
-                )));
-            }
             let source = PubSubSource::from_config(profile, config).map_err(ConfigError::wrap)?;
             // Each subtask records in its state which subscriptions were positioned, so a
             // restore positions only the ones added since.

@@ -5,6 +5,7 @@
 //!
 //! This crate knows nothing of Pub/Sub (SPEC section 3).
 
+pub mod dedup;
 pub mod duration;
 pub mod format;
 pub mod graph;

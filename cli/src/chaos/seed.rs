@@ -1,6 +1,7 @@
 //! One seed of the campaign, in order: fresh topics and subscriptions; hop1 started and a
 //! publisher under way; the fault schedule (`supervise.rs`); hop1's final run to
-//! completion; hop2 (deduplicating hop1's output, without faults) run to completion
+//! completion; hop2 (deduplicating hop1's output, without faults, on as many processes as
+//! hop1) run to completion
 //! while the campaign reads what is left; then the checks (`check.rs`, `rules.rs`).
 //!
 //! hop2 runs after hop1's final run, bounded by `--stop-when-idle`, rather than beside
@@ -182,8 +183,18 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
 
     // hop2 to completion, while what hop1 left is read: unread input (past the 10 s
     // lease extension: a message stranded in a stream that closed counts as unread, not
-    // lost), every copy hop1 wrote, every dead letter.
-    let mut hop2 = Pipeline::new(&env.exe, &dir, "hop2", 1, workers, HOP2_INTERVAL, &secret);
+    // lost), every copy hop1 wrote, every dead letter. As many processes as hop1: on a
+    // cluster, copies of one record reach either process and are dropped behind the
+    // exchange by record id (decision 0046).
+    let mut hop2 = Pipeline::new(
+        &env.exe,
+        &dir,
+        "hop2",
+        schedule.processes,
+        workers,
+        HOP2_INTERVAL,
+        &secret,
+    );
     std::fs::write(
         hop2.file(),
         super::sql::hop2(PROJECT, &topics.hop2_subs, &topics.last, &env.proxy),

@@ -213,7 +213,8 @@ impl PubSubSourceBuilder {
     /// yields no row (counted `messages_deduplicated`). Messages without the attribute
     /// pass through (counted `messages_without_dedup_attribute`). The ids seen are part
     /// of the checkpoint. `window` is at least 1 s (default bound: 1,000,000 ids, see
-    /// [`Self::dedup_max_ids`]). One process per job (refused in a cluster of several).
+    /// [`Self::dedup_max_ids`]). In a cluster of several processes the queries' sink
+    /// operators check the ids, behind the keyed exchange (decision 0046).
     pub fn dedup(mut self, attribute: impl Into<String>, window: std::time::Duration) -> Self {
         let mut d = pubsub_schema::DedupConfig::new(attribute);
         d.window_ms = window.as_millis().try_into().unwrap_or(u64::MAX);

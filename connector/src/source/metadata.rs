@@ -13,7 +13,10 @@ use crate::connector::{
 /// `subscription` (the id it was read from), `delivery-attempt` (NULL without a
 /// dead-letter policy), and the hidden record key ([`pubsub_engine::record_id`]: the value
 /// of attribute `dedup_attribute` when given and present, else the subscription's path
-/// and the message id). An unknown key gives NULL (the planner refuses unknown keys).
+/// and the message id); in a cluster the hidden deduplication key (the attribute's value,
+/// NULL when absent or empty), message (subscription and message id) and publish time
+/// ([`pubsub_engine::dedup`]). An unknown key
+/// gives NULL (the planner refuses unknown keys).
 pub fn metadata_values<'a>(
     keys: impl IntoIterator<Item = &'a str>,
     m: &Message,
@@ -24,9 +27,11 @@ pub fn metadata_values<'a>(
     keys.into_iter()
         .map(|key| match key {
             MESSAGE_ID => FieldValue::String(m.message_id.clone()),
-            PUBLISH_TIME => m.publish_time.as_ref().map_or(FieldValue::Null, |t| {
-                FieldValue::TimestampNanos(t.seconds() * 1_000_000_000 + i64::from(t.nanos()))
-            }),
+            PUBLISH_TIME | pubsub_engine::dedup::DEDUP_PUBLISHED => {
+                m.publish_time.as_ref().map_or(FieldValue::Null, |t| {
+                    FieldValue::TimestampNanos(t.seconds() * 1_000_000_000 + i64::from(t.nanos()))
+                })
+            }
             ATTRIBUTES => {
                 let sorted: std::collections::BTreeMap<_, _> = m.attributes.iter().collect();
                 FieldValue::String(serde_json::to_string(&sorted).unwrap_or_default())
@@ -42,6 +47,15 @@ pub fn metadata_values<'a>(
                     Some(upstream) => upstream.clone(),
                     None => pubsub_engine::record_id::message_key(subscription, &m.message_id),
                 })
+            }
+            pubsub_engine::dedup::DEDUP_MESSAGE => FieldValue::String(
+                pubsub_engine::record_id::message_key(subscription, &m.message_id),
+            ),
+            pubsub_engine::dedup::DEDUP_KEY => {
+                match dedup_attribute.and_then(|a| m.attributes.get(a)) {
+                    Some(id) if !id.is_empty() => FieldValue::RowKey(id.clone()),
+                    _ => FieldValue::Null,
+                }
             }
             _ => FieldValue::Null,
         })

@@ -23,7 +23,7 @@
 pub mod backoff;
 pub mod builder;
 pub mod create;
-pub mod dedup;
+pub use pubsub_engine::dedup;
 pub mod event_time;
 mod lease;
 mod metadata;
@@ -76,16 +76,10 @@ pub const PULL_RECONNECTS: &str = "pull_reconnects";
 /// Counter: splits parked because they could not emit and their paused buffer was full
 /// (`scan.paused-split-buffer.*`); each reopens once it can emit again.
 pub const SPLITS_PARKED: &str = "splits_parked";
-/// Counter: messages dropped as copies of a record already seen (`scan.dedup.*`),
-/// acknowledged with the next checkpoint.
-pub const MESSAGES_DEDUPLICATED: &str = "messages_deduplicated";
+pub use pubsub_engine::dedup::{MESSAGES_BEHIND_DEDUP_WINDOW, MESSAGES_DEDUPLICATED};
 /// Counter: messages without the deduplication attribute, or with an empty value
 /// (passed through).
 pub const MESSAGES_WITHOUT_DEDUP_ATTRIBUTE: &str = "messages_without_dedup_attribute";
-/// Counter: messages delivered more than `scan.dedup.window` behind the newest publish
-/// time the table has seen: checked against the ids held, but outside the guarantee (a
-/// copy of one may pass).
-pub const MESSAGES_BEHIND_DEDUP_WINDOW: &str = "messages_behind_dedup_window";
 /// Gauge: messages held (received, not yet acknowledged) by the subtask.
 pub const PENDING_ACKS: &str = "pending_acks";
 /// Gauge: payload bytes held by the subtask.
@@ -122,3 +116,14 @@ pub const MESSAGES_REPLAYED: &str = "messages_replayed";
 pub const SPLITS_PAUSED_FOR_ALIGNMENT: &str = "splits_paused_for_alignment";
 /// Counter: times watermark alignment paused one of the subtask's splits.
 pub const ALIGNMENT_PAUSES: &str = "alignment_pauses";
+
+/// The window and bound of `d`, with the options naming them.
+pub(crate) fn dedup_spec(d: &pubsub_schema::DedupConfig) -> dedup::DedupSpec {
+    dedup::DedupSpec {
+        window_ms: d.window_ms,
+        max_ids: d.max_ids,
+        window_option: pubsub_table_options::DEDUP_WINDOW,
+        max_ids_option: pubsub_table_options::DEDUP_MAX_IDS,
+        attribute_option: pubsub_table_options::DEDUP_ATTRIBUTE,
+    }
+}

@@ -166,6 +166,10 @@ pub async fn run_pipeline(
     let leads = process == 0;
     plan.bind_job(&config.job_id)
         .map_err(|e| fail(ConfigError::wrap(e), &summary))?;
+    if processes > 1 {
+        plan.dedup_in_dataflow()
+            .map_err(|e| fail(ConfigError::wrap(anyhow!(e.0)), &summary))?;
+    }
     // Only the leader writes checkpoints; the other processes read the same state.
     let store = CheckpointStore::open(&config.state_dir, leads)
         .await
@@ -289,6 +293,14 @@ pub async fn run_pipeline(
             format!("sink table '{name}' of {} ({})", q.id, q.text),
         );
         all_sinks.extend((0..total_workers).map(|g| (sink_id.clone(), g)));
+        if crate::sql::dedup_columns(&q.source).is_some() {
+            let dedup_id = format!("{}-dedup", q.id);
+            describe.insert(
+                dedup_id.clone(),
+                format!("the deduplication of {} ({})", q.id, q.text),
+            );
+            all_windows.extend((0..total_workers).map(|g| (dedup_id.clone(), g)));
+        }
         if q.window.is_some() {
             let window_id = format!("{}-window", q.id);
             describe.insert(
@@ -313,6 +325,14 @@ pub async fn run_pipeline(
                 .cloned()
                 .unwrap_or_default()
         };
+        // Every subtask's restored state of operator `id`.
+        let restored_states = |id: &str| -> Vec<OperatorState> {
+            restored
+                .as_ref()
+                .and_then(|m| m.operators.get(id))
+                .map(|s| s.values().cloned().collect())
+                .unwrap_or_default()
+        };
         let task = |id: &str, name: &str| TaskInfo {
             job_id: config.job_id.clone(),
             operator_id: id.to_string(),
@@ -330,6 +350,8 @@ pub async fn run_pipeline(
                 .queries
                 .iter()
                 .any(|q| q.window.is_some() && &q.source.connection.name == name);
+            op_config.dedup_in_dataflow =
+                processes > 1 && table.connector.source_dedup(&table.connection).is_some();
             let ConstructedOperator::Source(src_op) = table
                 .connector
                 .make_operator(&table.connection, op_config)
@@ -357,6 +379,13 @@ pub async fn run_pipeline(
                     .and_then(|m| m.operators.get(&src_id))
                     .cloned()
                     .unwrap_or_default(),
+                // As one process, the ids its queries held in a cluster (decision 0046).
+                restored_dedup: plan
+                    .queries
+                    .iter()
+                    .filter(|q| &q.source.connection.name == name && processes == 1)
+                    .flat_map(|q| restored_states(&format!("{}-dedup", q.id)))
+                    .collect(),
                 checkpoint_interval: config.checkpoint_interval,
                 coordinator: coord_tx.clone(),
                 pull_state: pull_state.clone(),
@@ -460,6 +489,32 @@ pub async fn run_pipeline(
                     id,
                 }
             });
+            let dedup = crate::sql::dedup_columns(&q.source).map(|columns| {
+                let id = format!("{}-dedup", q.id);
+                // The first query reading the table counts its messages.
+                let counts = plan
+                    .queries
+                    .iter()
+                    .find(|o| o.source.connection.name == q.source.connection.name)
+                    .is_some_and(|o| o.id == q.id);
+                let src_id = format!("source-{}", q.source.connection.name);
+                super::dedup_stage::DedupPlumbing {
+                    // Its own ids, and the table's from a run as one process.
+                    restore: restored_states(&id)
+                        .into_iter()
+                        .chain(restored_states(&src_id))
+                        .collect(),
+                    columns,
+                    counters: counts.then(|| {
+                        (
+                            metrics.counter(crate::dedup::MESSAGES_DEDUPLICATED, &id, g),
+                            metrics.counter(crate::dedup::MESSAGES_BEHIND_DEDUP_WINDOW, &id, g),
+                        )
+                    }),
+                    coordinator: coord_tx.clone(),
+                    id,
+                }
+            });
             plumbing.sinks.push(SinkPlumbing {
                 id: sink_id,
                 query: q.clone(),
@@ -468,6 +523,7 @@ pub async fn run_pipeline(
                 sink_done_rx: done_rx,
                 sink_activator,
                 window,
+                dedup,
             });
         }
     }

@@ -19,6 +19,7 @@ use timely::dataflow::ProbeHandle;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::control::{Control, Report};
+use super::dedup_stage::DedupRun;
 use super::route::{split_by_key, Payload, Routed};
 use super::watermarks::{InputWatermarks, Mark};
 use super::{ActivatorSlot, CoordEvent, Flow, Permits, Rows, SinkEvent, SourceEvent};
@@ -43,6 +44,9 @@ pub(crate) struct SinkPlumbing {
     pub sink_activator: ActivatorSlot,
     /// A windowed query: its window runs in the sink operator, before the sink task.
     pub window: Option<WindowPlumbing>,
+    /// A query over a deduplicating table in a cluster: the check runs in the sink
+    /// operator, behind the exchange by record id (decision 0046).
+    pub dedup: Option<super::dedup_stage::DedupPlumbing>,
 }
 
 /// One worker's window subtask of a windowed query.
@@ -283,7 +287,10 @@ pub(crate) fn run_worker(
             let processes = (peers as usize).div_ceil(flow.workers);
             // The sink subtasks a source subtask's rows (and so its watermarks) may reach:
             // every one under a keyed exchange, else the one on its own worker.
-            let keyed = sink.query.route_by.is_some() || sink.query.window.is_some();
+            let keyed = sink.query.route_by.is_some()
+                || sink.query.window.is_some()
+                || sink.dedup.is_some();
+            let dedup_key = sink.dedup.as_ref().map(|d| d.columns.key);
             let upstream_of = move |w: u64| -> Vec<u64> {
                 if keyed {
                     (0..peers).collect()
@@ -356,6 +363,15 @@ pub(crate) fn run_worker(
                                             .and_then(|batch| {
                                                 super::window::split_by_group(w, c, &batch, peers)
                                             }),
+                                        // Source rows, projected behind the check.
+                                        _ if dedup_key.is_some() => {
+                                            super::dedup_stage::split_by_id(
+                                                &rows.batch,
+                                                dedup_key.expect("checked"),
+                                                peers,
+                                                index as u64,
+                                            )
+                                        }
                                         _ => {
                                             query.project(&rows.batch).and_then(|batch| match query
                                                 .route_by
@@ -575,12 +591,14 @@ where
         sink_done_rx,
         sink_activator,
         window,
+        dedup,
         ..
     } = sink;
     let worker_ref = rows.scope().worker();
     let subtask = worker_ref.index();
     let peers = worker_ref.peers() as u64;
-    let mut window = window.map(|w| WindowRun::new(w, query, subtask, peers, start_epoch));
+    let mut dedup = dedup.map(|d| DedupRun::new(d, subtask, peers, start_epoch));
+    let mut window = window.map(|w| WindowRun::new(w, query.clone(), subtask, peers, start_epoch));
     rows.unary_frontier::<CapacityContainerBuilder<Vec<Routed>>, _, _, _>(
         pact,
         &id,
@@ -618,9 +636,30 @@ where
                             continue;
                         }
                         match payload {
-                            Payload::Rows(rows) => {
-                                let _ = sink_tx.send(SinkEvent::Batch(rows));
-                            }
+                            Payload::Rows(rows) => match dedup.as_mut() {
+                                None => {
+                                    let _ = sink_tx.send(SinkEvent::Batch(rows));
+                                }
+                                Some(d) => {
+                                    // Source rows: the copies out, then the SELECT.
+                                    let Some(batch) = d.filter(t, &rows.batch) else {
+                                        continue;
+                                    };
+                                    if batch.num_rows() == 0 {
+                                        continue;
+                                    }
+                                    match query.project(&batch) {
+                                        Ok(batch) if batch.num_rows() > 0 => {
+                                            let _ = sink_tx.send(SinkEvent::Batch(Rows {
+                                                batch,
+                                                permits: rows.permits,
+                                            }));
+                                        }
+                                        Ok(_) => {}
+                                        Err(e) => d.fail(e),
+                                    }
+                                }
+                            },
                             Payload::Mark(mark) => {
                                 if let Some(w) = watermarks.update(mark) {
                                     let _ = sink_tx.send(SinkEvent::Watermark(w));
@@ -629,6 +668,9 @@ where
                         }
                     }
                 });
+                if let Some(d) = dedup.as_mut() {
+                    d.step(frontier.frontier().first().copied());
+                }
                 if let Some(w) = window.as_mut() {
                     let f = frontier.frontier().first().copied();
                     w.step(f, &mut watermarks, &sink_tx);

@@ -8,6 +8,7 @@ mod cluster;
 mod control;
 mod coordinator;
 mod dataflow;
+mod dedup_stage;
 mod flow;
 mod job_log;
 mod leader;

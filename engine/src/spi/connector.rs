@@ -292,6 +292,21 @@ pub trait Connector: Send + Sync + 'static {
         None
     }
 
+    /// A source table that drops copies of a record by its id (decision 0046): its
+    /// window and bound. Its sources then fill the metadata keys
+    /// [`DEDUP_KEY`](crate::dedup::DEDUP_KEY) and
+    /// [`DEDUP_PUBLISHED`](crate::dedup::DEDUP_PUBLISHED); with one process they drop
+    /// copies themselves, in a cluster ([`OperatorConfig::dedup_in_dataflow`]) each query's
+    /// sink operator does, behind the keyed exchange. `None` (the default): no
+    /// deduplication.
+    fn source_dedup(
+        &self,
+        _profile: &Self::ProfileT,
+        _table: &Self::TableT,
+    ) -> Option<crate::dedup::DedupSpec> {
+        None
+    }
+
     /// Whether this connector's sources fill the metadata key
     /// [`RECORD_KEY`](crate::record_id::RECORD_KEY) with a key that is the same on every
     /// delivery of a message (a sink stamping record ids can only read from such a
@@ -370,6 +385,8 @@ pub trait ErasedConnector: Send + Sync {
     fn sink_key(&self, connection: &Connection) -> Option<String>;
     /// See [`Connector::sink_record_ids`]; `false` for a config that does not deserialize.
     fn sink_record_ids(&self, connection: &Connection) -> bool;
+    /// See [`Connector::source_dedup`]; `None` for a config that does not deserialize.
+    fn source_dedup(&self, connection: &Connection) -> Option<crate::dedup::DedupSpec>;
     /// See [`Connector::source_record_keys`].
     fn source_record_keys(&self) -> bool;
     /// See [`Connector::event_time_column`].
@@ -495,6 +512,12 @@ impl<C: Connector> ErasedConnector for C {
             (Ok(p), Ok(t)) => Connector::sink_record_ids(self, &p, &t),
             _ => false,
         }
+    }
+
+    fn source_dedup(&self, connection: &Connection) -> Option<crate::dedup::DedupSpec> {
+        let profile = serde_json::from_value(connection.config["profile"].clone()).ok()?;
+        let table = serde_json::from_value(connection.config["table"].clone()).ok()?;
+        Connector::source_dedup(self, &profile, &table)
     }
 
     fn source_record_keys(&self) -> bool {

@@ -94,6 +94,10 @@ pub struct SourceContext {
     /// on a fresh start. Lets a source whose parallelism changed find where the others
     /// stopped (e.g. the smallest position), since `state` alone is only its own entry.
     pub restored_subtasks: BTreeMap<usize, OperatorState>,
+    /// A deduplicating source running as one process: the states of its queries'
+    /// deduplication in the cluster the job ran as before (decision 0046), whose ids it
+    /// takes over. Empty otherwise.
+    pub restored_dedup: Vec<OperatorState>,
     /// The job's time between checkpoints: a source holding work until commit sizes its
     /// leases against it.
     pub checkpoint_interval: std::time::Duration,

@@ -375,6 +375,9 @@ pub struct OperatorConfig {
     /// A source read by a stateful query (a window): a redelivery of a message the
     /// restored checkpoint already holds must yield no rows (issue 32, item 5).
     pub drop_replays: bool,
+    /// A deduplicating source in a cluster: it fills the deduplication key and leaves the
+    /// check to its queries' sink operators, behind the keyed exchange (decision 0046).
+    pub dedup_in_dataflow: bool,
 }
 
 /// Progress of a connection test, streamed to a UI (Arroyo's `TestSourceMessage`).

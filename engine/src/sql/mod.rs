@@ -7,6 +7,7 @@ mod catalog;
 mod check;
 mod clauses;
 mod coercion;
+mod dedup;
 mod dialect;
 mod eval;
 mod exact_cast;
@@ -45,6 +46,7 @@ mod window_tests;
 
 pub use aggregate::{WindowKind, WindowPlan};
 pub use check::{reject_failing, RejectedMessage, RowCheck};
+pub use dedup::{dedup_columns, DedupColumns};
 pub use eval::RowFailure;
 pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
 pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};

@@ -34,6 +34,7 @@ impl PlannedTable {
             schema: s.clone(),
             metadata_fields: s.metadata_fields(),
             drop_replays: false,
+            dedup_in_dataflow: false,
         }
     }
 }
@@ -389,7 +390,18 @@ fn visible(schema: &ConnectionSchema) -> ConnectionSchema {
         fields: schema
             .fields
             .iter()
-            .filter(|f| !matches!(f.metadata_key.as_deref(), Some(RECORD_KEY | EVENT_TIME)))
+            .filter(|f| {
+                !matches!(
+                    f.metadata_key.as_deref(),
+                    Some(
+                        RECORD_KEY
+                            | EVENT_TIME
+                            | crate::dedup::DEDUP_KEY
+                            | crate::dedup::DEDUP_MESSAGE
+                            | crate::dedup::DEDUP_PUBLISHED
+                    )
+                )
+            })
             .cloned()
             .collect(),
         ..schema.clone()

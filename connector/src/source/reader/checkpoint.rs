@@ -63,11 +63,10 @@ impl SourceReader {
                 serde_json::Value::from(self.event_time_source.as_str()),
             );
         }
-        if let Some(d) = &self.dedup {
-            ctx.state.values.insert(
-                crate::source::dedup::STATE_KEY.to_string(),
-                d.snapshot(self.subtask),
-            );
+        if let Some(ids) = self.dedup.as_ref().and_then(|d| d.snapshot(self.subtask)) {
+            ctx.state
+                .values
+                .insert(crate::source::dedup::STATE_KEY.to_string(), ids);
         }
         ctx.start_checkpoint(barrier, collector).await
     }

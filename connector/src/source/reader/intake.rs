@@ -289,6 +289,8 @@ impl SourceReader {
                 d.without.add(1);
                 None
             }
+            // In a cluster the sink operators check the row keys (decision 0046).
+            (_, Some(d)) if d.in_dataflow() => None,
             (record, _) => record.flatten(),
         };
         Ok(Admit::Take(Held {

@@ -18,7 +18,7 @@ impl SourceReader {
             self.replays = Some(replay::Replays::restore(ctx.restored_subtasks.values()));
         }
         if let Some(d) = self.config.dedup.clone() {
-            self.dedup = Some(Dedup::open(ctx, d)?);
+            self.dedup = Some(Dedup::open(ctx, d, self.op.dedup_in_dataflow)?);
         }
         if let Some(q) = self.dead_letter.as_mut() {
             crate::dead_letter::check_not_inherited(&self.profile, q, "scan.")?;

@@ -1,15 +1,25 @@
-//! Deduplication by a record id attribute (`scan.dedup.*`, docs "Exactly once across
-//! pipelines").
+//! Deduplication by a record id (a Pub/Sub source's `scan.dedup.*`, docs "Exactly once
+//! across pipelines"): the set of ids seen, used in two places (decision 0046).
 //!
-//! The ids seen are one [`SeenSet`] per source table and process, shared by its subtasks
-//! (a copy of a record may reach any subtask). An id is stored as the first 16 bytes of
-//! its BLAKE3 hash (two ids colliding is a 2^-128 event per pair), with the publish time
-//! of the copy that put it there and the subtask that owns it for checkpoints.
+//! - **One process**: one [`SeenSet`] per source table and process, shared by its
+//!   subtasks (a copy of a record may reach any subtask), checked as a message is
+//!   decoded. An id goes in before the barrier of the epoch its rows are emitted in, and
+//!   each subtask snapshots the ids it owns at its barrier; so a checkpoint holds exactly
+//!   the ids of messages whose rows it covers. An id whose message is released (nacked)
+//!   again is taken out.
+//! - **A cluster**: the rows go through the keyed exchange, hashed by their record's id,
+//!   and each query's sink operator keeps a set for the ids its worker owns. Rows are
+//!   checked as they arrive, whatever their epoch, so each id is tagged with the epoch
+//!   and the message that put it in: the snapshot of epoch `e` holds the ids of epochs
+//!   `<= e` only ([`SeenSet::snapshot_through`]), and the other rows of that message are
+//!   told from a copy's ([`Check::SameMessage`]).
 //!
-//! Consistency with checkpoints: an id goes in when its message is decoded, which is
-//! before the barrier of the epoch its rows are emitted in, and each subtask snapshots
-//! the ids it owns at its barrier; so a checkpoint holds exactly the ids of messages
-//! whose rows it covers. An id whose message is released (nacked) again is taken out.
+//! Both hold one id per record (its hash), in one checkpoint form, so a job moves
+//! between one process and a cluster without forgetting.
+//!
+//! An id is stored as the first 16 bytes of its BLAKE3 hash (two ids colliding is a
+//! 2^-128 event per pair), with the publish time of the copy that put it there, the
+//! subtask that owns it for checkpoints and the epoch that put it there.
 //!
 //! The guarantee (issue 31, item 3), with W the window and N the newest publish time the
 //! set has seen: a copy is dropped when it was published within W of the copy that put
@@ -25,6 +35,31 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
 use base64::Engine;
+
+/// Counter: messages dropped as copies of a record already seen (`scan.dedup.*`),
+/// acknowledged with the next checkpoint. In a cluster, counted by the sink operator of
+/// the first query reading the table, once per message (its row `#0`).
+pub const MESSAGES_DEDUPLICATED: &str = "messages_deduplicated";
+/// Counter: messages delivered more than `scan.dedup.window` behind the newest publish
+/// time the table has seen: checked against the ids held, but outside the guarantee (a
+/// copy of one may pass).
+pub const MESSAGES_BEHIND_DEDUP_WINDOW: &str = "messages_behind_dedup_window";
+
+/// The metadata key a deduplicating source fills with each row's key (`ID#N`, the
+/// record's id and the row's position, as [`crate::record_id::RECORD_KEY`] does), or
+/// NULL for a message without an id: the cluster's exchange hashes its `ID`.
+pub const DEDUP_KEY: &str = "dedup-key";
+/// The hidden source column holding [`DEDUP_KEY`].
+pub const DEDUP_KEY_COLUMN: &str = "__dedup_key";
+/// The metadata key a deduplicating source fills with each row's message identity
+/// (subscription and message id, which a redelivery keeps).
+pub const DEDUP_MESSAGE: &str = "dedup-message";
+/// The hidden source column holding [`DEDUP_MESSAGE`].
+pub const DEDUP_MESSAGE_COLUMN: &str = "__dedup_message";
+/// The metadata key a deduplicating source fills with each row's message publish time.
+pub const DEDUP_PUBLISHED: &str = "dedup-published";
+/// The hidden source column holding [`DEDUP_PUBLISHED`] (TIMESTAMP, ns).
+pub const DEDUP_PUBLISHED_COLUMN: &str = "__dedup_published";
 
 /// The state key of a subtask's ids in its checkpoint state.
 pub const STATE_KEY: &str = "dedup";
@@ -54,6 +89,29 @@ impl Hasher for IdHasher {
 struct Seen {
     publish_ms: i64,
     owner: u32,
+    /// The epoch that put it in, saturated at `u32::MAX` (about 136 years of 1 s
+    /// checkpoints); 0 where snapshots do not filter by epoch (one process) and for ids
+    /// restored from a checkpoint.
+    epoch: u32,
+    /// The message (delivery) that put it in, hashed; 0 when unknown (one process, and
+    /// ids restored from a checkpoint).
+    message: u64,
+}
+
+/// What a source table deduplicates with: its window and bound, and the names of the
+/// options setting them (for errors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DedupSpec {
+    /// Ids are held while published within twice this of the newest (ms).
+    pub window_ms: u64,
+    /// The most ids one set holds; reaching it fails the job.
+    pub max_ids: u64,
+    /// The option setting `window_ms` (e.g. `scan.dedup.window`).
+    pub window_option: &'static str,
+    /// The option setting `max_ids` (e.g. `scan.dedup.max-ids`).
+    pub max_ids_option: &'static str,
+    /// The option that turns deduplication on (e.g. `scan.dedup.attribute`).
+    pub attribute_option: &'static str,
 }
 
 /// What [`SeenSet::check`] found.
@@ -65,13 +123,19 @@ pub enum Check {
     New { hash: u128, behind: bool },
     /// A copy of a record already seen: acknowledge it, emit nothing.
     Duplicate,
+    /// Another row of the message that put the id in, in the same epoch (a message's
+    /// rows are emitted together, but may reach the check in several batches): kept.
+    SameMessage,
 }
 
-/// The ids seen by the subtasks of one source table in one process.
+/// The ids seen by the subtasks of one source table in one process, or by one worker's
+/// sink operator of a query in a cluster.
 #[derive(Debug)]
 pub struct SeenSet {
     window_ms: i64,
     max_ids: usize,
+    window_option: &'static str,
+    max_ids_option: &'static str,
     ids: HashMap<u128, Seen, BuildHasherDefault<IdHasher>>,
     /// (publish ms, id), oldest first, for eviction; an entry whose id was taken out is
     /// skipped when it comes up.
@@ -88,11 +152,14 @@ pub fn id_hash(id: &str) -> u128 {
 }
 
 impl SeenSet {
-    /// An empty set remembering ids for `window_ms` of publish time, at most `max_ids`.
-    pub fn new(window_ms: u64, max_ids: u64) -> SeenSet {
+    /// An empty set remembering ids for `spec.window_ms` of publish time, at most
+    /// `spec.max_ids`.
+    pub fn new(spec: &DedupSpec) -> SeenSet {
         SeenSet {
-            window_ms: i64::try_from(window_ms).unwrap_or(i64::MAX),
-            max_ids: usize::try_from(max_ids).unwrap_or(usize::MAX),
+            window_ms: i64::try_from(spec.window_ms).unwrap_or(i64::MAX),
+            max_ids: usize::try_from(spec.max_ids).unwrap_or(usize::MAX),
+            window_option: spec.window_option,
+            max_ids_option: spec.max_ids_option,
             ids: HashMap::default(),
             expiry: BinaryHeap::new(),
             newest_ms: i64::MIN,
@@ -122,8 +189,25 @@ impl SeenSet {
     /// (the message is not held; the caller fails the job, which a restart may clear
     /// once newer messages move the window on).
     pub fn check(&mut self, id: &str, publish_ms: i64, owner: usize) -> anyhow::Result<Check> {
-        let h = id_hash(id);
-        if self.ids.contains_key(&h) {
+        self.check_hash(id_hash(id), publish_ms, owner, 0, 0)
+    }
+
+    /// [`Self::check`] of an id already hashed ([`id_hash`]), for a row of message
+    /// `message` (a hash of its delivery, never 0; 0: unknown) in epoch `epoch`, which
+    /// put the id in when new.
+    pub fn check_hash(
+        &mut self,
+        h: u128,
+        publish_ms: i64,
+        owner: usize,
+        epoch: u64,
+        message: u64,
+    ) -> anyhow::Result<Check> {
+        let epoch = u32::try_from(epoch).unwrap_or(u32::MAX);
+        if let Some(s) = self.ids.get(&h) {
+            if message != 0 && s.message == message && s.epoch == epoch {
+                return Ok(Check::SameMessage);
+            }
             return Ok(Check::Duplicate);
         }
         self.newest_ms = self.newest_ms.max(publish_ms);
@@ -133,19 +217,27 @@ impl SeenSet {
                 "deduplication holds {} record ids, every one published within twice its window of {} s of the newest message seen ('{}' = {}): raise '{}' or shorten '{}' (nothing was acknowledged)",
                 self.ids.len(),
                 self.window_ms / 1000,
-                pubsub_table_options::DEDUP_MAX_IDS,
+                self.max_ids_option,
                 self.max_ids,
-                pubsub_table_options::DEDUP_MAX_IDS,
-                pubsub_table_options::DEDUP_WINDOW,
+                self.max_ids_option,
+                self.window_option,
             );
         }
         let behind = publish_ms < self.newest_ms.saturating_sub(self.window_ms);
-        self.hold(h, publish_ms, owner as u32);
+        self.hold(h, publish_ms, owner as u32, epoch, message);
         Ok(Check::New { hash: h, behind })
     }
 
-    fn hold(&mut self, h: u128, publish_ms: i64, owner: u32) {
-        self.ids.insert(h, Seen { publish_ms, owner });
+    fn hold(&mut self, h: u128, publish_ms: i64, owner: u32, epoch: u32, message: u64) {
+        self.ids.insert(
+            h,
+            Seen {
+                publish_ms,
+                owner,
+                epoch,
+                message,
+            },
+        );
         self.expiry.push(Reverse((publish_ms, h)));
     }
 
@@ -174,9 +266,16 @@ impl SeenSet {
 
     /// The ids subtask `owner` holds, for its checkpoint state: base64 of 24 bytes each.
     pub fn snapshot(&self, owner: usize) -> serde_json::Value {
+        self.snapshot_through(owner, u64::MAX)
+    }
+
+    /// The ids subtask `owner` holds that epochs up to `epoch` put in (see the module
+    /// docs), in [`Self::snapshot`]'s form.
+    pub fn snapshot_through(&self, owner: usize, epoch: u64) -> serde_json::Value {
+        let through = u32::try_from(epoch).unwrap_or(u32::MAX);
         let mut bytes = Vec::new();
         for (h, s) in &self.ids {
-            if s.owner as usize == owner {
+            if s.owner as usize == owner && s.epoch <= through {
                 bytes.extend_from_slice(&s.publish_ms.to_le_bytes());
                 bytes.extend_from_slice(&h.to_le_bytes());
             }
@@ -192,6 +291,19 @@ impl SeenSet {
     ///
     /// Errors on a state this version cannot read.
     pub fn restore(&mut self, state: &serde_json::Value, owner: usize) -> anyhow::Result<()> {
+        self.restore_owned(state, |_| Some(owner))
+    }
+
+    /// Adds the ids of one restored state that `owner_of` gives an owner (by hash),
+    /// skipping the others; each id counts as put in by epoch 0 (it is in a completed
+    /// checkpoint).
+    ///
+    /// Errors on a state this version cannot read.
+    pub fn restore_owned(
+        &mut self,
+        state: &serde_json::Value,
+        owner_of: impl Fn(u128) -> Option<usize>,
+    ) -> anyhow::Result<()> {
         let text = state["ids"]
             .as_str()
             .ok_or_else(|| anyhow::anyhow!("the deduplication state has no ids"))?;
@@ -213,12 +325,24 @@ impl SeenSet {
             .collect();
         entries.sort_unstable();
         for (t, h) in entries {
+            let Some(owner) = owner_of(h) else { continue };
             self.newest_ms = self.newest_ms.max(t);
-            self.hold(h, t, owner as u32);
+            self.hold(h, t, owner as u32, 0, 0);
         }
         self.evict();
         Ok(())
     }
+}
+
+/// The record id of row key `ID#N` (see [`DEDUP_KEY`]).
+pub fn id_of_row_key(key: &str) -> &str {
+    key.rsplit_once('#').map_or(key, |(id, _)| id)
+}
+
+/// The worker of `peers` that owns id hash `h` in a cluster (the keyed exchange's rule:
+/// the same in every process and after any change of worker or process count).
+pub fn owner_of(h: u128, peers: u64) -> u64 {
+    (h as u64) % peers.max(1)
 }
 
 /// The sets of this process, by (job run, source operator id): the subtasks of one run of
@@ -260,13 +384,23 @@ mod tests {
 
     const S: i64 = 1_000;
 
+    fn spec(window_ms: u64, max_ids: u64) -> DedupSpec {
+        DedupSpec {
+            window_ms,
+            max_ids,
+            window_option: "scan.dedup.window",
+            max_ids_option: "scan.dedup.max-ids",
+            attribute_option: "scan.dedup.attribute",
+        }
+    }
+
     fn is_new(c: Check) -> bool {
         matches!(c, Check::New { .. })
     }
 
     #[test]
     fn a_copy_within_the_window_is_a_duplicate_and_far_behind_it_is_new() {
-        let mut s = SeenSet::new(60_000, 100);
+        let mut s = SeenSet::new(&spec(60_000, 100));
         assert!(is_new(s.check("a", 0, 0).unwrap()));
         assert_eq!(s.check("a", 30 * S, 1).unwrap(), Check::Duplicate);
         assert!(is_new(s.check("b", 120 * S, 0).unwrap()));
@@ -311,7 +445,7 @@ mod tests {
                 block.swap(i, (x % (i as u64 + 1)) as usize);
             }
         }
-        let mut s = SeenSet::new(W as u64, 1_000);
+        let mut s = SeenSet::new(&spec(W as u64, 1_000));
         let (mut new, mut dropped, mut newest) = (0, 0, i64::MIN);
         for (id, t) in &messages {
             newest = newest.max(*t);
@@ -322,6 +456,7 @@ mod tests {
                     new += 1;
                 }
                 Check::Duplicate => dropped += 1,
+                Check::SameMessage => panic!("no message is known here"),
             }
         }
         assert_eq!((new, dropped), (200, 200));
@@ -329,7 +464,7 @@ mod tests {
 
     #[test]
     fn a_message_further_behind_than_the_window_is_flagged() {
-        let mut s = SeenSet::new(10_000, 100);
+        let mut s = SeenSet::new(&spec(10_000, 100));
         s.check("x", 100 * S, 0).unwrap();
         let late = s.check("y", 89 * S, 0).unwrap();
         assert!(matches!(late, Check::New { behind: true, .. }), "{late:?}");
@@ -345,7 +480,7 @@ mod tests {
     /// arrival order, and the job failed on expired ids behind it).
     #[test]
     fn expired_ids_behind_a_younger_arrival_do_not_count() {
-        let mut s = SeenSet::new(10_000, 3);
+        let mut s = SeenSet::new(&spec(10_000, 3));
         s.check("young", 50 * S, 0).unwrap();
         s.check("old1", 1 * S, 0).unwrap();
         s.check("old2", 2 * S, 0).unwrap();
@@ -357,7 +492,7 @@ mod tests {
 
     #[test]
     fn the_bound_fails_loudly_and_forget_frees_an_id() {
-        let mut s = SeenSet::new(60_000, 2);
+        let mut s = SeenSet::new(&spec(60_000, 2));
         let Check::New { hash: a, .. } = s.check("a", 0, 0).unwrap() else {
             panic!("new")
         };
@@ -375,13 +510,13 @@ mod tests {
 
     #[test]
     fn snapshots_split_by_owner_and_restore_under_a_new_parallelism() {
-        let mut s = SeenSet::new(60_000, 100);
+        let mut s = SeenSet::new(&spec(60_000, 100));
         for (i, id) in ["a", "b", "c", "d", "e"].iter().enumerate() {
             s.check(id, i as i64 * S, i % 3).unwrap();
         }
         let states: Vec<serde_json::Value> = (0..3).map(|o| s.snapshot(o)).collect();
         // 3 subtasks -> 2: every id is held again, each by one new owner.
-        let mut r = SeenSet::new(60_000, 100);
+        let mut r = SeenSet::new(&spec(60_000, 100));
         for (old, state) in states.iter().enumerate() {
             r.restore(state, new_owner(old, 2)).unwrap();
         }
@@ -408,10 +543,64 @@ mod tests {
             .contains("multiple of 24"));
     }
 
+    /// In a cluster rows are checked as they arrive: an id a later epoch put in is not in
+    /// an earlier epoch's snapshot (its rows are not covered by that checkpoint, and a
+    /// replay after a restore from it must write them), and a restore keeps only the ids
+    /// a worker owns.
+    #[test]
+    fn a_snapshot_through_an_epoch_holds_the_ids_of_that_epoch_and_before() {
+        let mut s = SeenSet::new(&spec(60_000, 100));
+        let ids: Vec<u128> = (0..40).map(|i| id_hash(&format!("k{i}#0"))).collect();
+        for (i, h) in ids.iter().enumerate() {
+            let epoch = 5 + (i % 2) as u64;
+            assert!(is_new(
+                s.check_hash(*h, i as i64, 0, epoch, i as u64 + 1).unwrap()
+            ));
+        }
+        // A copy in an earlier epoch than its first arrival is still a copy.
+        assert_eq!(
+            s.check_hash(ids[1], 50, 0, 5, 99).unwrap(),
+            Check::Duplicate
+        );
+        // Another row of the message that put it in, in its epoch: kept; in a later
+        // epoch (a redelivery) or with no message known: a copy.
+        assert_eq!(
+            s.check_hash(ids[1], 1, 0, 6, 2).unwrap(),
+            Check::SameMessage
+        );
+        assert_eq!(s.check_hash(ids[1], 1, 0, 7, 2).unwrap(), Check::Duplicate);
+        assert_eq!(s.check_hash(ids[1], 1, 0, 6, 0).unwrap(), Check::Duplicate);
+        let count = |v: &serde_json::Value| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v["ids"].as_str().unwrap())
+                .unwrap()
+                .len()
+                / ENTRY
+        };
+        assert_eq!(count(&s.snapshot_through(0, 4)), 0);
+        assert_eq!(count(&s.snapshot_through(0, 5)), 20);
+        assert_eq!(count(&s.snapshot_through(0, 6)), 40);
+        // Restored on 3 workers: each keeps the ids it owns, all of them once.
+        let state = s.snapshot_through(0, 6);
+        let mut held = 0;
+        for w in 0..3u64 {
+            let mut r = SeenSet::new(&spec(60_000, 100));
+            r.restore_owned(&state, |h| (owner_of(h, 3) == w).then_some(w as usize))
+                .unwrap();
+            for h in &ids {
+                let owned = owner_of(*h, 3) == w;
+                let c = r.check_hash(*h, 60, w as usize, 7, 1).unwrap();
+                assert_eq!(c == Check::Duplicate, owned);
+            }
+            held += ids.iter().filter(|h| owner_of(**h, 3) == w).count();
+        }
+        assert_eq!(held, 40);
+    }
+
     /// The figure docs/options.md and `scan.dedup.max-ids` state: about 100 bytes per id.
     #[test]
     fn an_id_costs_about_a_hundred_bytes() {
-        let mut s = SeenSet::new(600_000, 1_000_000);
+        let mut s = SeenSet::new(&spec(600_000, 1_000_000));
         for i in 0..1_000_000 {
             s.check(&format!("id-{i}"), i, 0).unwrap();
         }
@@ -422,14 +611,14 @@ mod tests {
 
     #[test]
     fn subtasks_of_one_run_share_a_set_and_a_new_run_gets_its_own() {
-        let a = shared(7, "source-t", || Ok(SeenSet::new(1000, 10))).unwrap();
+        let a = shared(7, "source-t", || Ok(SeenSet::new(&spec(1000, 10)))).unwrap();
         a.lock().unwrap().check("x", 0, 0).unwrap();
         let b = shared(7, "source-t", || panic!("already built")).unwrap();
         assert_eq!(
             b.lock().unwrap().check("x", 0, 1).unwrap(),
             Check::Duplicate
         );
-        let c = shared(8, "source-t", || Ok(SeenSet::new(1000, 10))).unwrap();
+        let c = shared(8, "source-t", || Ok(SeenSet::new(&spec(1000, 10)))).unwrap();
         assert!(c.lock().unwrap().is_empty());
     }
 }
