@@ -219,8 +219,10 @@ async fn the_source_drops_copies_by_their_id_and_remembers_them_across_a_restart
 /// Two hops, A: input -> X stamping `a-id`, B: X -> Y deduplicating on `a-id` and
 /// stamping `b-id`, with 20,000 messages and SIGKILLs at random instants (the seed is
 /// printed; `EXACTLY_ONCE_SEED=N` replays it). `kills` lists which pipeline dies, in
-/// order. Returns Y's rows as (seq, b-id).
-async fn two_hops(name: &str, kills: &[char]) -> Vec<(i64, String)> {
+/// order. With `b_cluster`, B runs as a supervised cluster of 2 processes of 1 worker
+/// (decision 0046: copies reach either process), and killing B kills its process 1 (at
+/// most once), which the supervisor restarts. Returns Y's rows as (seq, b-id).
+async fn two_hops(name: &str, kills: &[char], b_cluster: bool) -> Vec<(i64, String)> {
     const N: usize = 20_000;
     let a = topics(&format!("{name}-a"), 10).await;
     // X is A's output; B reads X's subscription and writes Y.
@@ -240,10 +242,31 @@ async fn two_hops(name: &str, kills: &[char]) -> Vec<(i64, String)> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     publish_seq(&a.input, 0..N).await;
     let args = ["--workers", "2", "--checkpoint-interval", "1s"];
+    let cluster_args = [
+        "--processes",
+        "2",
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "1s",
+    ];
     let mut ca = wa.spawn(&args);
-    let mut cb = wb.spawn(&args);
+    let mut cb = if b_cluster {
+        wb.spawn_cluster(&cluster_args)
+    } else {
+        wb.spawn(&args)
+    };
+    let b_lines = b_cluster.then(|| collect_lines(cb.stderr.take().expect("piped")));
     for who in kills {
         tokio::time::sleep(Duration::from_millis(rng.random_range(1_000..6_000))).await;
+        if let (&'B', Some(lines)) = (who, &b_lines) {
+            wait_until("B's process 1 to start", LIMIT, || {
+                crate::cluster::pid_of_process_1(lines).is_some()
+            })
+            .await;
+            crate::cluster::sigkill(crate::cluster::pid_of_process_1(lines).expect("started"));
+            continue;
+        }
         let child = if *who == 'A' { &mut ca } else { &mut cb };
         signal(child, "KILL");
         child.wait().await.unwrap();
@@ -264,6 +287,10 @@ async fn two_hops(name: &str, kills: &[char]) -> Vec<(i64, String)> {
     for (child, w) in [(ca, &wa), (cb, &wb)] {
         signal(&child, "TERM");
         let (code, stdout, stderr) = finish(child, LIMIT).await;
+        let stderr = match (&b_lines, std::ptr::eq(w, &wb)) {
+            (Some(lines), true) => lines.lock().unwrap().join("\n"),
+            _ => stderr,
+        };
         assert_eq!(code, 0, "stderr: {stderr}");
         let (again, _) = w.restart_until_idle().await;
         for out in [stdout, again] {
@@ -290,9 +317,21 @@ async fn two_hops(name: &str, kills: &[char]) -> Vec<(i64, String)> {
 /// of one input only (B's own crash republishes its open checkpoints with their ids).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hops_with_kills_give_every_record_one_id_downstream() {
-    let y = two_hops("eo-kills", &['A', 'B', 'A']).await;
+    let y = two_hops("eo-kills", &['A', 'B', 'A'], false).await;
+    assert_one_id_per_record(&y);
+}
+
+/// The same with B a cluster of 2 processes, its process 1 killed once: its copies and
+/// its deduplication state cross processes (decision 0046).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hops_with_kills_and_the_second_a_cluster_give_every_record_one_id_downstream() {
+    let y = two_hops("eo-kills-cluster", &['A', 'B', 'A'], true).await;
+    assert_one_id_per_record(&y);
+}
+
+fn assert_one_id_per_record(y: &[(i64, String)]) {
     let mut groups: HashMap<&str, HashSet<i64>> = HashMap::new();
-    for (seq, id) in &y {
+    for (seq, id) in y {
         groups.entry(id.as_str()).or_default().insert(*seq);
     }
     let seqs: HashSet<i64> = y.iter().map(|(s, _)| *s).collect();
@@ -307,7 +346,18 @@ async fn two_hops_with_kills_give_every_record_one_id_downstream() {
 /// Only A is killed: B deduplicates A's replays, so Y holds every input exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hops_with_the_first_killed_write_every_record_once() {
-    let y = two_hops("eo-a", &['A', 'A']).await;
+    let y = two_hops("eo-a", &['A', 'A'], false).await;
+    let seqs: HashSet<i64> = y.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs.len(), 20_000, "every input reached Y");
+    assert_eq!(y.len(), 20_000, "and exactly once");
+}
+
+/// Only A is killed and B is a cluster of 2 processes: A's replays reach either of B's
+/// processes, and B drops them behind its exchange by record id (decision 0046), so Y
+/// holds every input exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hops_with_the_first_killed_and_the_second_a_cluster_write_every_record_once() {
+    let y = two_hops("eo-a-cluster", &['A', 'A'], true).await;
     let seqs: HashSet<i64> = y.iter().map(|(s, _)| *s).collect();
     assert_eq!(seqs.len(), 20_000, "every input reached Y");
     assert_eq!(y.len(), 20_000, "and exactly once");
