@@ -1,7 +1,7 @@
 //! `scan.dedup.*` on a cluster of processes (decision 0046): rows are exchanged by their
 //! record id, so a copy is dropped whichever process read it, and the ids a checkpoint
-//! holds carry over a change between one process and a cluster, both ways. Real
-//! processes, against the emulator.
+//! holds carry over a change between one process and a cluster, both ways, and an edit
+//! of the pipeline's queries. Real processes, against the emulator.
 
 use crate::cluster::{hosts_file, spawn_process};
 use crate::support;
@@ -160,6 +160,23 @@ async fn a_cluster_drops_copies_whichever_process_reads_them_and_keeps_the_ids_a
     assert!(
         seqs(&t.output_sub).await.is_empty(),
         "a copy passed on the cluster"
+    );
+
+    // A fifth, after an INSERT was added in front (the query is `q1` now): the ids are
+    // the table's, whichever query held them.
+    let added = sql.replace(
+        "INSERT INTO dst SELECT seq FROM src;",
+        "INSERT INTO dst SELECT seq FROM src WHERE seq < 0; INSERT INTO dst SELECT seq FROM src;",
+    );
+    std::fs::write(w.pipeline(), added).unwrap();
+    for i in 0..RECORDS {
+        publish(&t.input, 40_000 + i, Some(i)).await;
+    }
+    let outs = cluster(&w).await;
+    assert_eq!(total(&outs, "messages deduplicated:"), RECORDS, "{outs:?}");
+    assert!(
+        seqs(&t.output_sub).await.is_empty(),
+        "a copy passed after the edit"
     );
     assert!(redelivered(&t.input_sub, Duration::from_secs(3))
         .await

@@ -105,7 +105,7 @@ pub const CATALOG: &[(&str, Described)] = &[
     (src::ACKS_CONFIRMED, d(Counter, "acks_confirmed", None, "Acknowledgements the server confirmed (scan.ack.await-confirmation).")),
     (src::PULL_RECONNECTS, d(Counter, "pull_reconnects", None, "Streaming pull reopen attempts after a stream ended or failed.")),
     (src::SPLITS_PARKED, d(Counter, "splits_parked", None, "Splits parked because their paused buffer was full (scan.paused-split-buffer.*).")),
-    (src::MESSAGES_DEDUPLICATED, d(Counter, "messages_deduplicated", None, "Messages dropped as copies of a record already seen (scan.dedup.attribute), acknowledged with the next checkpoint. In a cluster of several processes, counted by the sink operator of the first query reading the table (operator q{N}-dedup).")),
+    (src::MESSAGES_DEDUPLICATED, d(Counter, "messages_deduplicated", None, "Messages dropped as copies of a record already seen (scan.dedup.attribute), acknowledged with the next checkpoint. In a cluster of several processes, counted by the sink operator of the first query reading the table (operator q{N}-dedup-{table}).")),
     (src::MESSAGES_WITHOUT_DEDUP_ATTRIBUTE, d(Counter, "messages_without_dedup_attribute", None, "Messages without the deduplication attribute or with an empty value, passed through (scan.dedup.attribute).")),
     (src::MESSAGES_BEHIND_DEDUP_WINDOW, d(Counter, "messages_behind_dedup_window", None, "Messages delivered more than scan.dedup.window behind the newest publish time seen: outside the deduplication guarantee (a copy may pass).")),
     (DEAD_LETTERS_PUBLISHED, d(Counter, "dead_letters_published", None, "Dead letters the dead-letter topic confirmed (source policy dead-letter or sink failure handler).")),

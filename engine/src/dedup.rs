@@ -10,7 +10,7 @@
 //! - **A cluster**: the rows go through the keyed exchange, hashed by their record's id,
 //!   and each query's sink operator keeps a set for the ids its worker owns. Rows are
 //!   checked as they arrive, whatever their epoch, so each id is tagged with the epoch
-//!   and the message that put it in: the snapshot of epoch `e` holds the ids of epochs
+//!   that put it in and, while that epoch is open, the message: the snapshot of epoch `e` holds the ids of epochs
 //!   `<= e` only ([`SeenSet::snapshot_through`]), and the other rows of that message are
 //!   told from a copy's ([`Check::SameMessage`]).
 //!
@@ -93,9 +93,6 @@ struct Seen {
     /// checkpoints); 0 where snapshots do not filter by epoch (one process) and for ids
     /// restored from a checkpoint.
     epoch: u32,
-    /// The message (delivery) that put it in, hashed; 0 when unknown (one process, and
-    /// ids restored from a checkpoint).
-    message: u64,
 }
 
 /// What a source table deduplicates with: its window and bound, and the names of the
@@ -137,6 +134,10 @@ pub struct SeenSet {
     window_option: &'static str,
     max_ids_option: &'static str,
     ids: HashMap<u128, Seen, BuildHasherDefault<IdHasher>>,
+    /// The message (a hash of its delivery) that put each id of an epoch still open in
+    /// (a cluster only): its other rows in that epoch are no copy. Dropped once the
+    /// epoch is complete ([`Self::close_epochs_before`]), so the ids held cost no more.
+    open: HashMap<u128, u64, BuildHasherDefault<IdHasher>>,
     /// (publish ms, id), oldest first, for eviction; an entry whose id was taken out is
     /// skipped when it comes up.
     expiry: BinaryHeap<Reverse<(i64, u128)>>,
@@ -161,6 +162,7 @@ impl SeenSet {
             window_option: spec.window_option,
             max_ids_option: spec.max_ids_option,
             ids: HashMap::default(),
+            open: HashMap::default(),
             expiry: BinaryHeap::new(),
             newest_ms: i64::MIN,
         }
@@ -179,6 +181,7 @@ impl SeenSet {
     /// table's control bytes; the allocator's own overhead is not counted).
     pub fn table_bytes(&self) -> usize {
         self.ids.capacity() * (std::mem::size_of::<(u128, Seen)>() + 1)
+            + self.open.capacity() * (std::mem::size_of::<(u128, u64)>() + 1)
             + self.expiry.capacity() * std::mem::size_of::<(i64, u128)>()
     }
 
@@ -205,7 +208,7 @@ impl SeenSet {
     ) -> anyhow::Result<Check> {
         let epoch = u32::try_from(epoch).unwrap_or(u32::MAX);
         if let Some(s) = self.ids.get(&h) {
-            if message != 0 && s.message == message && s.epoch == epoch {
+            if message != 0 && s.epoch == epoch && self.open.get(&h) == Some(&message) {
                 return Ok(Check::SameMessage);
             }
             return Ok(Check::Duplicate);
@@ -224,18 +227,29 @@ impl SeenSet {
             );
         }
         let behind = publish_ms < self.newest_ms.saturating_sub(self.window_ms);
-        self.hold(h, publish_ms, owner as u32, epoch, message);
+        self.hold(h, publish_ms, owner as u32, epoch);
+        if message != 0 {
+            self.open.insert(h, message);
+        }
         Ok(Check::New { hash: h, behind })
     }
 
-    fn hold(&mut self, h: u128, publish_ms: i64, owner: u32, epoch: u32, message: u64) {
+    /// Forgets which message put in the ids of epochs before `epoch`, which are complete:
+    /// no row of theirs comes any more.
+    pub fn close_epochs_before(&mut self, epoch: u64) {
+        let before = u32::try_from(epoch).unwrap_or(u32::MAX);
+        let ids = &self.ids;
+        self.open
+            .retain(|h, _| ids.get(h).is_some_and(|s| s.epoch >= before));
+    }
+
+    fn hold(&mut self, h: u128, publish_ms: i64, owner: u32, epoch: u32) {
         self.ids.insert(
             h,
             Seen {
                 publish_ms,
                 owner,
                 epoch,
-                message,
             },
         );
         self.expiry.push(Reverse((publish_ms, h)));
@@ -245,6 +259,7 @@ impl SeenSet {
     /// (its rows were not emitted, so its redelivery must not count as a copy).
     pub fn forget(&mut self, h: u128) {
         self.ids.remove(&h);
+        self.open.remove(&h);
     }
 
     /// Drops every id published more than twice the window before the newest publish
@@ -327,7 +342,7 @@ impl SeenSet {
         for (t, h) in entries {
             let Some(owner) = owner_of(h) else { continue };
             self.newest_ms = self.newest_ms.max(t);
-            self.hold(h, t, owner as u32, 0, 0);
+            self.hold(h, t, owner as u32, 0);
         }
         self.evict();
         Ok(())
@@ -570,6 +585,10 @@ mod tests {
         );
         assert_eq!(s.check_hash(ids[1], 1, 0, 7, 2).unwrap(), Check::Duplicate);
         assert_eq!(s.check_hash(ids[1], 1, 0, 6, 0).unwrap(), Check::Duplicate);
+        // Once epoch 6 is complete, no row of its messages comes any more.
+        s.close_epochs_before(7);
+        assert!(s.open.is_empty());
+        assert_eq!(s.check_hash(ids[1], 1, 0, 6, 2).unwrap(), Check::Duplicate);
         let count = |v: &serde_json::Value| {
             base64::engine::general_purpose::STANDARD
                 .decode(v["ids"].as_str().unwrap())

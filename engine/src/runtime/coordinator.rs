@@ -294,7 +294,7 @@ pub async fn run_pipeline(
         );
         all_sinks.extend((0..total_workers).map(|g| (sink_id.clone(), g)));
         if crate::sql::dedup_columns(&q.source).is_some() {
-            let dedup_id = format!("{}-dedup", q.id);
+            let dedup_id = super::dedup_stage::stage_id(&q.id, name);
             describe.insert(
                 dedup_id.clone(),
                 format!("the deduplication of {} ({})", q.id, q.text),
@@ -332,6 +332,15 @@ pub async fn run_pipeline(
                 .and_then(|m| m.operators.get(id))
                 .map(|s| s.values().cloned().collect())
                 .unwrap_or_default()
+        };
+        // Every subtask's restored state of every query's deduplication of table `table`.
+        let restored_stages = |table: &str| -> Vec<OperatorState> {
+            restored
+                .iter()
+                .flat_map(|m| m.operators.iter())
+                .filter(|(id, _)| super::dedup_stage::is_stage_of(id, table))
+                .flat_map(|(_, s)| s.values().cloned())
+                .collect()
         };
         let task = |id: &str, name: &str| TaskInfo {
             job_id: config.job_id.clone(),
@@ -380,12 +389,7 @@ pub async fn run_pipeline(
                     .cloned()
                     .unwrap_or_default(),
                 // As one process, the ids its queries held in a cluster (decision 0046).
-                restored_dedup: plan
-                    .queries
-                    .iter()
-                    .filter(|q| &q.source.connection.name == name && processes == 1)
-                    .flat_map(|q| restored_states(&format!("{}-dedup", q.id)))
-                    .collect(),
+                restored_dedup: restored_stages(name),
                 checkpoint_interval: config.checkpoint_interval,
                 coordinator: coord_tx.clone(),
                 pull_state: pull_state.clone(),
@@ -490,7 +494,7 @@ pub async fn run_pipeline(
                 }
             });
             let dedup = crate::sql::dedup_columns(&q.source).map(|columns| {
-                let id = format!("{}-dedup", q.id);
+                let id = super::dedup_stage::stage_id(&q.id, &q.source.connection.name);
                 // The first query reading the table counts its messages.
                 let counts = plan
                     .queries
@@ -499,8 +503,9 @@ pub async fn run_pipeline(
                     .is_some_and(|o| o.id == q.id);
                 let src_id = format!("source-{}", q.source.connection.name);
                 super::dedup_stage::DedupPlumbing {
-                    // Its own ids, and the table's from a run as one process.
-                    restore: restored_states(&id)
+                    // The table's ids, from the queries of the last run, or from its source
+                    // when it ran as one process.
+                    restore: restored_stages(&q.source.connection.name)
                         .into_iter()
                         .chain(restored_states(&src_id))
                         .collect(),

@@ -22,12 +22,31 @@ use crate::dedup::{id_hash, id_of_row_key, owner_of, Check, SeenSet, STATE_KEY};
 use crate::spi::{Counter, OperatorState};
 use crate::sql::DedupColumns;
 
-/// One worker's deduplication subtask of a query (`q{index}-dedup`).
+/// The operator id of query `query`'s deduplication of source table `table`
+/// (`q0-dedup-clicks`): its snapshots and metrics.
+pub(crate) fn stage_id(query: &str, table: &str) -> String {
+    format!("{query}-dedup-{table}")
+}
+
+/// Whether operator id `id` is the deduplication of table `table` by any query. Every
+/// query reading a table checks all its rows (before any WHERE), so each holds the same
+/// ids: a restore takes them from all, whichever queries the pipeline has now, as one
+/// process keeps one set per table.
+pub(crate) fn is_stage_of(id: &str, table: &str) -> bool {
+    id.split_once("-dedup-").is_some_and(|(q, t)| {
+        t == table
+            && q.strip_prefix('q')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// One worker's deduplication subtask of a query ([`stage_id`]).
 pub(crate) struct DedupPlumbing {
-    /// `q{index}-dedup`: its snapshots' operator id.
+    /// [`stage_id`]: its snapshots' operator id.
     pub id: String,
     /// The restored states to take the ids this worker owns from: every subtask's of
-    /// this stage, and the source table's (a job that ran as one process before).
+    /// every query's deduplication of the table ([`is_stage_of`]), and the source
+    /// table's (a job that ran as one process before).
     pub restore: Vec<OperatorState>,
     pub columns: DedupColumns,
     /// `messages_deduplicated` and `messages_behind_dedup_window`, counted by the first
@@ -113,6 +132,13 @@ impl DedupRun {
             ended: false,
         };
         run.plumbing.restore = Vec::new();
+        if restored.is_ok() {
+            tracing::info!(
+                "{}: deduplicating behind the exchange by record id, {} ids restored for worker {subtask}",
+                run.plumbing.id,
+                run.set.as_ref().map_or(0, SeenSet::len)
+            );
+        }
         if let Err(e) = restored {
             run.fail(e.context(format!(
                 "the deduplication ids of {} could not be restored",
@@ -211,6 +237,10 @@ impl DedupRun {
         }
         match f {
             Some(f) => {
+                // Once per epoch completed, not per activation.
+                if let (true, Some(set)) = (self.next < f, self.set.as_mut()) {
+                    set.close_epochs_before(f);
+                }
                 while self.next < f {
                     let e = self.next;
                     self.send(e, false, e);

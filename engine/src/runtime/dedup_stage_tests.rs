@@ -271,3 +271,15 @@ fn reaching_the_bound_fails_the_job_naming_the_option() {
         _ => panic!("the job fails"),
     }
 }
+
+#[test]
+fn a_stage_is_found_by_its_table_whichever_query_ran_it() {
+    let id = stage_id("q12", "clicks-raw");
+    assert_eq!(id, "q12-dedup-clicks-raw");
+    assert!(is_stage_of(&id, "clicks-raw"));
+    assert!(!is_stage_of(&id, "clicks"));
+    assert!(!is_stage_of(&id, "raw"));
+    assert!(!is_stage_of("source-clicks-raw", "clicks-raw"));
+    assert!(!is_stage_of("q-dedup-clicks", "clicks"));
+    assert!(!is_stage_of("q1-window", "q1-window"));
+}

@@ -60,9 +60,9 @@ impl PlannedPipeline {
             };
             let name = table.connection.name.clone();
             let why = if q.window.is_some() || q.late_of.is_some() {
-                Some("a windowed query, whose rows are exchanged by their group key")
+                Some("a windowed query (its rows are exchanged by their group key)")
             } else if q.route_by.is_some() {
-                Some("a query whose sink routes its rows by an ordering key")
+                Some("a query whose sink routes its rows by an ordering key (an exchange by that key)")
             } else {
                 None
             };
