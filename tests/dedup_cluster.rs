@@ -128,40 +128,21 @@ async fn a_cluster_drops_copies_whichever_process_reads_them_and_keeps_the_ids_a
 
     // A third copy of every record, read by one process: all dropped, by the ids the
     // cluster's checkpoint holds.
-    for i in 0..RECORDS {
-        publish(&t.input, 20_000 + i, Some(i)).await;
-    }
-    let out = w
-        .run_ok(&[
-            "--workers",
-            "2",
-            "--checkpoint-interval",
-            "1s",
-            "--stop-when-idle",
-            "4s",
-        ])
-        .await;
-    assert_eq!(
-        summary_count(&out, "messages deduplicated:"),
-        RECORDS,
-        "{out}"
-    );
-    assert!(
-        seqs(&t.output_sub).await.is_empty(),
-        "a copy passed on one process"
-    );
-
+    let one_process = [
+        "--workers",
+        "2",
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "4s",
+    ];
+    copies_dropped(&t, 20_000, "one process", || async {
+        summary_count(&w.run_ok(&one_process).await, "messages deduplicated:")
+    })
+    .await;
     // A fourth, read by the cluster again: dropped by the ids one process checkpointed.
-    for i in 0..RECORDS {
-        publish(&t.input, 30_000 + i, Some(i)).await;
-    }
-    let outs = cluster(&w).await;
-    assert_eq!(total(&outs, "messages deduplicated:"), RECORDS, "{outs:?}");
-    assert!(
-        seqs(&t.output_sub).await.is_empty(),
-        "a copy passed on the cluster"
-    );
-
+    let on_cluster = || async { total(&cluster(&w).await, "messages deduplicated:") };
+    copies_dropped(&t, 30_000, "the cluster", on_cluster).await;
     // A fifth, after an INSERT was added in front (the query is `q1` now): the ids are
     // the table's, whichever query held them.
     let added = sql.replace(
@@ -169,18 +150,28 @@ async fn a_cluster_drops_copies_whichever_process_reads_them_and_keeps_the_ids_a
         "INSERT INTO dst SELECT seq FROM src WHERE seq < 0; INSERT INTO dst SELECT seq FROM src;",
     );
     std::fs::write(w.pipeline(), added).unwrap();
-    for i in 0..RECORDS {
-        publish(&t.input, 40_000 + i, Some(i)).await;
-    }
-    let outs = cluster(&w).await;
-    assert_eq!(total(&outs, "messages deduplicated:"), RECORDS, "{outs:?}");
-    assert!(
-        seqs(&t.output_sub).await.is_empty(),
-        "a copy passed after the edit"
-    );
+    copies_dropped(&t, 40_000, "the edited cluster", on_cluster).await;
     assert!(redelivered(&t.input_sub, Duration::from_secs(3))
         .await
         .is_empty());
+}
+
+/// Publishes one more copy of every record (seqs from `base`), runs `run` (returning
+/// the messages it deduplicated) and checks it dropped them all, writing nothing.
+async fn copies_dropped<F: std::future::Future<Output = usize>>(
+    t: &Topics,
+    base: usize,
+    on: &str,
+    run: impl FnOnce() -> F,
+) {
+    for i in 0..RECORDS {
+        publish(&t.input, base + i, Some(i)).await;
+    }
+    assert_eq!(run().await, RECORDS, "copies deduplicated on {on}");
+    assert!(
+        seqs(&t.output_sub).await.is_empty(),
+        "a copy passed on {on}"
+    );
 }
 
 /// A windowed query over a deduplicating table cannot share its exchange by group key:

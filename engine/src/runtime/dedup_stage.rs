@@ -13,7 +13,7 @@
 //! is never a copy.
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, TimestampNanosecondArray};
-use arrow::compute::{filter_record_batch, take_record_batch};
+use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, TimeUnit};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -85,19 +85,7 @@ pub(crate) fn split_by_id(
         let target = h.map_or(own, |h| owner_of(h, peers));
         by_target[target as usize].push(row as u32);
     }
-    let mut out = Vec::new();
-    for (target, rows) in by_target.into_iter().enumerate() {
-        if rows.is_empty() {
-            continue;
-        }
-        let part = if rows.len() == batch.num_rows() {
-            batch.clone()
-        } else {
-            take_record_batch(batch, &arrow::array::UInt32Array::from(rows))?
-        };
-        out.push((target as u64, part));
-    }
-    Ok(out)
+    super::route::parts(batch, by_target)
 }
 
 /// A query's deduplication on one worker, inside its sink operator.

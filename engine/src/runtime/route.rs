@@ -76,6 +76,15 @@ pub(crate) fn split_by_key(
         };
         by_target[target as usize].push(row as u32);
     }
+    parts(batch, by_target)
+}
+
+/// The rows of `batch` each target (worker) of `by_target` takes, as one batch per target
+/// with rows, in order.
+pub(crate) fn parts(
+    batch: &RecordBatch,
+    by_target: Vec<Vec<u32>>,
+) -> anyhow::Result<Vec<(u64, RecordBatch)>> {
     let mut out = Vec::new();
     for (target, rows) in by_target.into_iter().enumerate() {
         if rows.is_empty() {
