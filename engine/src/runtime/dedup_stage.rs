@@ -4,13 +4,13 @@
 //! message put in.
 //!
 //! Rows are checked as they arrive, in any epoch order (no row waits for an earlier
-//! epoch): each id is tagged with the epoch and the message that put it in. The snapshot
-//! of epoch `e` holds the ids of epochs `<= e` only, so a checkpoint holds exactly the ids
-//! of the rows it covers: a row written in a later epoch than a copy it dropped is
-//! replayed, not taken for a copy, if that later epoch never completes. The other rows of
-//! the message that put an id in (same message, same epoch) are kept; a redelivery of it
-//! in a later epoch is a copy, as one process has it. A message without an id (NULL key)
-//! is never a copy.
+//! epoch): each id is tagged with the epoch that put it in and, while that epoch is
+//! open, the message. The snapshot of epoch `e` holds the ids of epochs `<= e` only, so a
+//! checkpoint holds exactly the ids of the rows it covers: a row written in a later epoch
+//! than a copy it dropped is replayed, not taken for a copy, if that later epoch never
+//! completes. The other rows of the message that put an id in (same message, same epoch)
+//! are kept; a redelivery of it in a later epoch is a copy, as one process has it. A
+//! message without an id (NULL key) is never a copy.
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, TimestampNanosecondArray};
 use arrow::compute::filter_record_batch;
