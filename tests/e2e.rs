@@ -7,6 +7,7 @@ mod support;
 
 mod alignment;
 mod avro;
+mod backlog;
 mod cluster;
 mod credentials;
 mod dead_letter;

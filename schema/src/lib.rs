@@ -443,6 +443,29 @@ pub struct SubscriberOptionsConfig {
     #[serde(default)]
     #[schemars(title = "Watermark out-of-orderness (ms)")]
     pub watermark_out_of_orderness_ms: Option<u64>,
+    /// Hold the watermark behind the subscription's oldest unacknowledged message, read
+    /// from a snapshot's expire time at every probe interval (decision 0047). Needs
+    /// `pubsub.snapshots.create` (roles/pubsub.editor); without it the job WARNs once and
+    /// runs on the newest-less-bound rule alone. Default on.
+    #[serde(default = "default_true")]
+    #[schemars(title = "Watermark backlog probe")]
+    pub watermark_backlog_probe: bool,
+    /// How often (ms) the backlog probe reads the oldest unacknowledged message (two
+    /// admin calls per subscription). At least 100. Default 2000.
+    #[serde(default = "default_backlog_probe_interval_ms")]
+    #[schemars(title = "Watermark backlog probe interval (ms)", range(min = 100))]
+    pub watermark_backlog_probe_interval_ms: u64,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The default of `watermark_backlog_probe_interval_ms` (decision 0047).
+pub const DEFAULT_BACKLOG_PROBE_INTERVAL_MS: u64 = 2_000;
+
+fn default_backlog_probe_interval_ms() -> u64 {
+    DEFAULT_BACKLOG_PROBE_INTERVAL_MS
 }
 
 fn default_watermark_idle_timeout_ms() -> u64 {
@@ -470,6 +493,8 @@ impl Default for SubscriberOptionsConfig {
             rate_limit_messages_per_second: None,
             watermark_idle_timeout_ms: default_watermark_idle_timeout_ms(),
             watermark_out_of_orderness_ms: None,
+            watermark_backlog_probe: true,
+            watermark_backlog_probe_interval_ms: DEFAULT_BACKLOG_PROBE_INTERVAL_MS,
         }
     }
 }

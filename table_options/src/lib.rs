@@ -49,6 +49,11 @@ pub const RATE_LIMIT: &str = "scan.rate-limit.messages-per-second";
 pub const WATERMARK_IDLE_TIMEOUT: &str = "scan.watermark.idle-timeout";
 /// Out-of-orderness of publish-time or attribute event time (issue 32).
 pub const WATERMARK_OUT_OF_ORDERNESS: &str = "scan.watermark.out-of-orderness";
+/// `on` (default) | `off`: hold the watermark behind the subscription's oldest unacked
+/// message, read from a snapshot (issue 44; decision 0047).
+pub const WATERMARK_BACKLOG_PROBE: &str = "scan.watermark.backlog-probe";
+/// How often the backlog probe runs (at least 100 ms; default 2 s).
+pub const WATERMARK_BACKLOG_PROBE_INTERVAL: &str = "scan.watermark.backlog-probe-interval";
 /// Event time from an attribute: RFC 3339 or epoch milliseconds (issue 32).
 pub const EVENT_TIME_ATTRIBUTE: &str = "scan.event-time.attribute";
 /// `sub:topic,...`: the subscriptions to create when missing, each with its topic.
@@ -96,6 +101,8 @@ pub const SOURCE_OPTIONS: &[&str] = &[
     RATE_LIMIT,
     WATERMARK_IDLE_TIMEOUT,
     WATERMARK_OUT_OF_ORDERNESS,
+    WATERMARK_BACKLOG_PROBE,
+    WATERMARK_BACKLOG_PROBE_INTERVAL,
     EVENT_TIME_ATTRIBUTE,
     ALIGNMENT_GROUP,
     ALIGNMENT_MAX_DRIFT,
@@ -145,6 +152,8 @@ const BASE_OPTIONS: &[&str] = &[
     RATE_LIMIT,
     WATERMARK_IDLE_TIMEOUT,
     WATERMARK_OUT_OF_ORDERNESS,
+    WATERMARK_BACKLOG_PROBE,
+    WATERMARK_BACKLOG_PROBE_INTERVAL,
     EVENT_TIME_ATTRIBUTE,
     ALIGNMENT_GROUP,
     ALIGNMENT_MAX_DRIFT,
@@ -197,6 +206,8 @@ pub fn sql_key(option: &str) -> &str {
         "rate_limit_messages_per_second" => RATE_LIMIT,
         "watermark_idle_timeout" => WATERMARK_IDLE_TIMEOUT,
         "watermark_out_of_orderness" => WATERMARK_OUT_OF_ORDERNESS,
+        "watermark_backlog_probe" => WATERMARK_BACKLOG_PROBE,
+        "watermark_backlog_probe_interval" => WATERMARK_BACKLOG_PROBE_INTERVAL,
         "event_time_attribute" => EVENT_TIME_ATTRIBUTE,
         "alignment.group" => ALIGNMENT_GROUP,
         "alignment.max_drift" => ALIGNMENT_MAX_DRIFT,
@@ -420,6 +431,12 @@ fn source_options(
         s.watermark_idle_timeout_ms = v;
     }
     s.watermark_out_of_orderness_ms = pull_ms(o, WATERMARK_OUT_OF_ORDERNESS)?;
+    if let Some(on) = o.pull_opt_with(WATERMARK_BACKLOG_PROBE, parse_on_off)? {
+        s.watermark_backlog_probe = on;
+    }
+    if let Some(v) = o.pull_opt_with(WATERMARK_BACKLOG_PROBE_INTERVAL, parse_probe_interval)? {
+        s.watermark_backlog_probe_interval_ms = v;
+    }
     c.event_time_attribute = o.pull_opt_str(EVENT_TIME_ATTRIBUTE)?;
     auto_create(o, &mut c.subscriptions)?;
     c.dead_letter = sink::dead_letter_options(o, "scan.")?;
@@ -638,6 +655,31 @@ pub(crate) fn pull_ms(o: &mut ConnectorOptions, key: &str) -> Result<Option<u64>
 
 pub(crate) fn u32_option(key: &str, v: u64) -> Result<u32, OptionError> {
     u32::try_from(v).map_err(|_| invalid(key, v, "must be at most 4294967295"))
+}
+
+/// The shortest `scan.watermark.backlog-probe-interval`.
+pub const MIN_BACKLOG_PROBE_INTERVAL_MS: u64 = 100;
+
+/// A probe interval: whole milliseconds, at least [`MIN_BACKLOG_PROBE_INTERVAL_MS`].
+fn parse_probe_interval(v: &str) -> Result<u64, String> {
+    let d = pubsub_engine::duration::parse_duration(v)?;
+    let ms = u64::try_from(d.as_millis()).map_err(|_| "is too long".to_string())?;
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return Err("must be a whole number of milliseconds".to_string());
+    }
+    if ms < MIN_BACKLOG_PROBE_INTERVAL_MS {
+        return Err(format!("must be at least {MIN_BACKLOG_PROBE_INTERVAL_MS}ms (each probe is two admin calls per subscription)"));
+    }
+    Ok(ms)
+}
+
+/// `on` | `off`, case-insensitive.
+fn parse_on_off(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("must be one of 'on', 'off'".to_string()),
+    }
 }
 
 /// `none` | `per-key`, case-insensitive.
@@ -923,6 +965,36 @@ mod tests {
             bad.contains("scan.watermark.alignment.max-drift") && bad.contains("soon"),
             "{bad}"
         );
+        // The backlog probe: on by default, 'off' turns it off, the interval has a floor.
+        let d = source(&[("subscription", "a")]).unwrap().subscriber;
+        assert_eq!(
+            (d.watermark_backlog_probe, d.watermark_backlog_probe_interval_ms),
+            (true, 2_000)
+        );
+        let p = source(&[
+            ("subscription", "a"),
+            (WATERMARK_BACKLOG_PROBE, "OFF"),
+            (WATERMARK_BACKLOG_PROBE_INTERVAL, "500ms"),
+        ])
+        .unwrap()
+        .subscriber;
+        assert_eq!(
+            (p.watermark_backlog_probe, p.watermark_backlog_probe_interval_ms),
+            (false, 500)
+        );
+        for (k, v, why) in [
+            (WATERMARK_BACKLOG_PROBE, "sometimes", "must be one of 'on', 'off'"),
+            (WATERMARK_BACKLOG_PROBE_INTERVAL, "0s", "at least 100ms"),
+            (WATERMARK_BACKLOG_PROBE_INTERVAL, "99ms", "at least 100ms"),
+            (WATERMARK_BACKLOG_PROBE_INTERVAL, "-1s", ""),
+            (WATERMARK_BACKLOG_PROBE_INTERVAL, "100.5ms", "whole number of milliseconds"),
+        ] {
+            let e = source(&[("subscription", "a"), (k, v)]).unwrap_err().to_string();
+            assert!(
+                e.contains(k) && e.contains(v) && e.contains(why),
+                "{k} = {v}: {e}"
+            );
+        }
         // The window and the bound need the attribute.
         let e = source(&[("subscription", "a"), (DEDUP_WINDOW, "1m")])
             .unwrap_err()

@@ -194,6 +194,16 @@ fn subscriber_options(o: &mut Out, s: &SubscriberOptionsConfig) {
         s.watermark_out_of_orderness_ms,
         ms,
     );
+    if s.watermark_backlog_probe != d.watermark_backlog_probe {
+        let v = if s.watermark_backlog_probe { "on" } else { "off" };
+        o.put(WATERMARK_BACKLOG_PROBE, v.to_string());
+    }
+    if s.watermark_backlog_probe_interval_ms != d.watermark_backlog_probe_interval_ms {
+        o.put(
+            WATERMARK_BACKLOG_PROBE_INTERVAL,
+            ms(s.watermark_backlog_probe_interval_ms),
+        );
+    }
 }
 
 /// `scan.auto-create.*`: the topics of every subscription to create, and the first one's

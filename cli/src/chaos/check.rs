@@ -61,8 +61,11 @@ pub struct Observed {
     pub dead_letters: Vec<Msg>,
     /// Every row hop2 wrote.
     pub last: Vec<Msg>,
-    /// Every window row hop1 wrote (all fire in its final, drained run).
+    /// Every window row hop1 wrote (during the faults and in its final, drained run).
     pub windows: Vec<Msg>,
+    /// seq -> publish time (ms since the Unix epoch) of every input message, from the
+    /// witness subscription of the input topic (the windows' event time).
+    pub publish_ms: BTreeMap<u64, i64>,
     /// Message ids still on the input subscription after the final run.
     pub unread: HashSet<String>,
     /// Messages still on hop2's subscriptions after its run.
@@ -318,7 +321,8 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
     }
 
     // 7. The windows equal a batch GROUP BY over the rows written.
-    v.extend(super::window_check::check(&obs.windows, &copies));
+    let publish_ms = |seq: u64| obs.publish_ms.get(&seq).copied();
+    v.extend(super::window_check::check(&obs.windows, &copies, &publish_ms));
 
     let duplicates = copies.values().chain(letters.values()).map(|n| n - 1).sum();
     Outcome {
@@ -633,6 +637,9 @@ mod tests {
             windows: super::super::window_check::perfect(
                 (0..n).filter(|s| fate(*s) == Fate::Output),
             ),
+            publish_ms: (0..n)
+                .map(|s| (s, super::super::payload::event_time_ms(s)))
+                .collect(),
             unread: HashSet::new(),
             hop2_unread: 0,
             wire: Vec::new(),

@@ -42,6 +42,13 @@ pub enum Fault {
     RecreateSinkTopic { gap: Duration },
     /// The network between the source's dead-letter queue and the service is cut.
     CutDeadLetter { for_: Duration },
+    /// Another consumer of the input subscription keeps up to `keep` of the deliveries
+    /// it is offered over `for_` (a seeded 30%) and nacks each 1 s to `hold` later: the
+    /// real service's redeliveries behind newer messages (issue 44, `tools::delivery`).
+    TakeAndNack { keep: usize, hold: Duration, for_: Duration },
+    /// As [`Fault::TakeAndNack`], but the kept deliveries' leases run out instead (no
+    /// extension after 1 s; redelivered by the service up to 10 s later).
+    ExpireLeases { keep: usize, for_: Duration },
 }
 
 impl Fault {
@@ -57,6 +64,8 @@ impl Fault {
             Fault::KillInCheckpointWrite => "kill-in-checkpoint-write",
             Fault::RecreateSinkTopic { .. } => "recreate-sink-topic",
             Fault::CutDeadLetter { .. } => "cut-dead-letter",
+            Fault::TakeAndNack { .. } => "take-and-nack",
+            Fault::ExpireLeases { .. } => "expire-leases",
         }
     }
 }
@@ -84,6 +93,14 @@ impl fmt::Display for Fault {
             Fault::CutDeadLetter { for_ } => {
                 write!(f, "cut the dead-letter queue's network for {for_:?}")
             }
+            Fault::TakeAndNack { keep, hold, for_ } => write!(
+                f,
+                "another consumer keeps up to {keep} input messages over {for_:?}, nacks each within {hold:?}"
+            ),
+            Fault::ExpireLeases { keep, for_ } => write!(
+                f,
+                "another consumer keeps up to {keep} input messages over {for_:?}, lets their leases expire"
+            ),
         }
     }
 }
@@ -107,7 +124,7 @@ pub struct Schedule {
 const INTERVALS_MS: [u64; 5] = [200, 500, 1_000, 3_000, 12_000];
 
 /// How many kinds of [`Fault`] there are; each is drawn with the same chance.
-const KINDS: u32 = 9;
+const KINDS: u32 = 11;
 
 impl Schedule {
     /// The schedule of `seed`: 1 to 4 faults at instants within the publishing window
@@ -137,7 +154,16 @@ impl Schedule {
                     7 => Fault::RecreateSinkTopic {
                         gap: Duration::from_millis(rng.random_range(200..3_000)),
                     },
-                    _ => Fault::CutDeadLetter { for_ },
+                    8 => Fault::CutDeadLetter { for_ },
+                    9 => Fault::TakeAndNack {
+                        keep: rng.random_range(20..200),
+                        hold: Duration::from_millis(rng.random_range(1_000..8_000)),
+                        for_,
+                    },
+                    _ => Fault::ExpireLeases {
+                        keep: rng.random_range(20..200),
+                        for_,
+                    },
                 };
                 Timed { at, fault }
             })

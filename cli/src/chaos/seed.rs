@@ -59,6 +59,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
     let mut topics = Topics {
         input: format!("{name}-in"),
         input_sub: format!("{name}-in-sub"),
+        witness_sub: format!("{name}-in-witness"),
         output_subs: vec![format!("{out}-sub")],
         hop2_subs: vec![format!("{out}-hop2")],
         output: out,
@@ -96,6 +97,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
     }
     let subs = [
         (&topics.input_sub, &topics.input, ACK_DEADLINE_S),
+        (&topics.witness_sub, &topics.input, 60),
         (&topics.output_subs[0], &topics.output, 60),
         (&topics.hop2_subs[0], &topics.output, 60),
         (&topics.dead_letter_sub, &topics.dead_letter, 60),
@@ -233,13 +235,17 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
         )
         .await?;
         let windows = drain_msgs(&direct, &topics.windows_sub).await?;
+        let witness =
+            admin::drain_messages(&direct, &topics.witness_sub, 2, None, Duration::from_secs(5))
+                .await?;
         anyhow::Ok((
             rows,
             letters.into_iter().map(msg).collect::<Vec<_>>(),
             windows,
+            publish_times(&witness),
         ))
     };
-    let ((hop2_end, last, hop2_unread), unread, (rows, dead_letters, windows)) =
+    let ((hop2_end, last, hop2_unread), unread, (rows, dead_letters, windows, publish_ms)) =
         tokio::try_join!(run_hop2, unread, read_hop1)?;
     record.rows.extend(rows);
 
@@ -272,6 +278,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
         dead_letters,
         last,
         windows,
+        publish_ms,
         unread: unread.into_keys().collect(),
         hop2_unread,
         wire,
@@ -287,6 +294,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
         let _ = std::fs::remove_dir_all(&dir);
         let subs = topics.output_subs.iter().chain(&topics.hop2_subs).chain([
             &topics.input_sub,
+            &topics.witness_sub,
             &topics.dead_letter_sub,
             &topics.last_sub,
             &topics.windows_sub,
@@ -323,6 +331,17 @@ fn msg(m: Message) -> Msg {
         data: m.data.to_vec(),
         attributes: m.attributes.into_iter().collect(),
     }
+}
+
+/// seq (attribute `seq`) -> publish time in ms since the Unix epoch.
+fn publish_times(msgs: &[Message]) -> BTreeMap<u64, i64> {
+    msgs.iter()
+        .filter_map(|m| {
+            let seq = m.attributes.get("seq")?.parse().ok()?;
+            let t = m.publish_time.as_ref()?;
+            Some((seq, t.seconds() * 1_000 + i64::from(t.nanos()) / 1_000_000))
+        })
+        .collect()
 }
 
 /// Every message on subscription `sub` (read and acknowledged); none if it is gone.

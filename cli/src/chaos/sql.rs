@@ -7,15 +7,16 @@
 //!   expressions; the sink writes JSON rows to the output topic through the sink's
 //!   cutter, stamping each row's record id in attribute [`RID`]. A 10 s lease extension
 //!   keeps a dead run's leases at 10 s. A second query reads the same rows into 1 s
-//!   windows of event time (attribute `ts`), written to the windows topic through the
-//!   proxy with record ids; its 10 min out-of-orderness keeps every window open until
-//!   the final run drains them, so the window state crosses every fault.
+//!   windows of publish time (the default 1 s out-of-orderness), written to the windows
+//!   topic through the proxy with record ids: windows fire during the faults, held
+//!   behind the input's oldest unacknowledged message by the backlog probe (decision
+//!   0047), and the open ones' state crosses every fault to the final, drained run.
 //! - **hop2**, without faults: every subscription it has on hop1's output topic (one per
 //!   incarnation of the topic), deduplicating on [`RID`], to the last topic; each row
 //!   carries the record id it was deduplicated on, so the checker can match it.
 
 use super::payload::{
-    query, Format, EVENT_TIME_ATTRIBUTE, ROW_COLUMNS, WINDOW_COLUMNS, WINDOW_QUERY,
+    query, Format, ROW_COLUMNS, WINDOW_COLUMNS, WINDOW_QUERY,
 };
 
 /// The attribute hop1 stamps record ids in and hop2 deduplicates on.
@@ -60,7 +61,7 @@ pub fn hop1(h: &Hop1<'_>) -> String {
                'format' = '{format}', 'scan.ack.max-duration-per-extension' = '10s',
                'scan.deserialization-failure-policy' = 'dead-letter', 'scan.dead-letter.topic' = '{dead_letter}',
                'scan.dead-letter.emulator-endpoint' = '{dead_letter_endpoint}',
-               'scan.event-time.attribute' = '{EVENT_TIME_ATTRIBUTE}', 'scan.watermark.out-of-orderness' = '10m');
+               'scan.watermark.backlog-probe-interval' = '500ms');
          CREATE TABLE dst ({ROW_COLUMNS})
          WITH ('connector' = 'pubsub', 'project' = '{project}', 'topic' = '{output}', 'emulator-endpoint' = '{sink}', 'format' = 'json',
                'sink.record-id-attribute' = '{RID}');

@@ -11,6 +11,7 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use pubsub_connector_core::admin;
+use pubsub_connector_core::tools::delivery::{GiveBack, Interference, Interloper};
 
 use super::outages::{self, Outages, Window};
 use super::pipeline::Pipeline;
@@ -95,6 +96,8 @@ pub struct Record {
 pub struct Topics {
     pub input: String,
     pub input_sub: String,
+    /// The campaign's own subscription of the input topic: every message's publish time.
+    pub witness_sub: String,
     pub output: String,
     pub dead_letter: String,
     pub dead_letter_sub: String,
@@ -140,6 +143,7 @@ pub async fn run(
     } = cx;
     let mut rec = Record::default();
     let mut restores = Vec::new();
+    let mut interlopers = Vec::new();
     for timed in &schedule.faults {
         let at = tokio::time::Instant::from(t0 + timed.at);
         supervise_until(pipeline, at, &mut rec).await?;
@@ -214,6 +218,17 @@ pub async fn run(
                 }
                 done
             }
+            Fault::TakeAndNack { keep, hold, for_ } => {
+                let plan = interference(schedule.seed, *keep, *for_, GiveBack::Nack, *hold);
+                interlopers.push(Interloper::start(direct, &topics.input_sub, plan).await?);
+                true
+            }
+            Fault::ExpireLeases { keep, for_ } => {
+                let hold = Duration::from_secs(1);
+                let plan = interference(schedule.seed, *keep, *for_, GiveBack::LeaseExpiry, hold);
+                interlopers.push(Interloper::start(direct, &topics.input_sub, plan).await?);
+                true
+            }
             Fault::RecreateSinkTopic { gap } => {
                 let from = Instant::now();
                 recreate_sink_topic(direct, sink, topics, *gap, &mut rec).await?;
@@ -251,6 +266,23 @@ pub async fn run(
             }
         }
     }
+    // Every message another consumer kept is given back before the final run.
+    for i in interlopers {
+        let mut finish = Box::pin(i.finish());
+        loop {
+            tokio::select! {
+                status = pipeline.wait() => {
+                    self_exit(pipeline, status?, &mut rec);
+                    pipeline.start(None)?;
+                }
+                r = &mut finish => {
+                    let report = r?;
+                    tracing::debug!("chaos: seed {}: another consumer kept {} and passed {}", schedule.seed, report.kept.len(), report.passed);
+                    break;
+                }
+            }
+        }
+    }
     // An outage's window ends when it really ended (the port bound again), which can be
     // later than scheduled: a start refused meanwhile is explained by it.
     for inj in &mut rec.injected {
@@ -275,6 +307,25 @@ pub async fn run(
     supervise_until(pipeline, old_enough.into(), &mut rec).await?;
     stop(pipeline, StopCause::BeforeFinal, &mut rec).await;
     Ok(rec)
+}
+
+/// A delivery fault's plan: keeps a seeded 30% of what it is offered, up to `keep`, for
+/// `for_`, giving each back after 1 s to `hold`.
+fn interference(
+    seed: u64,
+    keep: usize,
+    for_: Duration,
+    give_back: GiveBack,
+    hold: Duration,
+) -> Interference {
+    Interference {
+        seed,
+        take: keep,
+        probability: 0.3,
+        hold: (Duration::from_secs(1).min(hold), hold),
+        give_back,
+        window: for_,
+    }
 }
 
 /// How old the running start is at least when the stop before the final run is sent.

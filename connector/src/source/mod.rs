@@ -20,6 +20,7 @@
 //! per stream at the 10 s default interval) thus costs ~135 MB per stream at most besides
 //! payloads; `scan.flow-control.max-outstanding-request-bytes` (100 MB) bounds payloads.
 
+pub mod backlog;
 pub mod backoff;
 pub mod builder;
 pub mod create;
@@ -116,6 +117,19 @@ pub const MESSAGES_REPLAYED: &str = "messages_replayed";
 pub const SPLITS_PAUSED_FOR_ALIGNMENT: &str = "splits_paused_for_alignment";
 /// Counter: times watermark alignment paused one of the subtask's splits.
 pub const ALIGNMENT_PAUSES: &str = "alignment_pauses";
+/// Gauge per subtask and rule (label `rule`: `newest`, `backlog`, `idle`, `alignment`): 1
+/// for the rule that holds the subtask's watermark now, 0 for the others (decision 0047).
+/// Only for a table a window reads.
+pub const WATERMARK_HELD_BY: &str = "watermark_held_by";
+/// Gauge per subscription (label `subscription`), kept by the subtask that probes it:
+/// milliseconds from the publish time of the subscription's oldest unacknowledged message
+/// (the service's, from a snapshot's expire time) to now, at the last probe that answered.
+/// Counts the messages the job itself holds until its checkpoint commits.
+pub const BACKLOG_OLDEST_UNACKED_AGE_MS: &str = "backlog_oldest_unacked_age_ms";
+/// Counter: backlog probes that answered (`scan.watermark.backlog-probe-interval`).
+pub const BACKLOG_PROBES: &str = "backlog_probes";
+/// Counter: backlog probes that failed; the watermark held at its last safe value.
+pub const BACKLOG_PROBE_FAILURES: &str = "backlog_probe_failures";
 
 /// The window and bound of `d`, with the options naming them.
 pub(crate) fn dedup_spec(d: &pubsub_schema::DedupConfig) -> dedup::DedupSpec {

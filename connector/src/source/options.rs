@@ -195,6 +195,21 @@ impl PubSubSubscriberOptionsBuilder {
         watermark_out_of_orderness, watermark_out_of_orderness_ms, option
     );
 
+    ms_setter!(
+        /// How often the backlog probe reads the subscription's oldest unacknowledged
+        /// message (a snapshot created and deleted: two admin calls per subscription per
+        /// job). At least 100 ms. Default 2 s (decision 0047).
+        watermark_backlog_probe_interval, watermark_backlog_probe_interval_ms
+    );
+
+    /// Whether the watermark is held behind the subscription's oldest unacknowledged
+    /// message (`scan.watermark.backlog-probe`, decision 0047). Default `true`; without
+    /// the permission to create snapshots the job WARNs and runs as with `false`.
+    pub fn watermark_backlog_probe(mut self, on: bool) -> Self {
+        self.config.watermark_backlog_probe = on;
+        self
+    }
+
     /// Messages taken from one split in one go before the next split is served.
     /// Positive. Default 1000.
     pub fn max_records_per_fetch(mut self, messages: u32) -> Self {
@@ -268,6 +283,13 @@ impl PubSubSubscriberOptionsBuilder {
                     "must be less than 106,752 days, about 292 years (event times are nanoseconds in an i64)",
                 ));
             }
+        }
+        if c.watermark_backlog_probe_interval_ms < 100 {
+            return Err(BuildError::new(
+                "watermark_backlog_probe_interval",
+                show(Duration::from_millis(c.watermark_backlog_probe_interval_ms)),
+                "must be at least 100ms (each probe is two admin calls per subscription)",
+            ));
         }
         let (lo, hi) = LEASE_EXTENSION_RANGE;
         for (name, v) in [

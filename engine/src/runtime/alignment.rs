@@ -211,6 +211,96 @@ impl AlignmentMember {
     }
 }
 
+/// How often a process forwards a changed shared bound to the leader: a bound moves at
+/// most once per probe, and every process waits for it before its watermark may move.
+const SHARED_BOUND_UPDATE: Duration = Duration::from_millis(100);
+
+/// The group name of shared bound `name`: a NUL first, so that no alignment group named
+/// in SQL (1–256 printable characters) meets it.
+fn shared_bound_group(name: &str) -> String {
+    format!("\u{0}bound:{name}")
+}
+
+/// A job-wide bound that one subtask publishes and every subtask of every process reads
+/// ([`SourceContext::join_shared_bound`](crate::spi::SourceContext::join_shared_bound)):
+/// the lowest of what its reporters report. It travels as an alignment group does (a map
+/// insert here, the leader's broadcast to the other processes), so it costs no channel of
+/// its own. Readers never hold it.
+#[derive(Debug)]
+pub struct SharedBound {
+    member: AlignmentMember,
+}
+
+/// What a shared bound is, as one subtask reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoundValue {
+    /// No reporter has reported yet, or one has said it does not know.
+    Unknown,
+    /// Every reporter said there is no bound.
+    Unbounded,
+    /// At most this (ns since the Unix epoch).
+    At(i64),
+}
+
+impl SharedBound {
+    pub(crate) fn new(
+        alignment: Arc<Alignment>,
+        name: &str,
+        operator_id: &str,
+        subtask: usize,
+        reporter: bool,
+    ) -> Self {
+        // A reporter joins under a key of its own, so a subtask that both reads and
+        // reports holds two entries.
+        let id = if reporter {
+            format!("{operator_id}\u{0}reporter")
+        } else {
+            operator_id.to_string()
+        };
+        let member = AlignmentMember::new(
+            alignment,
+            &shared_bound_group(name),
+            &id,
+            subtask,
+            SHARED_BOUND_UPDATE,
+        );
+        if !reporter {
+            member.report(MemberWatermark::Idle);
+        }
+        SharedBound { member }
+    }
+
+    /// A reporter and a reader of bound `name` in a process of their own: for a test of
+    /// a reporter without a job.
+    pub fn standalone(name: &str) -> (SharedBound, SharedBound) {
+        let a = Arc::new(Alignment::new(0));
+        (
+            SharedBound::new(a.clone(), name, "standalone", 0, true),
+            SharedBound::new(a, name, "standalone", 0, false),
+        )
+    }
+
+    /// A reporter's news: the bound is at most `ns`.
+    pub fn report_at(&self, ns: i64) {
+        self.member.report(MemberWatermark::At(ns));
+    }
+
+    /// A reporter's news: there is no bound (what it measures cannot be measured here).
+    pub fn report_unbounded(&self) {
+        self.member.report(MemberWatermark::At(i64::MAX));
+    }
+
+    /// The bound now: this process's reporters as they are, the others' as last
+    /// broadcast. Before any report reached this process: [`BoundValue::Unknown`].
+    pub fn get(&mut self) -> BoundValue {
+        match self.member.group_watermark() {
+            None | Some(HELD) => BoundValue::Unknown,
+            Some(i64::MAX) => BoundValue::Unbounded,
+            Some(ns) => BoundValue::At(ns),
+        }
+    }
+}
+
 /// The leader's side: each process's latest local minima, and what it broadcast last.
 #[derive(Debug, Default)]
 pub(crate) struct GroupMinima {
@@ -320,5 +410,31 @@ mod tests {
                 .is_err(),
             "nothing new since it was read"
         );
+    }
+
+    /// A shared bound reads `Unknown` until its reporter reported, whether the reporter is
+    /// in this process or another; a reporter's "no bound" reads `Unbounded`; readers
+    /// never hold it, and a user's group of the same name is another group.
+    #[test]
+    fn a_shared_bound_is_unknown_until_reported_and_readers_never_hold_it() {
+        let here = Arc::new(Alignment::new(0));
+        let mut reader = SharedBound::new(here.clone(), "sub", "source-a", 1, false);
+        assert_eq!(reader.get(), BoundValue::Unknown, "nothing reported");
+        let reporter = SharedBound::new(here.clone(), "sub", "source-a", 0, true);
+        assert_eq!(reader.get(), BoundValue::Unknown, "the reporter has not measured");
+        reporter.report_at(42);
+        assert_eq!(reader.get(), BoundValue::At(42));
+        reporter.report_unbounded();
+        assert_eq!(reader.get(), BoundValue::Unbounded);
+        here.report("sub", "source-z", 0, At(1), S);
+        assert_eq!(reader.get(), BoundValue::Unbounded, "an alignment group 'sub' is apart");
+        // Another process: only readers here, the reporter's value comes by broadcast.
+        let there = Arc::new(Alignment::new(1));
+        let mut far = SharedBound::new(there.clone(), "sub", "source-a", 2, false);
+        assert_eq!(far.get(), BoundValue::Unknown, "before the broadcast");
+        let group = shared_bound_group("sub");
+        assert_eq!(there.local().get(&group), Some(&None), "readers hold nothing");
+        there.set_minima(BTreeMap::from([(group, BTreeMap::from([(0, 77)]))]));
+        assert_eq!(far.get(), BoundValue::At(77));
     }
 }

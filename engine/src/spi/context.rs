@@ -144,6 +144,25 @@ impl SourceContext {
         )
     }
 
+    /// Joins job-wide bound `name` (one per key: e.g. a subscription's oldest unacked
+    /// publish time, decision 0047): a `reporter` publishes it with
+    /// [`SharedBound::report_at`](crate::runtime::alignment::SharedBound::report_at), and
+    /// every subtask of every process that joined reads the lowest reported. Until a
+    /// report reaches a process its readers read `Unknown`.
+    pub fn join_shared_bound(
+        &self,
+        name: &str,
+        reporter: bool,
+    ) -> crate::runtime::alignment::SharedBound {
+        crate::runtime::alignment::SharedBound::new(
+            self.alignment.clone(),
+            name,
+            &self.task_info.operator_id,
+            self.task_info.task_index,
+            reporter,
+        )
+    }
+
     /// Tells the runtime this subtask has no more input (a bounded source reached its
     /// end). Once every source subtask of the job said so, the job takes a final
     /// checkpoint and stops gracefully (SPEC 2.1, "end of input"). The subtask must keep

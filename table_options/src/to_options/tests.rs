@@ -64,6 +64,8 @@ fn source_full() -> SourceConfig {
         rate_limit_messages_per_second: Some(25),
         watermark_idle_timeout_ms: 26,
         watermark_out_of_orderness_ms: Some(27_000),
+        watermark_backlog_probe: false,
+        watermark_backlog_probe_interval_ms: 28_000,
     };
     let mut d = DeadLetterQueueConfig::new("projects/other/topics/dl");
     d.authentication = Authentication::ServiceAccountKeyFile {

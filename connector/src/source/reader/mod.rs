@@ -48,6 +48,7 @@ use crate::client;
 use crate::dead_letter::{DeadLetter, PubSubDeadLetterQueue, DEAD_LETTERS_PUBLISHED};
 
 mod align;
+mod backlog;
 mod checkpoint;
 mod decode;
 mod dedup;
@@ -163,6 +164,9 @@ pub struct SourceReader {
     replays: Option<replay::Replays>,
     /// Watermark alignment, when the table names a group (set up in `on_start`).
     alignment: Option<align::Aligned>,
+    /// The backlog bounds of its subscriptions, for a table a window reads (set up in
+    /// `on_start`; decision 0047).
+    backlog: Option<backlog::BacklogBounds>,
 }
 
 impl SourceReader {
@@ -217,6 +221,7 @@ impl SourceReader {
                 .position(|f| f.key == pubsub_engine::sql::EVENT_TIME),
             replays: None,
             alignment: None,
+            backlog: None,
             profile,
             config,
             options,
@@ -366,6 +371,10 @@ impl SourceOperator for SourceReader {
         }
         if unsent > 0 {
             tracing::warn!("subscriber shutdown did not finish within the shutdown timeout ('{}' = {timeout:?}): {unsent} nacks were not confirmed sent; those messages return when their lease runs out", pubsub_table_options::SHUTDOWN_TIMEOUT);
+        }
+        // The probes finish the snapshot they are at (bounded like the rest).
+        if let Some(b) = self.backlog.as_mut() {
+            b.close(timeout).await;
         }
         // Last, with a budget of its own: best effort, nothing relies on it (every letter
         // of a completed checkpoint was flushed before it was reported).

@@ -183,6 +183,7 @@ impl SourceReader {
                 Duration::from_millis(a.max_drift_ms),
             ));
         }
+        self.start_backlog_bounds(ctx, &admin);
         tracing::debug!(
             "source subtask {} reads splits {:?}",
             ctx.task_info.task_index,

@@ -71,6 +71,49 @@ struct SplitTime {
     paused: bool,
 }
 
+/// Which rule holds a subtask's watermark where it is (gauge `watermark_held_by`, one
+/// series per rule, 1 for the rule that holds it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBy {
+    /// The newest event time less the out-of-orderness of its slowest split (or a split
+    /// that has not delivered yet).
+    Newest,
+    /// The subscription's oldest unacknowledged message, or a probe not answered yet
+    /// (decision 0047).
+    Backlog,
+    /// Every split is idle.
+    Idle,
+    /// Its slowest split is paused by watermark alignment.
+    Alignment,
+}
+
+impl HeldBy {
+    /// Every rule, in the order of the gauge's series.
+    pub const ALL: [HeldBy; 4] = [HeldBy::Newest, HeldBy::Backlog, HeldBy::Idle, HeldBy::Alignment];
+
+    /// The gauge's label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            HeldBy::Newest => "newest",
+            HeldBy::Backlog => "backlog",
+            HeldBy::Idle => "idle",
+            HeldBy::Alignment => "alignment",
+        }
+    }
+}
+
+/// What the backlog probe says of the subscriptions a subtask reads (decision 0047).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backlog {
+    /// Not known yet, or the last probe failed before any answered: the watermark stays.
+    Unknown,
+    /// No bound (the probe is off or not permitted): the newest rule alone.
+    Unbounded,
+    /// Every message not yet acknowledged was published at or after this (ns since the
+    /// Unix epoch, already rounded down for the service's resolution).
+    OldestUnacked(i64),
+}
+
 /// What the subtask's watermark is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WatermarkStatus {
@@ -79,6 +122,8 @@ pub struct WatermarkStatus {
     pub watermark_ns: Option<i64>,
     /// Every split is idle: the subtask does not hold an operator's minimum back.
     pub idle: bool,
+    /// Which rule holds it.
+    pub held_by: HeldBy,
 }
 
 impl WatermarkStatus {
@@ -101,6 +146,9 @@ pub struct Watermarks {
     splits: Vec<SplitTime>,
     /// The highest watermark reported (restored from the checkpoint): never lowered.
     current: Option<i64>,
+    /// The backlog bound of its subscriptions: the lowest over them (`Unbounded` when the
+    /// probe is off).
+    backlog: Backlog,
 }
 
 impl Watermarks {
@@ -122,7 +170,17 @@ impl Watermarks {
             idle_timeout,
             splits: Vec::new(),
             current: restored,
+            backlog: Backlog::Unbounded,
         })
+    }
+
+    /// The backlog bound now (the lowest over the subtask's subscriptions): at the next
+    /// advance the watermark does not pass it less the out-of-orderness, and stays where
+    /// it is while it is [`Backlog::Unknown`]. Dataflow's rule: a message's event time is
+    /// at most the out-of-orderness behind its publish time, so a message still unacked
+    /// at the service has an event time above the bound less the out-of-orderness.
+    pub fn set_backlog(&mut self, backlog: Backlog) {
+        self.backlog = backlog;
     }
 
     /// Adds a split (its index is the order of the calls); it counts as having just
@@ -175,9 +233,11 @@ impl Watermarks {
                 .is_some_and(|t| now.saturating_duration_since(s.last) >= t)
     }
 
-    /// Advances the watermark to what the splits allow at `now` (never lowers it).
+    /// Advances the watermark to what the splits and the backlog allow at `now` (never
+    /// lowers it).
     pub fn advance(&mut self, now: Instant) -> WatermarkStatus {
-        let mut min: Option<i64> = None;
+        // The lowest split watermark, and whether that split is paused by alignment.
+        let mut min: Option<(i64, bool)> = None;
         let mut active = 0;
         let mut unknown = false;
         for s in &self.splits {
@@ -188,12 +248,32 @@ impl Watermarks {
             match s.max_ns {
                 Some(m) => {
                     let w = m.saturating_sub(self.bound_ns);
-                    min = Some(min.map_or(w, |x| x.min(w)));
+                    if min.is_none_or(|(x, _)| w < x) {
+                        min = Some((w, s.paused));
+                    }
                 }
                 None => unknown = true,
             }
         }
-        if let (false, Some(w)) = (unknown, min) {
+        let newest = match min {
+            Some((_, true)) => HeldBy::Alignment,
+            _ => HeldBy::Newest,
+        };
+        let (next, held_by) = match (unknown, min, self.backlog) {
+            _ if active == 0 => (None, HeldBy::Idle),
+            (true, _, _) | (_, None, _) => (None, HeldBy::Newest),
+            (false, Some((w, _)), Backlog::Unbounded) => (Some(w), newest),
+            (false, Some(_), Backlog::Unknown) => (None, HeldBy::Backlog),
+            (false, Some((w, _)), Backlog::OldestUnacked(b)) => {
+                let cap = b.saturating_sub(self.bound_ns);
+                if cap < w {
+                    (Some(cap), HeldBy::Backlog)
+                } else {
+                    (Some(w), newest)
+                }
+            }
+        };
+        if let Some(w) = next {
             self.current = Some(self.current.map_or(w, |c| c.max(w)));
         }
         for s in &mut self.splits {
@@ -202,6 +282,7 @@ impl Watermarks {
         WatermarkStatus {
             watermark_ns: self.current,
             idle: active == 0,
+            held_by,
         }
     }
 }
@@ -266,14 +347,19 @@ impl super::SourceReader {
 
     /// Advances the watermark and sets its gauges, at most every `ADVANCE_EVERY`.
     pub(super) fn advance_watermark(&mut self, now: Instant, now_ms: i64) {
+        if self.watermarks.is_none() || now < self.watermark_at + ADVANCE_EVERY {
+            return;
+        }
+        let backlog = self.backlog_now();
         let Some(w) = self.watermarks.as_mut() else {
             return;
         };
-        if now < self.watermark_at + ADVANCE_EVERY {
-            return;
-        }
         self.watermark_at = now;
+        if let Some(b) = backlog {
+            w.set_backlog(b);
+        }
         let status = w.advance(now);
+        self.set_held_by(status.held_by);
         self.watermark_out = status.to_emit();
         self.align(status, now);
         let c = self.counters();

@@ -30,7 +30,8 @@ fn the_watermark_is_the_lowest_splits_highest_event_time_less_the_bound() {
         w.advance(t0),
         WatermarkStatus {
             watermark_ns: None,
-            idle: false
+            idle: false,
+            held_by: HeldBy::Newest
         }
     );
     w.observe(1, 50 * S, t0);
@@ -108,7 +109,8 @@ fn an_idle_split_stops_holding_the_watermark_back_and_all_idle_is_idle() {
         w.advance(at),
         WatermarkStatus {
             watermark_ns: Some(99 * S),
-            idle: false
+            idle: false,
+            held_by: HeldBy::Newest
         }
     );
     let later = t0 + Duration::from_secs(35);
@@ -116,7 +118,8 @@ fn an_idle_split_stops_holding_the_watermark_back_and_all_idle_is_idle() {
         w.advance(later),
         WatermarkStatus {
             watermark_ns: Some(99 * S),
-            idle: true
+            idle: true,
+            held_by: HeldBy::Idle
         }
     );
     // A delivery makes its split active again.
@@ -125,7 +128,8 @@ fn an_idle_split_stops_holding_the_watermark_back_and_all_idle_is_idle() {
         w.advance(later),
         WatermarkStatus {
             watermark_ns: Some(199 * S),
-            idle: false
+            idle: false,
+            held_by: HeldBy::Newest
         }
     );
     // Without an idle timeout a silent split holds it back for good.
@@ -136,7 +140,8 @@ fn an_idle_split_stops_holding_the_watermark_back_and_all_idle_is_idle() {
         never.advance(day),
         WatermarkStatus {
             watermark_ns: None,
-            idle: false
+            idle: false,
+            held_by: HeldBy::Newest
         }
     );
 }
@@ -157,7 +162,8 @@ fn a_split_that_just_delivered_is_not_idle_however_old_the_clock_it_was_stamped_
         w.advance(t0 + Duration::from_secs(5)),
         WatermarkStatus {
             watermark_ns: Some(99 * S),
-            idle: false
+            idle: false,
+            held_by: HeldBy::Newest
         }
     );
     // Nothing more: idle again at the next advance, keeping its watermark.
@@ -165,7 +171,8 @@ fn a_split_that_just_delivered_is_not_idle_however_old_the_clock_it_was_stamped_
         w.advance(t0 + Duration::from_secs(6)),
         WatermarkStatus {
             watermark_ns: Some(99 * S),
-            idle: true
+            idle: true,
+            held_by: HeldBy::Idle
         }
     );
 }
@@ -230,4 +237,53 @@ fn a_watermark_of_another_event_time_source_is_not_restored() {
         Some("publish-time")
     );
     assert_eq!(changed_event_time([], &attribute), None);
+}
+
+/// The backlog bound (decision 0047): the watermark never passes the oldest unacked
+/// publish time less the bound, stays where it is while the bound is unknown, and the
+/// gauge names the rule that holds it.
+#[test]
+fn the_backlog_holds_the_watermark_behind_the_oldest_unacked_message() {
+    let t0 = Instant::now();
+    let mut w = marks(2, Some(30), 2, t0);
+    w.set_backlog(Backlog::Unknown);
+    w.observe(0, 100 * S, t0);
+    w.observe(1, 100 * S, t0);
+    let s = w.advance(t0);
+    assert_eq!((s.watermark_ns, s.held_by), (None, HeldBy::Backlog), "no probe yet");
+    // Another consumer holds a message published at 60 s: the watermark stays behind it.
+    w.set_backlog(Backlog::OldestUnacked(60 * S));
+    let s = w.advance(t0);
+    assert_eq!((s.watermark_ns, s.held_by), (Some(58 * S), HeldBy::Backlog));
+    assert!(!w.observe(0, 60 * S, t0), "that message is not behind when it comes back");
+    // A failed probe: unknown again, the watermark stays at its last safe value.
+    w.set_backlog(Backlog::Unknown);
+    w.observe(0, 150 * S, t0);
+    w.observe(1, 150 * S, t0);
+    assert_eq!(w.advance(t0).watermark_ns, Some(58 * S));
+    // The backlog caught up past the newest: the newest rule holds it.
+    w.set_backlog(Backlog::OldestUnacked(500 * S));
+    let s = w.advance(t0);
+    assert_eq!((s.watermark_ns, s.held_by), (Some(148 * S), HeldBy::Newest));
+    // Off (or not permitted): the newest rule alone.
+    w.set_backlog(Backlog::Unbounded);
+    w.observe(0, 200 * S, t0);
+    w.observe(1, 200 * S, t0);
+    assert_eq!(w.advance(t0).held_by, HeldBy::Newest);
+    // An older bound later never lowers the watermark.
+    w.set_backlog(Backlog::OldestUnacked(10 * S));
+    let s = w.advance(t0);
+    assert_eq!((s.watermark_ns, s.held_by), (Some(198 * S), HeldBy::Backlog));
+}
+
+#[test]
+fn the_rule_holding_the_watermark_is_alignment_when_its_slowest_split_is_paused() {
+    let t0 = Instant::now();
+    let mut w = marks(0, None, 2, t0);
+    w.observe(0, 10 * S, t0);
+    w.observe(1, 50 * S, t0);
+    w.set_paused(0, true, t0);
+    assert_eq!(w.advance(t0).held_by, HeldBy::Alignment);
+    w.set_paused(0, false, t0);
+    assert_eq!(w.advance(t0).held_by, HeldBy::Newest);
 }
