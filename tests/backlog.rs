@@ -62,18 +62,25 @@ fn sql(t: &Topics, extra: &str) -> String {
     )
 }
 
-/// The oracle: every message the witness subscription holds, counted by publish-time
-/// window and bucket.
-async fn oracle(witness: &str, n: usize) -> Counts {
+/// Every message published, from the witness subscription: (publish ms, payload).
+async fn witnessed(witness: &str, n: usize) -> Vec<(i64, serde_json::Value)> {
     let msgs = admin::drain_messages(&profile(), witness, 1, Some(n), Duration::from_secs(5))
         .await
         .unwrap();
     assert_eq!(msgs.len(), n, "the witness holds every message published");
+    msgs.into_iter()
+        .map(|m| {
+            let t = m.publish_time.expect("a publish time");
+            let ms = t.seconds() * 1_000 + i64::from(t.nanos()) / 1_000_000;
+            (ms, serde_json::from_slice(&m.data).unwrap())
+        })
+        .collect()
+}
+
+/// The oracle: every message published, counted by publish-time window and bucket.
+async fn oracle(witness: &str, n: usize) -> Counts {
     let mut out = Counts::new();
-    for m in msgs {
-        let t = m.publish_time.expect("a publish time");
-        let ms = t.seconds() * 1_000 + i64::from(t.nanos()) / 1_000_000;
-        let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+    for (ms, v) in witnessed(witness, n).await {
         let bucket = v["bucket"].as_str().unwrap().to_string();
         *out.entry((ms.div_euclid(WINDOW_MS) * WINDOW_MS, bucket))
             .or_default() += 1;
@@ -192,8 +199,8 @@ enum Time {
     Publish,
     /// Attribute `ts`: this machine's clock at publish, epoch milliseconds.
     Attribute,
-    /// Field `created` (RFC 3339) of the notification, stamped at publish, through
-    /// `WATERMARK FOR`.
+    /// Field `created` (epoch milliseconds, `json.timestamp-format`) of the notification,
+    /// stamped at publish, through `WATERMARK FOR`.
     Column,
 }
 
@@ -265,29 +272,6 @@ impl Kind {
     }
 }
 
-fn rfc3339_ms(ms: i64) -> String {
-    let secs = ms.div_euclid(1_000);
-    // Days since the epoch to a civil date (Howard Hinnant's algorithm).
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        sod / 3_600,
-        sod % 3_600 / 60,
-        sod % 60,
-        ms.rem_euclid(1_000)
-    )
-}
-
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -328,7 +312,7 @@ async fn publish_bursts(
                 Time::Attribute => {
                     m = m.set_attributes([("ts".to_string(), at.to_string())]);
                 }
-                Time::Column => v["created"] = rfc3339_ms(at).into(),
+                Time::Column => v["created"] = at.into(),
             }
             pending.push(publisher.publish(m.set_data(serde_json::to_vec(&v).unwrap())));
         }
@@ -351,7 +335,7 @@ fn matrix_sql(t: &Topics, time: Time, kind: Kind) -> String {
         ),
         Time::Column => (
             "bucket TEXT, name TEXT, created TIMESTAMP, WATERMARK FOR created AS created - INTERVAL '1' SECOND",
-            "",
+            ", 'json.timestamp-format' = 'epoch-millis'",
         ),
     };
     format!(
@@ -441,24 +425,17 @@ async fn under_simulated_delivery(name: &str, time: Time, kind: Kind, give_back:
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("rows late") && !err.contains("rows late"), "{out}\n{err}");
     // The oracle over every message published.
-    let msgs = admin::drain_messages(&profile(), &witness, 1, Some(1_000), Duration::from_secs(5))
+    let rows: Vec<(i64, String)> = witnessed(&witness, 1_000)
         .await
-        .unwrap();
-    assert_eq!(msgs.len(), 1_000);
-    let rows: Vec<(i64, String)> = msgs
-        .iter()
-        .map(|m| {
-            let v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+        .into_iter()
+        .map(|(published, v)| {
             let bucket = v["bucket"].as_str().unwrap().to_string();
             let i: usize = v["name"].as_str().unwrap()["object-".len()..]
                 .trim_end_matches(".csv")
                 .parse()
                 .unwrap();
             let ms = match time {
-                Time::Publish => {
-                    let p = m.publish_time.clone().unwrap();
-                    p.seconds() * 1_000 + i64::from(p.nanos()) / 1_000_000
-                }
+                Time::Publish => published,
                 Time::Attribute | Time::Column => times[&i],
             };
             (ms, bucket)

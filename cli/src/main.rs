@@ -299,6 +299,9 @@ pub struct BenchArgs {
     /// benchmark checkpoints every 100 ms, see docs/performance.md.)
     #[arg(long, default_value = "1s", value_parser = checked_duration)]
     pub checkpoint_interval: String,
+    /// Backlog probes to time, one after another (issue 44; 0 skips them).
+    #[arg(long, default_value_t = 50)]
+    pub probes: usize,
     /// How many times each comparison runs (pipeline and baseline in alternating order);
     /// the summary lines give the medians.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]

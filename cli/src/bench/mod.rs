@@ -14,6 +14,7 @@
 
 mod expressions;
 mod memory;
+mod probe;
 mod process;
 mod raw;
 mod windows;
@@ -149,7 +150,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1, was 0");
     crate::parse_positive_duration(&args.checkpoint_interval)
         .map_err(|e| anyhow::anyhow!("--checkpoint-interval: {e}"))?;
-    if args.messages + args.sink_messages as usize + args.backlog > 0 {
+    if args.messages + args.sink_messages as usize + args.backlog + args.probes > 0 {
         let emu = tokio::task::spawn_blocking(Emulator::start).await??;
         // Talk to the emulator directly: the half-closing proxy would run in this process
         // and add its CPU to the baselines'. Nothing here is killed, so it is not needed.
@@ -163,6 +164,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         if args.backlog > 0 {
             memory::backlog(&args, &profile, &direct).await?;
+        }
+        if args.probes > 0 {
+            probe::probes(&args, &profile).await?;
         }
     }
     if args.expression_rows > 0 {

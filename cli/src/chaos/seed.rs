@@ -167,6 +167,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
     let mut record = supervise::run(
         supervise::Ctx {
             direct: &direct,
+            proxied: &client::emulator_profile(PROJECT, &env.proxy),
             topics: &mut topics,
             source: &source,
             sink: &sink,

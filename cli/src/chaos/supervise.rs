@@ -117,6 +117,9 @@ pub struct Topics {
 /// What the fault phase works on.
 pub struct Ctx<'a> {
     pub direct: &'a pubsub_schema::PubSubProfile,
+    /// Through the emulator's half-closing proxy: another consumer's stream must close as
+    /// on the real service (a stream that vanishes strands its leases in the emulator).
+    pub proxied: &'a pubsub_schema::PubSubProfile,
     pub topics: &'a mut Topics,
     pub source: &'a Outages,
     pub sink: &'a Outages,
@@ -135,6 +138,7 @@ pub async fn run(
 ) -> anyhow::Result<Record> {
     let Ctx {
         direct,
+        proxied,
         topics,
         source,
         sink,
@@ -220,13 +224,13 @@ pub async fn run(
             }
             Fault::TakeAndNack { keep, hold, for_ } => {
                 let plan = interference(schedule.seed, *keep, *for_, GiveBack::Nack, *hold);
-                interlopers.push(Interloper::start(direct, &topics.input_sub, plan).await?);
+                interlopers.push(Interloper::start(proxied, &topics.input_sub, plan).await?);
                 true
             }
             Fault::ExpireLeases { keep, for_ } => {
                 let hold = Duration::from_secs(1);
                 let plan = interference(schedule.seed, *keep, *for_, GiveBack::LeaseExpiry, hold);
-                interlopers.push(Interloper::start(direct, &topics.input_sub, plan).await?);
+                interlopers.push(Interloper::start(proxied, &topics.input_sub, plan).await?);
                 true
             }
             Fault::RecreateSinkTopic { gap } => {

@@ -14,6 +14,10 @@
 //! one stream (always publish order here), and server-closed streams (the half-closing
 //! proxy of [`super::emulator_proxy`] and the TCP cutter do those).
 //!
+//! Give it a profile through the emulator's half-closing proxy
+//! ([`super::emulator_proxy`]): a stream whose connection just vanishes strands its
+//! leases in the emulator for minutes, nacks sent before the close included.
+//!
 //! Seeded: the same seed keeps the same positions of the delivery sequence it sees and
 //! draws the same delays; which messages those are depends on how the emulator shares
 //! deliveries between streams, so a run is replayable in its choices, not to the message.
@@ -23,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use google_cloud_pubsub::subscriber::handler::Handler;
+use google_cloud_pubsub::subscriber::ShutdownBehavior;
 use pubsub_schema::PubSubProfile;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
@@ -44,6 +49,11 @@ pub enum GiveBack {
 /// Under [`GiveBack::LeaseExpiry`], a kept delivery's handler is dropped this long after
 /// its hold delay: past its lease's expiry, so the drop's nack changes nothing.
 pub const EXPIRY_GRACE: Duration = Duration::from_secs(12);
+
+/// A delivery the interloper does not keep is nacked this long after it arrived: while
+/// it is the subscription's only consumer, a nack at once would only bring the message
+/// straight back to it, over and over.
+pub const PASS_DELAY: Duration = Duration::from_millis(250);
 
 /// What the interloper does.
 #[derive(Debug, Clone)]
@@ -89,11 +99,14 @@ impl Interloper {
         anyhow::ensure!(plan.hold.0 <= plan.hold.1, "hold range {:?} is empty", plan.hold);
         let subscriber = client::subscriber(profile).await?;
         let name = client::subscription_path(&profile.project, id);
-        let mut builder = subscriber.subscribe(name);
+        // Its stream is shut down only once everything kept went back, and the shutdown
+        // nacks what the stream still buffered: nothing is left stranded in it.
+        let mut builder = subscriber
+            .subscribe(name)
+            .set_max_lease_extension(Duration::from_secs(10))
+            .set_shutdown_behavior(ShutdownBehavior::NackImmediately);
         if plan.give_back == GiveBack::LeaseExpiry {
-            builder = builder
-                .set_max_lease(plan.hold.0.max(Duration::from_secs(1)))
-                .set_max_lease_extension(Duration::from_secs(10));
+            builder = builder.set_max_lease(plan.hold.0.max(Duration::from_secs(1)));
         }
         let stream = builder.build();
         let kept = Arc::new(AtomicUsize::new(0));
@@ -106,7 +119,8 @@ impl Interloper {
         self.kept.load(Ordering::Relaxed)
     }
 
-    /// Waits until every kept delivery was given back and the stream closed.
+    /// Waits until every kept delivery was given back and the stream closed (what it still
+    /// buffered nacked).
     ///
     /// # Errors
     /// The stream failed.
@@ -124,30 +138,25 @@ async fn run(
     let start = Instant::now();
     let token = stream.shutdown_token();
     let mut report = Report::default();
-    // (when it goes back, its handler)
+    // (when it goes back, its handler): kept ones, and passed ones (after [`PASS_DELAY`]).
     let mut held: Vec<(Instant, Handler)> = Vec::new();
-    let (mut closing, mut ended) = (false, false);
+    let mut passing: std::collections::VecDeque<(Instant, Handler)> = Default::default();
+    let mut ended = false;
     loop {
         let full = report.kept.len() >= plan.take || start.elapsed() >= plan.window;
-        if full && !closing {
-            // Reads no more deliveries; the held ones stay leased until given back.
-            closing = true;
-            let t = token.clone();
-            tokio::spawn(async move { t.shutdown().await });
-        }
-        let next_due = held.iter().map(|(at, _)| *at).min();
-        if closing && held.is_empty() {
-            // Take what the stream still hands over, passing it on, until it ends.
-            while let (false, Ok(Some(d))) = (
-                ended,
-                tokio::time::timeout(Duration::from_secs(5), stream.next()).await,
-            ) {
-                let (_, h) = d?;
-                h.nack();
-                report.passed += 1;
-            }
+        if (full || ended) && held.is_empty() {
+            // The stream stays open until here, so that nothing it received is left
+            // unread; the shutdown nacks what it still buffers and the deliveries
+            // waiting to be passed on (`NackImmediately`). Waiting for those to empty
+            // could last for ever: the service keeps offering it redeliveries.
+            token.shutdown().await;
             return Ok(report);
         }
+        let next_due = held
+            .iter()
+            .map(|(at, _)| *at)
+            .chain(passing.front().map(|(at, _)| *at))
+            .min();
         tokio::select! {
             d = stream.next(), if !ended => match d {
                 Some(Ok((m, h))) => {
@@ -166,15 +175,20 @@ async fn run(
                         report.kept.push(m.message_id);
                         count.fetch_add(1, Ordering::Relaxed);
                     } else {
-                        h.nack();
+                        passing.push_back((Instant::now() + PASS_DELAY, h));
                         report.passed += 1;
                     }
                 }
                 Some(Err(e)) => return Err(e.into()),
-                None => (closing, ended) = (true, true),
+                None => ended = true,
             },
             _ = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {
                 let now = Instant::now();
+                while passing.front().is_some_and(|(at, _)| *at <= now) {
+                    if let Some((_, h)) = passing.pop_front() {
+                        h.nack();
+                    }
+                }
                 let (due, rest): (Vec<_>, Vec<_>) = held.drain(..).partition(|(at, _)| *at <= now);
                 held = rest;
                 for (_, h) in due {
