@@ -104,6 +104,21 @@ async fn written(sub: &str, rows: usize) -> Vec<((i64, String), i64)> {
         .collect()
 }
 
+/// Topics `name`, a witness subscription of the input (every message's publish time),
+/// and another consumer of the input subscription doing `plan` (through the emulator's
+/// half-closing proxy, as `endpoint()` is).
+async fn with_another_consumer(name: &str, plan: Interference) -> (Topics, String, Interloper) {
+    let t = topics(name, 10).await;
+    let witness = unique(&format!("{name}-witness"));
+    admin::create_subscription(&profile(), &witness, &t.input, 60)
+        .await
+        .unwrap();
+    let other = Interloper::start(&profile(), &t.input_sub, plan)
+        .await
+        .unwrap();
+    (t, witness, other)
+}
+
 /// The measured case: 2,000 messages (a 600-message backlog, then a live tail at
 /// 100 per second); another consumer keeps the oldest 100 and nacks them about 6 s after
 /// the pipeline started; `TUMBLE(5 s)` count per bucket on publish time, 2 workers (two
@@ -113,14 +128,8 @@ async fn held_by_another_consumer(
     name: &str,
     extra: &str,
 ) -> (i32, String, String, Counts, Vec<((i64, String), i64)>) {
-    let t = topics(name, 10).await;
-    let witness = unique(&format!("{name}-witness"));
-    admin::create_subscription(&profile(), &witness, &t.input, 60)
-        .await
-        .unwrap();
-    let other = Interloper::start(
-        &profile(),
-        &t.input_sub,
+    let (t, witness, other) = with_another_consumer(
+        name,
         Interference {
             seed: 44,
             take: 100,
@@ -130,12 +139,13 @@ async fn held_by_another_consumer(
             window: Duration::from_secs(60),
         },
     )
-    .await
-    .unwrap();
+    .await;
     publish_paced(&t.input, 0..600, 100).await;
-    wait_until("the other consumer keeps 100", Duration::from_secs(30), || {
-        other.kept() == 100
-    })
+    wait_until(
+        "the other consumer keeps 100",
+        Duration::from_secs(30),
+        || other.kept() == 100,
+    )
     .await;
     let w = Workdir::new(&sql(&t, extra));
     let child = w.spawn(&[
@@ -165,7 +175,11 @@ async fn messages_another_consumer_gives_back_late_are_not_late_for_their_window
     assert!(!out.contains("rows late"), "{out}");
     assert_eq!(got.len(), expected.len(), "each window once: {got:?}");
     let got: Counts = got.into_iter().collect();
-    assert_eq!(got.values().sum::<i64>(), 2_000, "every message counted once");
+    assert_eq!(
+        got.values().sum::<i64>(),
+        2_000,
+        "every message counted once"
+    );
     assert_eq!(got, expected);
     assert!(!err.contains("backlog probe failed"), "{err}");
 }
@@ -175,21 +189,23 @@ async fn messages_another_consumer_gives_back_late_are_not_late_for_their_window
 /// the probe prevents; the case measured on main before it, decision 0047).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_probe_the_same_delivery_makes_rows_late_and_says_so_at_start() {
-    let (code, out, err, _, got) = held_by_another_consumer(
-        "backlog-off",
-        ", 'scan.watermark.backlog-probe' = 'off'",
-    )
-    .await;
+    let (code, out, err, _, got) =
+        held_by_another_consumer("backlog-off", ", 'scan.watermark.backlog-probe' = 'off'").await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(
-        err.matches("'scan.watermark.backlog-probe' = 'off'").count(),
+        err.matches("'scan.watermark.backlog-probe' = 'off'")
+            .count(),
         1,
         "one WARN: {err}"
     );
     let late = summary_count(&out, "rows late:");
     assert!(late > 0, "{out}");
     let counted: i64 = got.iter().map(|(_, n)| n).sum();
-    assert_eq!(counted + late as i64, 2_000, "the late rows are the ones missing: {out}");
+    assert_eq!(
+        counted + late as i64,
+        2_000,
+        "the late rows are the ones missing: {out}"
+    );
 }
 
 /// Where a test's rows take their event time from.
@@ -304,8 +320,7 @@ async fn publish_bursts(
         for &i in burst {
             let at = now_ms();
             times.insert(i, at);
-            let mut v: serde_json::Value =
-                serde_json::from_slice(&notification(i)).unwrap();
+            let mut v: serde_json::Value = serde_json::from_slice(&notification(i)).unwrap();
             let mut m = Message::new();
             match time {
                 Time::Publish => {}
@@ -371,15 +386,15 @@ enum Drive {
 /// another consumer that keeps a seeded 15% of what it is offered over the first 10 s
 /// and gives each back 2 to 8 s later (`give_back`): the window rows equal the oracle
 /// over every message published, none late, each window with one value.
-async fn under_simulated_delivery(name: &str, time: Time, kind: Kind, give_back: GiveBack, drive: Drive) {
-    let t = topics(name, 10).await;
-    let witness = unique(&format!("{name}-witness"));
-    admin::create_subscription(&profile(), &witness, &t.input, 60)
-        .await
-        .unwrap();
-    let other = Interloper::start(
-        &profile(),
-        &t.input_sub,
+async fn under_simulated_delivery(
+    name: &str,
+    time: Time,
+    kind: Kind,
+    give_back: GiveBack,
+    drive: Drive,
+) {
+    let (t, witness, other) = with_another_consumer(
+        name,
         Interference {
             seed: 44,
             take: 150,
@@ -389,12 +404,17 @@ async fn under_simulated_delivery(name: &str, time: Time, kind: Kind, give_back:
             window: Duration::from_secs(10),
         },
     )
-    .await
-    .unwrap();
+    .await;
     let mut times = BTreeMap::new();
     publish_bursts(&t.input, 0..400, time, &mut times).await;
     let w = Workdir::new(&matrix_sql(&t, time, kind));
-    let common = ["--checkpoint-interval", "1s", "--stop-when-idle", "12s", "--drain"];
+    let common = [
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "12s",
+        "--drain",
+    ];
     let mut child = match drive {
         Drive::Run { workers } => {
             let workers = workers.to_string();
@@ -417,13 +437,27 @@ async fn under_simulated_delivery(name: &str, time: Time, kind: Kind, give_back:
         .await;
         signal(&child, "KILL");
         let _ = finish(child, Duration::from_secs(30)).await;
-        child = w.spawn(&["--workers", "2", "--checkpoint-interval", "1s", "--stop-when-idle", "15s", "--drain"]);
+        child = w.spawn(&[
+            "--workers",
+            "2",
+            "--checkpoint-interval",
+            "1s",
+            "--stop-when-idle",
+            "15s",
+            "--drain",
+        ]);
     }
     let report = other.finish().await.unwrap();
-    assert!(report.kept.len() >= 20, "the other consumer kept some: {report:?}");
+    assert!(
+        report.kept.len() >= 20,
+        "the other consumer kept some: {report:?}"
+    );
     let (code, out, err) = finish(child, Duration::from_secs(240)).await;
     assert_eq!(code, 0, "{err}");
-    assert!(!out.contains("rows late") && !err.contains("rows late"), "{out}\n{err}");
+    assert!(
+        !out.contains("rows late") && !err.contains("rows late"),
+        "{out}\n{err}"
+    );
     // The oracle over every message published.
     let rows: Vec<(i64, String)> = witnessed(&witness, 1_000)
         .await
@@ -451,7 +485,11 @@ async fn under_simulated_delivery(name: &str, time: Time, kind: Kind, give_back:
     let mut seen: BTreeMap<(i64, i64, String), i64> = BTreeMap::new();
     for m in got {
         let r: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
-        let key = (ms(&r["ws"]), ms(&r["we"]), r["bucket"].as_str().unwrap().to_string());
+        let key = (
+            ms(&r["ws"]),
+            ms(&r["we"]),
+            r["bucket"].as_str().unwrap().to_string(),
+        );
         let n = r["n"].as_i64().unwrap();
         if let Some(before) = seen.insert(key.clone(), n) {
             assert_eq!(before, n, "{key:?} written twice with different counts");
@@ -462,20 +500,48 @@ async fn under_simulated_delivery(name: &str, time: Time, kind: Kind, give_back:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tumble_on_publish_time_under_late_nacks_on_two_splits_equals_the_oracle() {
-    under_simulated_delivery("bl-tumble", Time::Publish, Kind::Tumble, GiveBack::Nack, Drive::Run { workers: 2 }).await;
+    under_simulated_delivery(
+        "bl-tumble",
+        Time::Publish,
+        Kind::Tumble,
+        GiveBack::Nack,
+        Drive::Run { workers: 2 },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_on_an_attribute_under_expired_leases_equals_the_oracle() {
-    under_simulated_delivery("bl-hop", Time::Attribute, Kind::Hop, GiveBack::LeaseExpiry, Drive::Run { workers: 1 }).await;
+    under_simulated_delivery(
+        "bl-hop",
+        Time::Attribute,
+        Kind::Hop,
+        GiveBack::LeaseExpiry,
+        Drive::Run { workers: 1 },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_on_a_watermark_for_column_after_a_sigkill_equals_the_oracle() {
-    under_simulated_delivery("bl-session", Time::Column, Kind::Session, GiveBack::Nack, Drive::Killed).await;
+    under_simulated_delivery(
+        "bl-session",
+        Time::Column,
+        Kind::Session,
+        GiveBack::Nack,
+        Drive::Killed,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tumble_on_a_cluster_of_two_processes_under_late_nacks_equals_the_oracle() {
-    under_simulated_delivery("bl-cluster", Time::Publish, Kind::Tumble, GiveBack::Nack, Drive::Cluster).await;
+    under_simulated_delivery(
+        "bl-cluster",
+        Time::Publish,
+        Kind::Tumble,
+        GiveBack::Nack,
+        Drive::Cluster,
+    )
+    .await;
 }

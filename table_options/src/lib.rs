@@ -968,7 +968,10 @@ mod tests {
         // The backlog probe: on by default, 'off' turns it off, the interval has a floor.
         let d = source(&[("subscription", "a")]).unwrap().subscriber;
         assert_eq!(
-            (d.watermark_backlog_probe, d.watermark_backlog_probe_interval_ms),
+            (
+                d.watermark_backlog_probe,
+                d.watermark_backlog_probe_interval_ms
+            ),
             (true, 2_000)
         );
         let p = source(&[
@@ -979,17 +982,30 @@ mod tests {
         .unwrap()
         .subscriber;
         assert_eq!(
-            (p.watermark_backlog_probe, p.watermark_backlog_probe_interval_ms),
+            (
+                p.watermark_backlog_probe,
+                p.watermark_backlog_probe_interval_ms
+            ),
             (false, 500)
         );
         for (k, v, why) in [
-            (WATERMARK_BACKLOG_PROBE, "sometimes", "must be one of 'on', 'off'"),
+            (
+                WATERMARK_BACKLOG_PROBE,
+                "sometimes",
+                "must be one of 'on', 'off'",
+            ),
             (WATERMARK_BACKLOG_PROBE_INTERVAL, "0s", "at least 100ms"),
             (WATERMARK_BACKLOG_PROBE_INTERVAL, "99ms", "at least 100ms"),
             (WATERMARK_BACKLOG_PROBE_INTERVAL, "-1s", ""),
-            (WATERMARK_BACKLOG_PROBE_INTERVAL, "100.5ms", "whole number of milliseconds"),
+            (
+                WATERMARK_BACKLOG_PROBE_INTERVAL,
+                "100.5ms",
+                "whole number of milliseconds",
+            ),
         ] {
-            let e = source(&[("subscription", "a"), (k, v)]).unwrap_err().to_string();
+            let e = source(&[("subscription", "a"), (k, v)])
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains(k) && e.contains(v) && e.contains(why),
                 "{k} = {v}: {e}"

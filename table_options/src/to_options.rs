@@ -195,7 +195,11 @@ fn subscriber_options(o: &mut Out, s: &SubscriberOptionsConfig) {
         ms,
     );
     if s.watermark_backlog_probe != d.watermark_backlog_probe {
-        let v = if s.watermark_backlog_probe { "on" } else { "off" };
+        let v = if s.watermark_backlog_probe {
+            "on"
+        } else {
+            "off"
+        };
         o.put(WATERMARK_BACKLOG_PROBE, v.to_string());
     }
     if s.watermark_backlog_probe_interval_ms != d.watermark_backlog_probe_interval_ms {

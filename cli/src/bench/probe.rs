@@ -23,7 +23,13 @@ pub async fn probes(args: &BenchArgs, profile: &PubSubProfile) -> anyhow::Result
     admin::create_topic(profile, &topic).await?;
     admin::create_subscription(profile, &sub, &topic, 60).await?;
     admin::create_subscription(profile, &witness, &topic, 60).await?;
-    admin::publish_all(profile, &topic, (0..100).map(|i| format!("{i}").into_bytes()).collect(), 100).await?;
+    admin::publish_all(
+        profile,
+        &topic,
+        (0..100).map(|i| format!("{i}").into_bytes()).collect(),
+        100,
+    )
+    .await?;
     let oldest = admin::drain_messages(profile, &witness, 1, Some(100), Duration::from_secs(5))
         .await?
         .iter()

@@ -322,7 +322,11 @@ pub fn check(schedule: &Schedule, obs: Observed, elapsed: Duration) -> Outcome {
 
     // 7. The windows equal a batch GROUP BY over the rows written.
     let publish_ms = |seq: u64| obs.publish_ms.get(&seq).copied();
-    v.extend(super::window_check::check(&obs.windows, &copies, &publish_ms));
+    v.extend(super::window_check::check(
+        &obs.windows,
+        &copies,
+        &publish_ms,
+    ));
 
     let duplicates = copies.values().chain(letters.values()).map(|n| n - 1).sum();
     Outcome {

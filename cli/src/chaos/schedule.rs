@@ -45,7 +45,11 @@ pub enum Fault {
     /// Another consumer of the input subscription keeps up to `keep` of the deliveries
     /// it is offered over `for_` (a seeded 30%) and nacks each 1 s to `hold` later: the
     /// real service's redeliveries behind newer messages (issue 44, `tools::delivery`).
-    TakeAndNack { keep: usize, hold: Duration, for_: Duration },
+    TakeAndNack {
+        keep: usize,
+        hold: Duration,
+        for_: Duration,
+    },
     /// As [`Fault::TakeAndNack`], but the kept deliveries' leases run out instead (no
     /// extension after 1 s; redelivered by the service up to 10 s later).
     ExpireLeases { keep: usize, for_: Duration },

@@ -236,9 +236,14 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
         )
         .await?;
         let windows = drain_msgs(&direct, &topics.windows_sub).await?;
-        let witness =
-            admin::drain_messages(&direct, &topics.witness_sub, 2, None, Duration::from_secs(5))
-                .await?;
+        let witness = admin::drain_messages(
+            &direct,
+            &topics.witness_sub,
+            2,
+            None,
+            Duration::from_secs(5),
+        )
+        .await?;
         anyhow::Ok((
             rows,
             letters.into_iter().map(msg).collect::<Vec<_>>(),

@@ -15,9 +15,7 @@
 //!   incarnation of the topic), deduplicating on [`RID`], to the last topic; each row
 //!   carries the record id it was deduplicated on, so the checker can match it.
 
-use super::payload::{
-    query, Format, ROW_COLUMNS, WINDOW_COLUMNS, WINDOW_QUERY,
-};
+use super::payload::{query, Format, ROW_COLUMNS, WINDOW_COLUMNS, WINDOW_QUERY};
 
 /// The attribute hop1 stamps record ids in and hop2 deduplicates on.
 pub const RID: &str = "rid";

@@ -21,7 +21,10 @@ type Windows = BTreeMap<(i64, i64), (i64, i64)>;
 
 /// The windows of the seqs hop1 wrote (`written`), each at its event time (`event_ms`);
 /// a seq without one is left out (and reported by [`check`]).
-fn oracle<'a>(written: impl Iterator<Item = &'a u64>, event_ms: &dyn Fn(u64) -> Option<i64>) -> Windows {
+fn oracle<'a>(
+    written: impl Iterator<Item = &'a u64>,
+    event_ms: &dyn Fn(u64) -> Option<i64>,
+) -> Windows {
     let mut out = Windows::new();
     for &seq in written {
         let Some(t) = event_ms(seq) else {
@@ -44,9 +47,16 @@ pub fn check(
     event_ms: &dyn Fn(u64) -> Option<i64>,
 ) -> Vec<String> {
     let mut v = Vec::new();
-    let unknown: Vec<u64> = written.keys().copied().filter(|s| event_ms(*s).is_none()).take(3).collect();
+    let unknown: Vec<u64> = written
+        .keys()
+        .copied()
+        .filter(|s| event_ms(*s).is_none())
+        .take(3)
+        .collect();
     if !unknown.is_empty() {
-        v.push(format!("no publish time is known for seqs {unknown:?} (the witness subscription lacks them)"));
+        v.push(format!(
+            "no publish time is known for seqs {unknown:?} (the witness subscription lacks them)"
+        ));
     }
     let mut got = Windows::new();
     let mut rid_of: HashMap<(i64, i64), String> = HashMap::new();

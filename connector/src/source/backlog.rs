@@ -193,7 +193,9 @@ pub async fn delete_stale(admin: &SubscriptionAdmin, project: &str, subscription
     for name in stale {
         match delete(admin, &name).await {
             Ok(()) => deleted += 1,
-            Err(e) => tracing::warn!("{e} (left by an earlier run; Pub/Sub deletes it within 7 days)"),
+            Err(e) => {
+                tracing::warn!("{e} (left by an earlier run; Pub/Sub deletes it within 7 days)")
+            }
         }
     }
     deleted
@@ -220,13 +222,23 @@ mod tests {
         let a = "projects/p/subscriptions/clicks";
         let b = "projects/p/subscriptions/clicks-2";
         let name = snapshot_name("p", a, 1_700_000_000_123);
-        assert!(name.starts_with("projects/p/snapshots/pubsub-connector-probe-"), "{name}");
+        assert!(
+            name.starts_with("projects/p/snapshots/pubsub-connector-probe-"),
+            "{name}"
+        );
         assert_eq!(created_ms(&name, a), Some(1_700_000_000_123));
         assert_eq!(created_ms(&name, b), None, "another subscription's");
         assert_eq!(created_ms("projects/p/snapshots/mine", a), None);
         let long = format!("projects/p/subscriptions/{}", "x".repeat(255));
-        let short = snapshot_name("p", &long, 1).rsplit('/').next().unwrap().len();
-        assert!(short < 80, "a snapshot id is at most 255 characters: {short}");
+        let short = snapshot_name("p", &long, 1)
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .len();
+        assert!(
+            short < 80,
+            "a snapshot id is at most 255 characters: {short}"
+        );
         assert_ne!(snapshot_name("p", a, 1), snapshot_name("p", a, 1), "unique");
     }
 }

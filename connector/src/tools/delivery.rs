@@ -96,7 +96,11 @@ impl Interloper {
         id: &str,
         plan: Interference,
     ) -> anyhow::Result<Interloper> {
-        anyhow::ensure!(plan.hold.0 <= plan.hold.1, "hold range {:?} is empty", plan.hold);
+        anyhow::ensure!(
+            plan.hold.0 <= plan.hold.1,
+            "hold range {:?} is empty",
+            plan.hold
+        );
         let subscriber = client::subscriber(profile).await?;
         let name = client::subscription_path(&profile.project, id);
         // Its stream is shut down only once everything kept went back, and the shutdown

@@ -421,19 +421,31 @@ mod tests {
         let mut reader = SharedBound::new(here.clone(), "sub", "source-a", 1, false);
         assert_eq!(reader.get(), BoundValue::Unknown, "nothing reported");
         let reporter = SharedBound::new(here.clone(), "sub", "source-a", 0, true);
-        assert_eq!(reader.get(), BoundValue::Unknown, "the reporter has not measured");
+        assert_eq!(
+            reader.get(),
+            BoundValue::Unknown,
+            "the reporter has not measured"
+        );
         reporter.report_at(42);
         assert_eq!(reader.get(), BoundValue::At(42));
         reporter.report_unbounded();
         assert_eq!(reader.get(), BoundValue::Unbounded);
         here.report("sub", "source-z", 0, At(1), S);
-        assert_eq!(reader.get(), BoundValue::Unbounded, "an alignment group 'sub' is apart");
+        assert_eq!(
+            reader.get(),
+            BoundValue::Unbounded,
+            "an alignment group 'sub' is apart"
+        );
         // Another process: only readers here, the reporter's value comes by broadcast.
         let there = Arc::new(Alignment::new(1));
         let mut far = SharedBound::new(there.clone(), "sub", "source-a", 2, false);
         assert_eq!(far.get(), BoundValue::Unknown, "before the broadcast");
         let group = shared_bound_group("sub");
-        assert_eq!(there.local().get(&group), Some(&None), "readers hold nothing");
+        assert_eq!(
+            there.local().get(&group),
+            Some(&None),
+            "readers hold nothing"
+        );
         there.set_minima(BTreeMap::from([(group, BTreeMap::from([(0, 77)]))]));
         assert_eq!(far.get(), BoundValue::At(77));
     }

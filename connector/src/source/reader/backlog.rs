@@ -60,7 +60,9 @@ impl BacklogBounds {
                 (Backlog::Unknown, _) | (_, BoundValue::Unknown) => Backlog::Unknown,
                 (o, BoundValue::Unbounded) => o,
                 (Backlog::Unbounded, BoundValue::At(ns)) => Backlog::OldestUnacked(ns),
-                (Backlog::OldestUnacked(a), BoundValue::At(ns)) => Backlog::OldestUnacked(a.min(ns)),
+                (Backlog::OldestUnacked(a), BoundValue::At(ns)) => {
+                    Backlog::OldestUnacked(a.min(ns))
+                }
             };
         }
         out
@@ -121,7 +123,9 @@ impl SourceReader {
                 }
                 continue;
             }
-            bounds.reads.push(ctx.join_shared_bound(&s.subscription, false));
+            bounds
+                .reads
+                .push(ctx.join_shared_bound(&s.subscription, false));
             if !owner {
                 continue;
             }
@@ -187,8 +191,8 @@ impl ProbeTask {
                 Ok(ns) => {
                     self.reporter.report_at(ns);
                     self.metrics.probes.add(1);
-                    let raw_ms = ns.saturating_add(probe::RESOLUTION_MARGIN.as_nanos() as i64)
-                        / 1_000_000;
+                    let raw_ms =
+                        ns.saturating_add(probe::RESOLUTION_MARGIN.as_nanos() as i64) / 1_000_000;
                     let age = (probe::unix_ms() as i64).saturating_sub(raw_ms).max(0);
                     self.metrics.age_ms.set(age as u64);
                     if failed > 0 {
@@ -265,7 +269,10 @@ mod tests {
         let handle = tokio::spawn(task.run());
         let started = std::time::Instant::now();
         while failures.get() < 2 {
-            assert!(started.elapsed() < Duration::from_secs(90), "two probes failed");
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "two probes failed"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(reader.get(), BoundValue::Unknown);

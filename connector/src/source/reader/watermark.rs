@@ -89,7 +89,12 @@ pub enum HeldBy {
 
 impl HeldBy {
     /// Every rule, in the order of the gauge's series.
-    pub const ALL: [HeldBy; 4] = [HeldBy::Newest, HeldBy::Backlog, HeldBy::Idle, HeldBy::Alignment];
+    pub const ALL: [HeldBy; 4] = [
+        HeldBy::Newest,
+        HeldBy::Backlog,
+        HeldBy::Idle,
+        HeldBy::Alignment,
+    ];
 
     /// The gauge's label value.
     pub fn label(self) -> &'static str {

@@ -250,12 +250,19 @@ fn the_backlog_holds_the_watermark_behind_the_oldest_unacked_message() {
     w.observe(0, 100 * S, t0);
     w.observe(1, 100 * S, t0);
     let s = w.advance(t0);
-    assert_eq!((s.watermark_ns, s.held_by), (None, HeldBy::Backlog), "no probe yet");
+    assert_eq!(
+        (s.watermark_ns, s.held_by),
+        (None, HeldBy::Backlog),
+        "no probe yet"
+    );
     // Another consumer holds a message published at 60 s: the watermark stays behind it.
     w.set_backlog(Backlog::OldestUnacked(60 * S));
     let s = w.advance(t0);
     assert_eq!((s.watermark_ns, s.held_by), (Some(58 * S), HeldBy::Backlog));
-    assert!(!w.observe(0, 60 * S, t0), "that message is not behind when it comes back");
+    assert!(
+        !w.observe(0, 60 * S, t0),
+        "that message is not behind when it comes back"
+    );
     // A failed probe: unknown again, the watermark stays at its last safe value.
     w.set_backlog(Backlog::Unknown);
     w.observe(0, 150 * S, t0);
@@ -273,7 +280,10 @@ fn the_backlog_holds_the_watermark_behind_the_oldest_unacked_message() {
     // An older bound later never lowers the watermark.
     w.set_backlog(Backlog::OldestUnacked(10 * S));
     let s = w.advance(t0);
-    assert_eq!((s.watermark_ns, s.held_by), (Some(198 * S), HeldBy::Backlog));
+    assert_eq!(
+        (s.watermark_ns, s.held_by),
+        (Some(198 * S), HeldBy::Backlog)
+    );
 }
 
 #[test]
