@@ -341,7 +341,9 @@ async fn publish_bursts(
     publisher.flush().await;
 }
 
-fn matrix_sql(t: &Topics, time: Time, kind: Kind) -> String {
+/// The matrix's pipeline: `kind` windows, count per bucket, over `time`; `source_with`
+/// is appended to the source table's options.
+fn matrix_sql(t: &Topics, time: Time, kind: Kind, source_with: &str) -> String {
     let (columns, with) = match time {
         Time::Publish => ("bucket TEXT, name TEXT", ""),
         Time::Attribute => (
@@ -357,7 +359,7 @@ fn matrix_sql(t: &Topics, time: Time, kind: Kind) -> String {
         "CREATE TABLE objects ({columns}) WITH (
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
             'emulator-endpoint' = '{e}', 'format' = 'json', 'scan.watermark.idle-timeout' = '30s',
-            'scan.watermark.backlog-probe-interval' = '500ms' {with});
+            'scan.watermark.backlog-probe-interval' = '500ms' {with}{source_with});
          CREATE TABLE per_bucket (ws TIMESTAMP, we TIMESTAMP, bucket TEXT, n BIGINT) WITH (
             'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
             'emulator-endpoint' = '{e}');
@@ -382,37 +384,42 @@ enum Drive {
     Cluster,
 }
 
+/// The other consumer of the matrix: it keeps a seeded 15% of what it is offered over the
+/// first 10 s and gives each back 2 to 8 s later (`give_back`).
+fn interference(give_back: GiveBack) -> Interference {
+    Interference {
+        seed: 44,
+        take: 150,
+        probability: 0.15,
+        hold: (Duration::from_secs(2), Duration::from_secs(8)),
+        give_back,
+        window: Duration::from_secs(10),
+    }
+}
+
 /// A backlog of 400 messages and a live tail of 600 (bursts of 50 every 500 ms) under
-/// another consumer that keeps a seeded 15% of what it is offered over the first 10 s
-/// and gives each back 2 to 8 s later (`give_back`): the window rows equal the oracle
-/// over every message published, none late, each window with one value.
+/// another consumer (`interference`): the window rows equal the oracle over every message
+/// published, none late, each window with one value. `source_with` is appended to the
+/// source table's options, `idle` is `--stop-when-idle`. Returns the run's (last)
+/// stdout and stderr.
 async fn under_simulated_delivery(
     name: &str,
     time: Time,
     kind: Kind,
     give_back: GiveBack,
     drive: Drive,
-) {
-    let (t, witness, other) = with_another_consumer(
-        name,
-        Interference {
-            seed: 44,
-            take: 150,
-            probability: 0.15,
-            hold: (Duration::from_secs(2), Duration::from_secs(8)),
-            give_back,
-            window: Duration::from_secs(10),
-        },
-    )
-    .await;
+    source_with: &str,
+    idle: &str,
+) -> (String, String) {
+    let (t, witness, other) = with_another_consumer(name, interference(give_back)).await;
     let mut times = BTreeMap::new();
     publish_bursts(&t.input, 0..400, time, &mut times).await;
-    let w = Workdir::new(&matrix_sql(&t, time, kind));
+    let w = Workdir::new(&matrix_sql(&t, time, kind, source_with));
     let common = [
         "--checkpoint-interval",
         "1s",
         "--stop-when-idle",
-        "12s",
+        idle,
         "--drain",
     ];
     let mut child = match drive {
@@ -458,8 +465,24 @@ async fn under_simulated_delivery(
         !out.contains("rows late") && !err.contains("rows late"),
         "{out}\n{err}"
     );
-    // The oracle over every message published.
-    let rows: Vec<(i64, String)> = witnessed(&witness, 1_000)
+    let label = format!("{time:?} {kind:?} {drive:?}");
+    assert_equals_oracle(&witness, 1_000, &times, time, kind, &t.output_sub, &label).await;
+    (out, err)
+}
+
+/// The window rows written to `output_sub` (each window once, or again with the same
+/// count) equal `kind`'s windows over the `n` messages the witness subscription holds, on
+/// event time `time` (`times`: message index -> ms, for a column or an attribute).
+async fn assert_equals_oracle(
+    witness: &str,
+    n: usize,
+    times: &BTreeMap<usize, i64>,
+    time: Time,
+    kind: Kind,
+    output_sub: &str,
+    label: &str,
+) {
+    let rows: Vec<(i64, String)> = witnessed(witness, n)
         .await
         .into_iter()
         .map(|(published, v)| {
@@ -476,7 +499,7 @@ async fn under_simulated_delivery(
         })
         .collect();
     let expected = kind.windows(&rows);
-    let got = admin::drain_messages(&profile(), &t.output_sub, 1, None, Duration::from_secs(5))
+    let got = admin::drain_messages(&profile(), output_sub, 1, None, Duration::from_secs(5))
         .await
         .unwrap();
     let ms = |v: &serde_json::Value| {
@@ -495,7 +518,7 @@ async fn under_simulated_delivery(
             assert_eq!(before, n, "{key:?} written twice with different counts");
         }
     }
-    assert_eq!(seen, expected, "{time:?} {kind:?} {drive:?}");
+    assert_eq!(seen, expected, "{label}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -506,6 +529,8 @@ async fn tumble_on_publish_time_under_late_nacks_on_two_splits_equals_the_oracle
         Kind::Tumble,
         GiveBack::Nack,
         Drive::Run { workers: 2 },
+        "",
+        "12s",
     )
     .await;
 }
@@ -518,6 +543,8 @@ async fn hop_on_an_attribute_under_expired_leases_equals_the_oracle() {
         Kind::Hop,
         GiveBack::LeaseExpiry,
         Drive::Run { workers: 1 },
+        "",
+        "12s",
     )
     .await;
 }
@@ -530,6 +557,8 @@ async fn session_on_a_watermark_for_column_after_a_sigkill_equals_the_oracle() {
         Kind::Session,
         GiveBack::Nack,
         Drive::Killed,
+        "",
+        "12s",
     )
     .await;
 }
@@ -542,6 +571,128 @@ async fn tumble_on_a_cluster_of_two_processes_under_late_nacks_equals_the_oracle
         Kind::Tumble,
         GiveBack::Nack,
         Drive::Cluster,
+        "",
+        "12s",
+    )
+    .await;
+}
+
+/// Parking under back-pressure: flow control lets the subtask hold 100 messages until a
+/// checkpoint commits, and its paused buffer holds 10 more, so the backlog parks the
+/// split again and again (each park nacks what it held; what the emulator had already
+/// sent its stopped streams comes back after the 10 s stream ack deadline). Those
+/// messages are unacked at the service until they come back, so the probe holds the
+/// watermark behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_splits_under_late_nacks_lose_nothing_and_make_nothing_late() {
+    let (out, _) = under_simulated_delivery(
+        "bl-parked",
+        Time::Publish,
+        Kind::Tumble,
+        GiveBack::Nack,
+        Drive::Run { workers: 1 },
+        ", 'scan.flow-control.max-outstanding-element-count' = '100',
+           'scan.paused-split-buffer.max-messages' = '10',
+           'scan.ack.max-duration-per-extension' = '10s'",
+        "20s",
+    )
+    .await;
+    assert!(summary_count(&out, "splits parked:") >= 1, "{out}");
+}
+
+/// Watermark alignment under the simulated delivery: `slow` reads a backlog published
+/// before the job started at 40 messages per second, `fast` a live tail that another
+/// consumer takes from and gives back late. With a drift of 2 s allowed, `fast` pauses
+/// behind `slow` and parks at its paused-buffer cap (its messages nacked), then runs free
+/// once `slow` is idle. Each table's windows equal the oracle over its own messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alignment_pauses_and_parks_under_late_nacks_and_both_tables_equal_the_oracle() {
+    let (slow, slow_witness, slow_other) = with_another_consumer(
+        "bl-align-slow",
+        Interference {
+            take: 0,
+            ..interference(GiveBack::Nack)
+        },
+    )
+    .await;
+    let (fast, fast_witness, fast_other) =
+        with_another_consumer("bl-align-fast", interference(GiveBack::Nack)).await;
+    let (mut slow_times, mut fast_times) = (BTreeMap::new(), BTreeMap::new());
+    publish_bursts(&slow.input, 0..400, Time::Publish, &mut slow_times).await;
+    let table = |name: &str, sub: &str, extra: &str| {
+        format!(
+            "CREATE TABLE {name} (bucket TEXT, name TEXT) WITH (
+                'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+                'emulator-endpoint' = '{e}', 'format' = 'json',
+                'scan.watermark.backlog-probe-interval' = '500ms',
+                'scan.watermark.idle-timeout' = '3s',
+                'scan.watermark.alignment.group' = 'g',
+                'scan.watermark.alignment.max-drift' = '2s',
+                'scan.watermark.alignment.update-interval' = '100ms'{extra});
+             CREATE TABLE {name}_out (ws TIMESTAMP, we TIMESTAMP, bucket TEXT, n BIGINT) WITH (
+                'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{out}',
+                'emulator-endpoint' = '{e}');
+             INSERT INTO {name}_out SELECT window.start, window.end, bucket, n FROM (
+                SELECT TUMBLE(INTERVAL '5' SECOND) AS window, bucket, count(*) AS n
+                FROM {name} GROUP BY window, bucket);\n",
+            out = if name == "slow" { &slow.output } else { &fast.output },
+            e = endpoint()
+        )
+    };
+    let sql = table(
+        "slow",
+        &slow.input_sub,
+        ", 'scan.rate-limit.messages-per-second' = '40'",
+    ) + &table(
+        "fast",
+        &fast.input_sub,
+        ", 'scan.paused-split-buffer.max-messages' = '20',
+           'scan.ack.max-duration-per-extension' = '10s'",
+    );
+    let w = Workdir::new(&sql);
+    let child = w.spawn(&[
+        "--checkpoint-interval",
+        "1s",
+        "--stop-when-idle",
+        "20s",
+        "--drain",
+    ]);
+    publish_bursts(&fast.input, 0..600, Time::Publish, &mut fast_times).await;
+    let report = fast_other.finish().await.unwrap();
+    assert!(
+        report.kept.len() >= 20,
+        "the other consumer kept some: {report:?}"
+    );
+    slow_other.finish().await.unwrap();
+    let (code, out, err) = finish(child, Duration::from_secs(240)).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !out.contains("rows late") && !err.contains("rows late"),
+        "{out}\n{err}"
+    );
+    assert!(summary_count(&out, "alignment pauses:") >= 1, "{out}");
+    assert!(
+        err.contains("is paused by watermark alignment and its paused buffer is full"),
+        "the fast split was parked at its cap: {err}"
+    );
+    assert_equals_oracle(
+        &slow_witness,
+        400,
+        &slow_times,
+        Time::Publish,
+        Kind::Tumble,
+        &slow.output_sub,
+        "slow",
+    )
+    .await;
+    assert_equals_oracle(
+        &fast_witness,
+        600,
+        &fast_times,
+        Time::Publish,
+        Kind::Tumble,
+        &fast.output_sub,
+        "fast",
     )
     .await;
 }

@@ -302,6 +302,11 @@ pub struct BenchArgs {
     /// Backlog probes to time, one after another (issue 44; 0 skips them).
     #[arg(long, default_value_t = 50)]
     pub probes: usize,
+    /// Seconds of live messages (200 per second) through `TUMBLE(1 s)` with the backlog
+    /// probe off, on at 2 s and on at 500 ms: the window latency the probe adds (issue
+    /// 44; 0 skips it).
+    #[arg(long, default_value_t = 20)]
+    pub latency_seconds: u64,
     /// How many times each comparison runs (pipeline and baseline in alternating order);
     /// the summary lines give the medians.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]

@@ -182,17 +182,42 @@ pub fn spawn_bin_in(dir: &Path, args: &[&str]) -> Child {
         .expect("spawn pubsub-connector")
 }
 
-/// Runs to completion within `limit`: (exit code, stdout, stderr).
-pub async fn finish(child: Child, limit: Duration) -> (i32, String, String) {
-    let out = tokio::time::timeout(limit, child.wait_with_output())
-        .await
-        .expect("pipeline did not end in time")
-        .expect("wait for pipeline");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// Runs to completion within `limit`: (exit code, stdout, stderr). Past `limit` it kills
+/// the child and fails with the end of what it printed.
+pub async fn finish(mut child: Child, limit: Duration) -> (i32, String, String) {
+    use tokio::io::AsyncReadExt;
+    fn drain(pipe: Option<impl tokio::io::AsyncRead + Unpin + Send + 'static>) -> tokio::task::JoinHandle<String> {
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf).await;
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let status = tokio::time::timeout(limit, child.wait()).await;
+    if status.is_err() {
+        let _ = child.kill().await;
+    }
+    let (out, err) = (out.await.unwrap(), err.await.unwrap());
+    match status {
+        Ok(status) => (status.expect("wait for pipeline").code().unwrap_or(-1), out, err),
+        Err(_) => {
+            let tail = |s: &str| {
+                let mut i = s.len().saturating_sub(6_000);
+                while !s.is_char_boundary(i) {
+                    i += 1;
+                }
+                s[i..].to_string()
+            };
+            panic!(
+                "pipeline did not end within {limit:?}; stdout:\n{}\nstderr (end):\n{}",
+                tail(&out),
+                tail(&err)
+            )
+        }
+    }
 }
 
 /// Waits until `cond` holds, polling every 100 ms, failing after `limit`.

@@ -5,7 +5,9 @@
 //! 2. NEXMark bids -> topic, against a loop that generates the same bids and publishes
 //!    them with the same batching;
 //! 3. (`expressions.rs`, `windows.rs`) NEXMark bids -> blackhole: expressions and windows
-//!    beside a bare projection of the same bids.
+//!    beside a bare projection of the same bids;
+//! 4. (`probe.rs`, `latency.rs`) the backlog probe's round trip and CPU, and the window
+//!    latency it adds beside the same windows without it.
 //!
 //! The pipelines run as their own processes (`run`), as users run them, so their CPU and
 //! peak memory are their own; the baselines run in this process. The emulator's pace
@@ -13,6 +15,7 @@
 //! pipeline and baseline alternating, and the medians are printed.
 
 mod expressions;
+mod latency;
 mod memory;
 mod probe;
 mod process;
@@ -150,7 +153,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1, was 0");
     crate::parse_positive_duration(&args.checkpoint_interval)
         .map_err(|e| anyhow::anyhow!("--checkpoint-interval: {e}"))?;
-    if args.messages + args.sink_messages as usize + args.backlog + args.probes > 0 {
+    if args.messages
+        + args.sink_messages as usize
+        + args.backlog
+        + args.probes
+        + args.latency_seconds as usize
+        > 0 {
         let emu = tokio::task::spawn_blocking(Emulator::start).await??;
         // Talk to the emulator directly: the half-closing proxy would run in this process
         // and add its CPU to the baselines'. Nothing here is killed, so it is not needed.
@@ -167,6 +175,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         if args.probes > 0 {
             probe::probes(&args, &profile).await?;
+        }
+        if args.latency_seconds > 0 {
+            latency::window_latency(&args, &profile, &direct).await?;
         }
     }
     if args.expression_rows > 0 {

@@ -230,9 +230,20 @@ impl Watermarks {
         behind
     }
 
+    /// Silent for the idle timeout, not paused, and not owed a message: while the
+    /// subscription holds an unacked message published before this split's newest event
+    /// time (another consumer holds it, or it waits for redelivery), that message may
+    /// still come here, so the split keeps holding the watermark (and its subtask stays
+    /// active downstream) until the backlog passes it or the bound is known again.
     fn is_idle(&self, s: &SplitTime, now: Instant) -> bool {
+        let owed = match (self.backlog, s.max_ns) {
+            (Backlog::OldestUnacked(b), Some(m)) => b < m,
+            (Backlog::Unknown, Some(_)) => true,
+            _ => false,
+        };
         !s.fresh
             && !s.paused
+            && !owed
             && self
                 .idle_timeout
                 .is_some_and(|t| now.saturating_duration_since(s.last) >= t)

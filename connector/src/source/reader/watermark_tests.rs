@@ -297,3 +297,33 @@ fn the_rule_holding_the_watermark_is_alignment_when_its_slowest_split_is_paused(
     w.set_paused(0, false, t0);
     assert_eq!(w.advance(t0).held_by, HeldBy::Newest);
 }
+
+/// Found by the issue 44 review: a split idle for the timeout stopped holding the
+/// watermark while another consumer held its subscription's older messages, so a query
+/// over a second, busier table advanced past them. Now a split is not idle while the
+/// backlog holds a message published before its newest event time, nor while the bound is
+/// unknown; a split that never delivered idles out as before.
+#[test]
+fn a_split_owed_an_older_unacked_message_is_not_idle() {
+    let t0 = Instant::now();
+    let later = t0 + Duration::from_secs(60);
+    let mut w = marks(1, Some(30), 2, t0);
+    w.observe(0, 100 * S, t0);
+    // Split 1 never delivers; split 0 delivered at 100 s and then nothing for 60 s.
+    w.set_backlog(Backlog::OldestUnacked(80 * S));
+    let s = w.advance(later);
+    assert_eq!(
+        (s.watermark_ns, s.idle, s.held_by),
+        (Some(79 * S), false, HeldBy::Backlog),
+        "a message published at 80 s is still unacked: split 0 holds"
+    );
+    w.set_backlog(Backlog::Unknown);
+    assert!(!w.advance(later).idle, "an unknown backlog may owe it one");
+    // The backlog passed its newest event time: nothing older is owed, it idles out.
+    w.set_backlog(Backlog::OldestUnacked(100 * S));
+    let s = w.advance(later);
+    assert_eq!((s.watermark_ns, s.idle), (Some(79 * S), true));
+    // Without the probe, idle as before.
+    w.set_backlog(Backlog::Unbounded);
+    assert!(w.advance(later).idle);
+}
