@@ -211,8 +211,11 @@ pub async fn finish(mut child: Child, limit: Duration) -> (i32, String, String) 
                 }
                 s[i..].to_string()
             };
+            let file = std::env::temp_dir().join(unique("pipeline-timeout") + ".log");
+            let _ = std::fs::write(&file, format!("{out}\n---- stderr ----\n{err}"));
             panic!(
-                "pipeline did not end within {limit:?}; stdout:\n{}\nstderr (end):\n{}",
+                "pipeline did not end within {limit:?} (all it printed: {}); stdout:\n{}\nstderr (end):\n{}",
+                file.display(),
                 tail(&out),
                 tail(&err)
             )

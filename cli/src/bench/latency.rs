@@ -95,7 +95,7 @@ async fn measure(
         after: "messages_acked",
         gauges: &[],
     };
-    let extra = ["--workers", "1", "--stop-when-idle", "3s"];
+    let extra = ["--workers", "1", "--stop-when-idle", "5s"];
     let started_ms = pubsub_connector_core::source::backlog::unix_ms() as i64;
     let (run, published) = tokio::join!(
         run_pipeline(args, "latency", &sql, &extra, watch, None),
@@ -110,8 +110,10 @@ async fn measure(
     let read = super::process::count_after(&run.stdout, "messages read:");
     anyhow::ensure!(read == n, "{}: {read} of {n} messages read", way.name);
     let rows = admin::drain_messages(profile, &out_sub, 1, None, Duration::from_secs(3)).await?;
-    // Windows wholly inside the live stream: from 2 s after its start to its last second.
-    let last_ms = started_ms + 1_000 + 1_000 * args.latency_seconds as i64;
+    // Windows wholly inside the live stream, from 2 s after its start to 2 s before its
+    // end: the last ones fire on neither way (the newest event less 1 s never passes
+    // them) before the idle stop.
+    let last_ms = started_ms + 1_000 + 1_000 * args.latency_seconds as i64 - 2_000;
     let mut latencies = Vec::new();
     for m in rows {
         let row: serde_json::Value = serde_json::from_slice(&m.data)?;
@@ -130,7 +132,7 @@ async fn measure(
         }
     }
     anyhow::ensure!(
-        latencies.len() + 5 >= args.latency_seconds as usize,
+        latencies.len() + 7 >= args.latency_seconds as usize,
         "{}: only {} whole windows written during the live stream",
         way.name,
         latencies.len()

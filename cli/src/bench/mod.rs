@@ -151,6 +151,11 @@ fn counters<'a>(addr: &'a str, (start, end, after): (&'a str, &'a str, &'a str))
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.rounds > 0, "--rounds must be at least 1, was 0");
+    anyhow::ensure!(
+        args.latency_seconds == 0 || args.latency_seconds >= 10,
+        "--latency-seconds must be 0 (skip) or at least 10 (whole windows mid-stream), was {}",
+        args.latency_seconds
+    );
     crate::parse_positive_duration(&args.checkpoint_interval)
         .map_err(|e| anyhow::anyhow!("--checkpoint-interval: {e}"))?;
     if args.messages

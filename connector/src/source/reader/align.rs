@@ -1,7 +1,8 @@
 //! Watermark alignment of a subtask's splits (issue 32, item 2; Flink's
 //! `scan.watermark.alignment.*`; decision 0042).
 //!
-//! The subtask reports its watermark to its group at each watermark advance and reads the
+//! The subtask reports how far it has read (its watermark by the newest rule, without the
+//! backlog bound) to its group at each watermark advance and reads the
 //! group's (the lowest over every member: this process's as they are now, the others' as
 //! the leader last broadcast them; a member without a watermark yet holds the group at
 //! the start of time until it has one or turns idle). A split whose own
@@ -48,13 +49,13 @@ pub(super) fn must_pause(split_ns: Option<i64>, group_ns: Option<i64>, max_drift
 }
 
 impl SourceReader {
-    /// At a watermark advance: reports the subtask's watermark to its group and pauses or
-    /// resumes its splits.
-    pub(super) fn align(&mut self, status: WatermarkStatus, now: Instant) {
+    /// At a watermark advance: reports how far the subtask has read (`progress`, see
+    /// `Watermarks::progress`) to its group and pauses or resumes its splits.
+    pub(super) fn align(&mut self, status: WatermarkStatus, progress: Option<i64>, now: Instant) {
         let Some(a) = self.alignment.as_mut() else {
             return;
         };
-        a.member.report(match status.watermark_ns {
+        a.member.report(match progress {
             _ if status.idle => MemberWatermark::Idle,
             Some(w) => MemberWatermark::At(w),
             None => MemberWatermark::Unknown,

@@ -154,6 +154,9 @@ pub struct Watermarks {
     /// The backlog bound of its subscriptions: the lowest over them (`Unbounded` when the
     /// probe is off).
     backlog: Backlog,
+    /// The newest rule alone at the last advance (never lowered): how far the splits have
+    /// read, what alignment compares (see [`Watermarks::progress`]).
+    progress: Option<i64>,
 }
 
 impl Watermarks {
@@ -176,6 +179,7 @@ impl Watermarks {
             splits: Vec::new(),
             current: restored,
             backlog: Backlog::Unbounded,
+            progress: restored,
         })
     }
 
@@ -197,6 +201,17 @@ impl Watermarks {
             fresh: false,
             paused: false,
         });
+    }
+
+    /// How far the active splits have read: the lowest one's highest event time less the
+    /// out-of-orderness, without the backlog bound (never lowered; `None` until every
+    /// active split delivered). Watermark alignment reports this, not the watermark: a
+    /// split paused by alignment keeps its messages unacked, so the backlog bound would
+    /// hold the group behind the very messages the split waits to take, and the group
+    /// would never come within the drift of it (found by the e2e test
+    /// `backlog::alignment_pauses_and_parks_...`).
+    pub fn progress(&self) -> Option<i64> {
+        self.progress
     }
 
     /// Split `split`'s own watermark: its highest event time minus the out-of-orderness;
@@ -292,6 +307,9 @@ impl Watermarks {
         if let Some(w) = next {
             self.current = Some(self.current.map_or(w, |c| c.max(w)));
         }
+        if let (false, Some((w, _))) = (unknown, min) {
+            self.progress = Some(self.progress.map_or(w, |p| p.max(w)));
+        }
         for s in &mut self.splits {
             s.fresh = false;
         }
@@ -375,9 +393,10 @@ impl super::SourceReader {
             w.set_backlog(b);
         }
         let status = w.advance(now);
+        let progress = w.progress();
         self.set_held_by(status.held_by);
         self.watermark_out = status.to_emit();
-        self.align(status, now);
+        self.align(status, progress, now);
         let c = self.counters();
         let ms = status.watermark_ns.map(|ns| ns.div_euclid(1_000_000));
         c.watermark_ms.set(ms.map_or(0, |ms| ms.max(0) as u64));

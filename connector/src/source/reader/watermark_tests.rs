@@ -327,3 +327,25 @@ fn a_split_owed_an_older_unacked_message_is_not_idle() {
     w.set_backlog(Backlog::Unbounded);
     assert!(w.advance(later).idle);
 }
+
+/// Found by the e2e test `backlog::alignment_pauses_and_parks_...`: alignment compared a
+/// split's newest event time with a group watermark that the backlog bound held behind
+/// the split's own paused (unacked) messages, so the split never resumed. Alignment now
+/// reports the progress, the newest rule without the backlog bound.
+#[test]
+fn the_progress_alignment_reports_ignores_the_backlog_bound() {
+    let t0 = Instant::now();
+    let mut w = marks(1, None, 2, t0);
+    w.set_backlog(Backlog::OldestUnacked(20 * S));
+    w.observe(0, 100 * S, t0);
+    assert_eq!(w.advance(t0).watermark_ns, None);
+    assert_eq!(w.progress(), None, "split 1 has not delivered");
+    w.observe(1, 90 * S, t0);
+    let s = w.advance(t0);
+    assert_eq!(s.watermark_ns, Some(19 * S), "held by the backlog");
+    assert_eq!(w.progress(), Some(89 * S), "the slowest split's newest less 1 s");
+    // Never lowered.
+    w.observe(1, 50 * S, t0);
+    w.advance(t0);
+    assert_eq!(w.progress(), Some(89 * S));
+}
