@@ -294,9 +294,9 @@ pub struct BenchArgs {
     /// (0 < F <= 1).
     #[arg(long, default_value_t = 0.1, value_parser = pace_fraction)]
     pub sink_pace: f64,
-    /// The subscription -> topic pipeline's checkpoint interval (`run
-    /// --checkpoint-interval`): a source acks only after a checkpoint commits. (The sink
-    /// benchmark checkpoints every 100 ms, see docs/performance.md.)
+    /// The subscription -> topic pipeline's and the window latency runs' checkpoint
+    /// interval (`run --checkpoint-interval`): a source acks only after a checkpoint
+    /// commits. (The sink benchmark checkpoints every 100 ms, see docs/performance.md.)
     #[arg(long, default_value = "1s", value_parser = checked_duration)]
     pub checkpoint_interval: String,
     /// Backlog probes to time, one after another (issue 44; 0 skips them).

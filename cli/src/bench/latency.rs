@@ -9,7 +9,8 @@
 //! What the probe adds: a window fires once the watermark passes its end plus the
 //! out-of-orderness (1 s) on either way; with the probe, also once the subscription's
 //! oldest unacked message is past that, and the source acks only after a checkpoint
-//! commits (1 s here) and the reading is at most one probe interval old.
+//! commits (`--checkpoint-interval`, 1 s by default here, 10 s in `run`) and the reading
+//! is at most one probe interval old.
 
 use std::time::{Duration, Instant};
 
@@ -93,9 +94,16 @@ async fn measure(
         start: "messages_received",
         end: "messages_received",
         after: "messages_acked",
-        gauges: &[],
+        gauges: &["watermark_lag_ms", "backlog_oldest_unacked_age_ms", "pending_acks"],
     };
-    let extra = ["--workers", "1", "--stop-when-idle", "5s"];
+    let extra = [
+        "--workers",
+        "1",
+        "--stop-when-idle",
+        "5s",
+        "--checkpoint-interval",
+        &args.checkpoint_interval,
+    ];
     let started_ms = pubsub_connector_core::source::backlog::unix_ms() as i64;
     let (run, published) = tokio::join!(
         run_pipeline(args, "latency", &sql, &extra, watch, None),
@@ -161,9 +169,9 @@ pub async fn window_latency(
 ) -> anyhow::Result<()> {
     println!(
         "window latency: {} s of {PER_SECOND} messages/s live through TUMBLE(1 s) count on \
-         publish time (out-of-orderness 1 s, checkpoints every 1 s), 1 worker, rounds: {}; \
+         publish time (out-of-orderness 1 s, checkpoints every {}), 1 worker, rounds: {}; \
          latency = the row's publish time at the output less its window's end",
-        args.latency_seconds, args.rounds
+        args.latency_seconds, args.checkpoint_interval, args.rounds
     );
     let mut medians = vec![Vec::new(); WAYS.len()];
     let mut cpus = vec![Vec::new(); WAYS.len()];
