@@ -635,7 +635,11 @@ async fn alignment_pauses_and_parks_under_late_nacks_and_both_tables_equal_the_o
              INSERT INTO {name}_out SELECT window.start, window.end, bucket, n FROM (
                 SELECT TUMBLE(INTERVAL '5' SECOND) AS window, bucket, count(*) AS n
                 FROM {name} GROUP BY window, bucket);\n",
-            out = if name == "slow" { &slow.output } else { &fast.output },
+            out = if name == "slow" {
+                &slow.output
+            } else {
+                &fast.output
+            },
             e = endpoint()
         )
     };

@@ -186,7 +186,9 @@ pub fn spawn_bin_in(dir: &Path, args: &[&str]) -> Child {
 /// the child and fails with the end of what it printed.
 pub async fn finish(mut child: Child, limit: Duration) -> (i32, String, String) {
     use tokio::io::AsyncReadExt;
-    fn drain(pipe: Option<impl tokio::io::AsyncRead + Unpin + Send + 'static>) -> tokio::task::JoinHandle<String> {
+    fn drain(
+        pipe: Option<impl tokio::io::AsyncRead + Unpin + Send + 'static>,
+    ) -> tokio::task::JoinHandle<String> {
         tokio::spawn(async move {
             let mut buf = Vec::new();
             if let Some(mut p) = pipe {
@@ -202,7 +204,11 @@ pub async fn finish(mut child: Child, limit: Duration) -> (i32, String, String) 
     }
     let (out, err) = (out.await.unwrap(), err.await.unwrap());
     match status {
-        Ok(status) => (status.expect("wait for pipeline").code().unwrap_or(-1), out, err),
+        Ok(status) => (
+            status.expect("wait for pipeline").code().unwrap_or(-1),
+            out,
+            err,
+        ),
         Err(_) => {
             let tail = |s: &str| {
                 let mut i = s.len().saturating_sub(6_000);

@@ -94,7 +94,11 @@ async fn measure(
         start: "messages_received",
         end: "messages_received",
         after: "messages_acked",
-        gauges: &["watermark_lag_ms", "backlog_oldest_unacked_age_ms", "pending_acks"],
+        gauges: &[
+            "watermark_lag_ms",
+            "backlog_oldest_unacked_age_ms",
+            "pending_acks",
+        ],
     };
     let extra = [
         "--workers",
@@ -195,7 +199,11 @@ pub async fn window_latency(
     for (i, way) in WAYS.iter().enumerate() {
         println!(
             "{} ms",
-            summary(&format!("window latency median, {}", way.name), &medians[i], 0)
+            summary(
+                &format!("window latency median, {}", way.name),
+                &medians[i],
+                0
+            )
         );
         println!(
             "{} s per 1,000 messages",

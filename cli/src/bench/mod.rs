@@ -163,7 +163,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         + args.backlog
         + args.probes
         + args.latency_seconds as usize
-        > 0 {
+        > 0
+    {
         let emu = tokio::task::spawn_blocking(Emulator::start).await??;
         // Talk to the emulator directly: the half-closing proxy would run in this process
         // and add its CPU to the baselines'. Nothing here is killed, so it is not needed.

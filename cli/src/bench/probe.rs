@@ -46,12 +46,17 @@ pub async fn probes(args: &BenchArgs, profile: &PubSubProfile) -> anyhow::Result
         let name = backlog::snapshot_name(&profile.project, &full, backlog::unix_ms());
         let t = Instant::now();
         match backlog::probe(&admin_client, &full, &name).await {
-            Ok(ns) => {
+            Ok(backlog::Probed {
+                oldest_unacked_ns: ns,
+                left: None,
+            }) => {
                 trips.push(t.elapsed().as_secs_f64() * 1_000.0);
                 let margin = backlog::RESOLUTION_MARGIN.as_nanos() as i128;
                 errors.push(((i128::from(ns) + margin - oldest) as f64 / 1e6).abs());
             }
-            Err((e, _)) => anyhow::bail!("probe failed: {e}"),
+            Ok(backlog::Probed { left: Some(e), .. }) | Err((e, _)) => {
+                anyhow::bail!("probe failed: {e}")
+            }
         }
     }
     let cpu_ms = (cpu_seconds_of(me) - cpu0) * 1_000.0 / n.max(1) as f64;

@@ -37,12 +37,13 @@ pub const STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// The permission a probe needs, for the WARN that says it is missing.
 pub const PERMISSION: &str =
-    "pubsub.snapshots.create and pubsub.snapshots.delete on the project (roles/pubsub.editor)";
+    "pubsub.snapshots.create, pubsub.snapshots.delete and pubsub.snapshots.list on the project (roles/pubsub.editor)";
 
-/// Why a probe gave no reading.
+/// Why a probe gave no reading, or its snapshot could not be deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeError {
-    /// The credentials may not create snapshots: the probe cannot work in this job.
+    /// The credentials may not create (or delete) snapshots: the probe cannot work in
+    /// this job.
     NotPermitted(String),
     /// Any other failure (unreachable, refused because the backlog is close to 7 days
     /// old, a malformed answer): the reading is unknown this time.
@@ -101,14 +102,24 @@ pub fn unix_ms() -> u128 {
         .map_or(0, |d| d.as_millis())
 }
 
-/// One probe of `subscription` (full name) with snapshot `name`: the oldest unacked
-/// publish time (see [`oldest_unacked_ns`]). The snapshot is deleted before it returns;
-/// `Err((error, Some(name)))` when it could not be (left for the caller to retry).
+/// What one probe read, and whether its snapshot is still there.
+#[derive(Debug)]
+pub struct Probed {
+    /// The oldest unacked publish time (see [`oldest_unacked_ns`]).
+    pub oldest_unacked_ns: i64,
+    /// The snapshot could not be deleted: why (the caller retries or gives up).
+    pub left: Option<ProbeError>,
+}
+
+/// One probe of `subscription` (full name) with snapshot `name`. The snapshot is deleted
+/// before it returns; a reading whose snapshot could not be deleted is still a reading
+/// (`Probed::left` says why it is left). `Err((error, left))`: no reading, and whether
+/// the snapshot is left.
 pub async fn probe(
     admin: &SubscriptionAdmin,
     subscription: &str,
     name: &str,
-) -> Result<i64, (ProbeError, Option<String>)> {
+) -> Result<Probed, (ProbeError, Option<String>)> {
     let created = diagnose::bounded(
         admin
             .create_snapshot()
@@ -136,22 +147,30 @@ pub async fn probe(
             ))
         });
     let left = delete(admin, name).await.err();
-    match (reading, left) {
-        (Ok(ns), None) => Ok(ns),
-        (Ok(_), Some(e)) => Err((ProbeError::Failed(e), Some(name.to_string()))),
-        (Err(e), left) => Err((e, left.map(|_| name.to_string()))),
+    match reading {
+        Ok(ns) => Ok(Probed {
+            oldest_unacked_ns: ns,
+            left,
+        }),
+        Err(e) => Err((e, left.map(|_| name.to_string()))),
     }
 }
 
 /// Deletes snapshot `name` (full); gone already is fine.
-pub async fn delete(admin: &SubscriptionAdmin, name: &str) -> Result<(), String> {
+pub async fn delete(admin: &SubscriptionAdmin, name: &str) -> Result<(), ProbeError> {
     match diagnose::bounded(admin.delete_snapshot().set_snapshot(name))
         .send()
         .await
     {
         Ok(_) => Ok(()),
         Err(e) if diagnose::cause(&e) == Cause::NotFound => Ok(()),
-        Err(e) => Err(format!("deleting probe snapshot {name}: {e}")),
+        Err(e) => {
+            let why = format!("deleting probe snapshot {name}: {e}");
+            Err(match diagnose::cause(&e) {
+                Cause::PermissionDenied => ProbeError::NotPermitted(why),
+                _ => ProbeError::Failed(why),
+            })
+        }
     }
 }
 

@@ -14,7 +14,6 @@
 
 use pubsub_engine::runtime::alignment::{AlignmentMember, MemberWatermark, HELD};
 
-use super::watermark::WatermarkStatus;
 use super::*;
 
 /// The subtask's membership in its table's alignment group.
@@ -50,13 +49,14 @@ pub(super) fn must_pause(split_ns: Option<i64>, group_ns: Option<i64>, max_drift
 
 impl SourceReader {
     /// At a watermark advance: reports how far the subtask has read (`progress`, see
-    /// `Watermarks::progress`) to its group and pauses or resumes its splits.
-    pub(super) fn align(&mut self, status: WatermarkStatus, progress: Option<i64>, now: Instant) {
+    /// `Watermarks::progress`), or that it is `quiet` (`Watermarks::quiet`), to its group
+    /// and pauses or resumes its splits.
+    pub(super) fn align(&mut self, progress: Option<i64>, quiet: bool, now: Instant) {
         let Some(a) = self.alignment.as_mut() else {
             return;
         };
         a.member.report(match progress {
-            _ if status.idle => MemberWatermark::Idle,
+            _ if quiet => MemberWatermark::Idle,
             Some(w) => MemberWatermark::At(w),
             None => MemberWatermark::Unknown,
         });

@@ -20,6 +20,10 @@ use crate::source::backlog::{self as probe, ProbeError};
 /// A probe failure is logged the first time and then once every this many in a row.
 const WARN_EVERY: u64 = 30;
 
+/// Probe snapshots whose delete failed, at most: no new probe while this many are left
+/// (each probe would leave one more against the project's snapshot quota).
+const MAX_LEFT: usize = 5;
+
 /// The subtask's side of the backlog bounds of the subscriptions it reads.
 pub(super) struct BacklogBounds {
     /// One per subscription it reads.
@@ -68,6 +72,11 @@ impl BacklogBounds {
         out
     }
 
+    /// Tells the probes to stop after the snapshot each is at.
+    pub(super) fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
     /// Stops the probes, each finishing (and deleting) the snapshot it is at, within
     /// `budget` in all.
     pub(super) async fn close(&mut self, budget: Duration) {
@@ -110,13 +119,19 @@ impl SourceReader {
             stop,
             held_by,
         };
-        for s in &self.splits {
+        // Every subscription of the table, not only those of this subtask's splits: a
+        // subtask turns idle when its own splits are quiet, and the windows then follow
+        // the others alone, so each must hold behind every subscription's backlog (a
+        // table of `a;b` whose subtask 1 reads `b` alone must not pass a message of `a`
+        // that another consumer holds).
+        for (i, sub) in self.config.subscriptions.iter().enumerate() {
+            let subscription = client::subscription_path(&self.profile.project, &sub.id);
             // The split with the subscription's own index is its first: its owner probes.
-            let owner = self.config.subscriptions.len() > s.index;
+            let owner = self.splits.iter().any(|s| s.index == i);
             if !on {
                 if owner {
                     tracing::warn!(
-                        subscription = %s.subscription,
+                        subscription = %subscription,
                         "'{}' = 'off': the watermark follows the newest event time less the out-of-orderness alone; a message redelivered or held by another consumer longer than that is late for its window (counted 'rows late', not in the results)",
                         pubsub_table_options::WATERMARK_BACKLOG_PROBE
                     );
@@ -125,28 +140,33 @@ impl SourceReader {
             }
             bounds
                 .reads
-                .push(ctx.join_shared_bound(&s.subscription, false));
+                .push(ctx.join_shared_bound(&subscription, false));
             if !owner {
                 continue;
             }
             let task = ProbeTask {
                 admin: admin.clone(),
                 project: self.profile.project.clone(),
-                subscription: s.subscription.clone(),
+                subscription: subscription.clone(),
                 interval,
-                reporter: ctx.join_shared_bound(&s.subscription, true),
+                reporter: ctx.join_shared_bound(&subscription, true),
                 metrics: ProbeMetrics {
                     probes: ctx.counter(BACKLOG_PROBES),
                     failures: ctx.counter(BACKLOG_PROBE_FAILURES),
                     age_ms: metrics::subscription_gauge(
                         ctx,
                         BACKLOG_OLDEST_UNACKED_AGE_MS,
-                        &s.subscription,
+                        &subscription,
                     ),
                 },
                 stop: stop_rx.clone(),
             };
             bounds.probes.push(tokio::spawn(task.run()));
+        }
+        // Unknown from the start (with the probe on): a barrier before the first advance
+        // must not checkpoint a watermark set by the newest rule alone.
+        if let Some(w) = self.watermarks.as_mut() {
+            w.set_backlog(bounds.read());
         }
         self.backlog = Some(bounds);
     }
@@ -168,8 +188,11 @@ impl SourceReader {
 
 impl ProbeTask {
     /// Deletes what a crashed run left, then probes every interval until stopped. The
-    /// first probe refused for permission turns the bound off for the job (one WARN);
-    /// any other failure leaves the last reading in place (the watermark holds there).
+    /// first probe refused for permission, and any snapshot the credentials may create
+    /// but not delete, turn the bound off for the job (one WARN); any other failure
+    /// leaves the last reading in place (the watermark holds there). Snapshots whose
+    /// delete failed are retried before each probe; while [`MAX_LEFT`] of them are left,
+    /// no new one is created (the bound holds).
     async fn run(mut self) {
         let sub = self.subscription.clone();
         let stale = probe::delete_stale(&self.admin, &self.project, &sub).await;
@@ -186,28 +209,53 @@ impl ProbeTask {
                 }
             }
             left = still;
-            let name = probe::snapshot_name(&self.project, &sub, probe::unix_ms());
-            match probe::probe(&self.admin, &sub, &name).await {
-                Ok(ns) => {
-                    self.reporter.report_at(ns);
+            let outcome = if left.len() >= MAX_LEFT {
+                Err((
+                    ProbeError::Failed(format!(
+                        "{} probe snapshots could not be deleted yet ({}, ...); no new one until they are",
+                        left.len(),
+                        left[0]
+                    )),
+                    None,
+                ))
+            } else {
+                let name = probe::snapshot_name(&self.project, &sub, probe::unix_ms());
+                probe::probe(&self.admin, &sub, &name)
+                    .await
+                    .map(|p| (p, name))
+            };
+            match outcome {
+                Ok((p, name)) => {
+                    self.reporter.report_at(p.oldest_unacked_ns);
                     self.metrics.probes.add(1);
-                    let raw_ms =
-                        ns.saturating_add(probe::RESOLUTION_MARGIN.as_nanos() as i64) / 1_000_000;
+                    let raw_ms = p
+                        .oldest_unacked_ns
+                        .saturating_add(probe::RESOLUTION_MARGIN.as_nanos() as i64)
+                        / 1_000_000;
                     let age = (probe::unix_ms() as i64).saturating_sub(raw_ms).max(0);
                     self.metrics.age_ms.set(age as u64);
                     if failed > 0 {
                         tracing::info!(subscription = %sub, "the backlog probe answers again after {failed} failures");
                     }
                     (answered, failed) = (true, 0);
+                    match p.left {
+                        None => {}
+                        Some(ProbeError::NotPermitted(e)) => {
+                            self.not_permitted(&e);
+                            return;
+                        }
+                        Some(ProbeError::Failed(e)) => {
+                            tracing::warn!(subscription = %sub, "{e}: retried before the next probe");
+                            left.push(name);
+                        }
+                    }
                 }
-                Err((ProbeError::NotPermitted(e), _)) if !answered => {
-                    tracing::warn!(
-                        subscription = %sub,
-                        "the backlog probe is not permitted ({e}); it needs {}. The watermark follows the newest event time less the out-of-orderness alone: a message redelivered or held by another consumer longer than that is late for its window (counted 'rows late', not in the results). Grant the permission, or set '{}' = 'off' to say so",
-                        probe::PERMISSION,
-                        pubsub_table_options::WATERMARK_BACKLOG_PROBE
-                    );
-                    self.reporter.report_unbounded();
+                Err((ProbeError::NotPermitted(e), l)) if !answered => {
+                    left.extend(l);
+                    self.not_permitted(&e);
+                    for name in left {
+                        let _ = probe::delete(&self.admin, &name).await;
+                    }
                     return;
                 }
                 Err((e, l)) => {
@@ -232,6 +280,18 @@ impl ProbeTask {
                 tracing::warn!("{e} (the next run deletes it; Pub/Sub within 7 days)");
             }
         }
+    }
+
+    /// The credentials may not create or delete probe snapshots: one WARN, and the bound
+    /// is off for the job (the newest rule holds alone).
+    fn not_permitted(&self, e: &str) {
+        tracing::warn!(
+            subscription = %self.subscription,
+            "the backlog probe is not permitted ({e}); it needs {}. The watermark follows the newest event time less the out-of-orderness alone: a message redelivered or held by another consumer longer than that is late for its window (counted 'rows late', not in the results). Grant the permissions, or set '{}' = 'off' to say so",
+            probe::PERMISSION,
+            pubsub_table_options::WATERMARK_BACKLOG_PROBE
+        );
+        self.reporter.report_unbounded();
     }
 }
 

@@ -46,7 +46,11 @@ impl SourceReader {
             let ids = r.snapshot(self.splits.iter().flat_map(|s| s.tracker.bound_ids()));
             ctx.state.values.insert(replay::STATE_KEY.to_string(), ids);
         }
+        let backlog = self.backlog_now();
         if let Some(w) = self.watermarks.as_mut() {
+            if let Some(b) = backlog {
+                w.set_backlog(b);
+            }
             let status = w.advance(Instant::now());
             // The watermark of the checkpoint goes ahead of its barrier: an operator's
             // checkpointed watermark then never lags the sources' one.

@@ -342,6 +342,10 @@ impl SourceOperator for SourceReader {
     async fn on_close(&mut self, _ctx: &mut SourceContext) -> anyhow::Result<()> {
         let timeout = Duration::from_millis(self.options.config().shutdown_timeout_ms);
         let deadline = Instant::now() + timeout;
+        // The probes finish the snapshot they are at while the streams close.
+        if let Some(b) = self.backlog.as_ref() {
+            b.stop();
+        }
         if tokio::time::timeout_at(deadline, self.stop_pulling())
             .await
             .is_err()
@@ -372,9 +376,10 @@ impl SourceOperator for SourceReader {
         if unsent > 0 {
             tracing::warn!("subscriber shutdown did not finish within the shutdown timeout ('{}' = {timeout:?}): {unsent} nacks were not confirmed sent; those messages return when their lease runs out", pubsub_table_options::SHUTDOWN_TIMEOUT);
         }
-        // The probes finish the snapshot they are at (bounded like the rest).
+        // Within what is left of the same budget.
         if let Some(b) = self.backlog.as_mut() {
-            b.close(timeout).await;
+            b.close(deadline.saturating_duration_since(Instant::now()))
+                .await;
         }
         // Last, with a budget of its own: best effort, nothing relies on it (every letter
         // of a completed checkpoint was flushed before it was reported).

@@ -157,6 +157,9 @@ pub struct Watermarks {
     /// The newest rule alone at the last advance (never lowered): how far the splits have
     /// read, what alignment compares (see [`Watermarks::progress`]).
     progress: Option<i64>,
+    /// Every split silent for the idle timeout at the last advance, owed or not (see
+    /// [`Watermarks::quiet`]).
+    quiet: bool,
 }
 
 impl Watermarks {
@@ -180,6 +183,7 @@ impl Watermarks {
             current: restored,
             backlog: Backlog::Unbounded,
             progress: restored,
+            quiet: false,
         })
     }
 
@@ -256,12 +260,24 @@ impl Watermarks {
             (Backlog::Unknown, Some(_)) => true,
             _ => false,
         };
+        !owed && self.is_quiet(s, now)
+    }
+
+    /// Silent for the idle timeout and not paused.
+    fn is_quiet(&self, s: &SplitTime, now: Instant) -> bool {
         !s.fresh
             && !s.paused
-            && !owed
             && self
                 .idle_timeout
                 .is_some_and(|t| now.saturating_duration_since(s.last) >= t)
+    }
+
+    /// Every split was silent for the idle timeout at the last advance, whatever the
+    /// backlog owes it: what watermark alignment counts as idle. Alignment only paces
+    /// reading, so a member waiting for a message another consumer holds must not stop
+    /// its group (a probe that never answers would otherwise hold it for good).
+    pub fn quiet(&self) -> bool {
+        self.quiet
     }
 
     /// Advances the watermark to what the splits and the backlog allow at `now` (never
@@ -310,6 +326,7 @@ impl Watermarks {
         if let (false, Some((w, _))) = (unknown, min) {
             self.progress = Some(self.progress.map_or(w, |p| p.max(w)));
         }
+        self.quiet = !self.splits.is_empty() && self.splits.iter().all(|s| self.is_quiet(s, now));
         for s in &mut self.splits {
             s.fresh = false;
         }
@@ -393,10 +410,10 @@ impl super::SourceReader {
             w.set_backlog(b);
         }
         let status = w.advance(now);
-        let progress = w.progress();
+        let (progress, quiet) = (w.progress(), w.quiet());
         self.set_held_by(status.held_by);
         self.watermark_out = status.to_emit();
-        self.align(status, progress, now);
+        self.align(progress, status.idle || quiet, now);
         let c = self.counters();
         let ms = status.watermark_ns.map(|ns| ns.div_euclid(1_000_000));
         c.watermark_ms.set(ms.map_or(0, |ms| ms.max(0) as u64));

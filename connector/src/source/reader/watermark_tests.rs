@@ -343,9 +343,33 @@ fn the_progress_alignment_reports_ignores_the_backlog_bound() {
     w.observe(1, 90 * S, t0);
     let s = w.advance(t0);
     assert_eq!(s.watermark_ns, Some(19 * S), "held by the backlog");
-    assert_eq!(w.progress(), Some(89 * S), "the slowest split's newest less 1 s");
+    assert_eq!(
+        w.progress(),
+        Some(89 * S),
+        "the slowest split's newest less 1 s"
+    );
     // Never lowered.
     w.observe(1, 50 * S, t0);
     w.advance(t0);
     assert_eq!(w.progress(), Some(89 * S));
+}
+
+/// Found by review: a split owed a message is not idle, but alignment (which only paces
+/// reading) must still see it quiet, or a probe that never answers (`Unknown` for good)
+/// would hold its group, and park the others, for good.
+#[test]
+fn an_owed_split_is_not_idle_but_is_quiet_for_alignment() {
+    let t0 = Instant::now();
+    let later = t0 + Duration::from_secs(60);
+    let mut w = marks(1, Some(30), 1, t0);
+    w.set_backlog(Backlog::Unknown);
+    w.observe(0, 100 * S, t0);
+    assert!(!w.advance(t0).idle);
+    assert!(!w.quiet(), "it just delivered");
+    let s = w.advance(later);
+    assert!(!s.idle, "owed: the bound is unknown");
+    assert!(w.quiet(), "silent for the idle timeout");
+    w.set_paused(0, true, later);
+    w.advance(later + Duration::from_secs(60));
+    assert!(!w.quiet(), "a paused split is never quiet");
 }
