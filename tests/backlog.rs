@@ -700,3 +700,26 @@ async fn alignment_pauses_and_parks_under_late_nacks_and_both_tables_equal_the_o
     )
     .await;
 }
+
+/// Found by chaos seeds 12 and 19, which hung: another consumer on a subscription that
+/// went quiet never woke at the end of its window, so `finish` waited for ever. It ends
+/// at the end of its window now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_consumer_on_a_quiet_subscription_finishes_when_its_window_ends() {
+    let t = topics("bl-quiet", 10).await;
+    let other = Interloper::start(
+        &profile(),
+        &t.input_sub,
+        Interference {
+            window: Duration::from_secs(1),
+            ..interference(GiveBack::Nack)
+        },
+    )
+    .await
+    .unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(20), other.finish())
+        .await
+        .expect("finished after its 1 s window")
+        .unwrap();
+    assert!(report.kept.is_empty(), "{report:?}");
+}

@@ -156,10 +156,13 @@ async fn run(
             token.shutdown().await;
             return Ok(report);
         }
+        // The window's end is a wake-up too: on a subscription gone quiet nothing else
+        // would come to end the run (found by chaos seeds 12 and 19, which hung here).
         let next_due = held
             .iter()
             .map(|(at, _)| *at)
             .chain(passing.front().map(|(at, _)| *at))
+            .chain((!full).then_some(start + plan.window))
             .min();
         tokio::select! {
             d = stream.next(), if !ended => match d {
