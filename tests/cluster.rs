@@ -293,10 +293,17 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
         .unwrap();
     let lines = collect_lines(sup.stderr.take().unwrap());
     let pid_of_1 = || pid_of_process_1(&lines);
+    // The pointer is written before process 0 logs the completion: wait for the log line
+    // of the epoch it names too, or a kill in between finds the restart restoring an
+    // epoch the log never called completed (seen 4 tests at a time).
+    let logged = |e: u64| {
+        let needle = format!("checkpoint {e} completed");
+        lines.lock().unwrap().iter().any(|l| l.contains(&needle))
+    };
     wait_until(
         "process 1 to start and two checkpoints to complete",
         LIMIT,
-        || pid_of_1().is_some() && latest_epoch().unwrap_or(0) >= 2,
+        || pid_of_1().is_some() && latest_epoch().is_some_and(|e| e >= 2 && logged(e)),
     )
     .await;
     sigkill(pid_of_1().unwrap());
