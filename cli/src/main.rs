@@ -54,6 +54,9 @@ enum Command {
     /// faults (kills, restarts, network cuts, a stalled sink) and checks that no message
     /// is lost, acknowledged early or duplicated outside a replay; exit 1 on a violation.
     Chaos(chaos::ChaosArgs),
+    /// `bench --instructions`' raw same-work loop as a process of its own (for callgrind).
+    #[command(hide = true)]
+    BenchRawSameWork(bench::RawSameWorkArgs),
 }
 
 #[derive(Args)]
@@ -338,6 +341,17 @@ pub struct BenchArgs {
     /// `dead-letter` the source evaluates the SELECT once more to find failing rows.
     #[arg(long, default_value = "fail")]
     pub failure_policy: String,
+    /// Messages of the instruction count (issue 45; 0, the default, skips it): goal 1's
+    /// pipeline and the raw same-work loop each run under `valgrind --tool=callgrind` over
+    /// N/4 and N/4 + N messages, `--rounds` times; the difference / N is the count per
+    /// message, printed with its split by component and the dearest functions
+    /// (docs/performance.md). 20000 takes about 3.5 minutes a round.
+    #[arg(long, default_value_t = 0)]
+    pub instructions: usize,
+    /// The binary whose `run` the pipelines are (default: this one), e.g. an earlier
+    /// build, to measure before and after a change with the same baselines.
+    #[arg(long, value_name = "PATH")]
+    pub pipeline_bin: Option<std::path::PathBuf>,
 }
 
 /// A fraction in (0, 1], for `--sink-pace`.
@@ -434,6 +448,7 @@ fn main() -> ExitCode {
             Command::Cluster(args) => cluster::run(args).await,
             Command::Quickstart(q) => quickstart::run(q.bids, q.pipeline, q.workers).await,
             Command::Bench(b) => bench::run(b).await,
+            Command::BenchRawSameWork(a) => bench::raw_same_work(a).await,
             Command::Emulator(e) => emulator_command(e).await,
             Command::Schema(s) => schema_command(s),
             Command::Serve(s) => serve_command(s).await,

@@ -14,7 +14,9 @@
 //! swings from run to run, so each comparison runs `--rounds` times, the order of
 //! pipeline and baseline alternating, and the medians are printed.
 
+mod callgrind;
 mod expressions;
+mod instructions;
 mod latency;
 mod memory;
 mod probe;
@@ -30,6 +32,8 @@ use pubsub_engine::sql::parse_pipeline;
 use crate::BenchArgs;
 use process::{count_after, cpu_seconds_of, run_sampled, ChildRun, Watch};
 use raw::Batching;
+
+pub use instructions::{raw_same_work, RawSameWorkArgs};
 
 pub(crate) const PROJECT: &str = "bench";
 /// Every pipeline's and baseline's publish batching (the sink's defaults but the count).
@@ -119,7 +123,7 @@ async fn run_command(
     let dir = std::env::temp_dir().join(format!("pubsub-bench-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("bench.sql"), sql)?;
-    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    let mut cmd = std::process::Command::new(instructions::pipeline_bin(args)?);
     cmd.arg(command)
         .args(["--metrics-addr", watch.addr])
         .arg(dir.join("bench.sql"))
@@ -163,6 +167,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         + args.backlog
         + args.probes
         + args.latency_seconds as usize
+        + args.instructions
         > 0
     {
         let emu = tokio::task::spawn_blocking(Emulator::start).await??;
@@ -184,6 +189,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         if args.latency_seconds > 0 {
             latency::window_latency(&args, &profile, &direct).await?;
+        }
+        if args.instructions > 0 {
+            instructions::instructions(&args, &profile, &direct).await?;
         }
     }
     if args.expression_rows > 0 {
@@ -212,6 +220,48 @@ fn summary(label: &str, v: &[f64], digits: usize) -> String {
         "{label}: {:.digits$} (rounds: {})",
         median(v.to_vec()),
         each.join(", ")
+    )
+}
+
+/// Goal 1's messages: `{"seq":i,"pad":"xx..."}` of `bytes` bytes (at least 40).
+fn payloads(n: usize, bytes: usize) -> Vec<Vec<u8>> {
+    let pad = "x".repeat(bytes.saturating_sub(40));
+    (0..n)
+        .map(|i| format!("{{\"seq\":{i},\"pad\":\"{pad}\"}}").into_bytes())
+        .collect()
+}
+
+/// Goal 1's `INSERT` (`--select`, `--where`).
+fn query(args: &BenchArgs) -> String {
+    let where_ = args
+        .where_
+        .as_deref()
+        .map(|w| format!(" WHERE {w}"))
+        .unwrap_or_default();
+    format!("INSERT INTO dst SELECT {} FROM src{where_};", args.select)
+}
+
+/// Goal 1's pipeline: `subscription` -> [`query`] -> `topic`, with the raw loops' flow
+/// control and publish batching.
+fn subscription_to_topic_sql(
+    args: &BenchArgs,
+    subscription: &str,
+    topic: &str,
+    direct: &str,
+) -> String {
+    format!(
+        "CREATE TABLE src (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
+           'subscription' = '{subscription}', 'emulator-endpoint' = '{direct}', 'scan.parallel-pull-count' = '{p}', \
+           'scan.flow-control.max-outstanding-element-count' = '{OUTSTANDING}', \
+           'scan.deserialization-failure-policy' = '{policy}');
+         CREATE TABLE dst (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
+           'topic' = '{topic}', 'emulator-endpoint' = '{direct}', \
+           'sink.batching.element-count-threshold' = '{count}', 'sink.in-flight.max-messages' = '{OUTSTANDING}');
+         {query}",
+        p = args.pulls_per_worker,
+        policy = args.failure_policy,
+        count = BATCHING.messages,
+        query = query(args),
     )
 }
 
@@ -248,17 +298,14 @@ async fn subscription_to_topic(
     // either publishes alike.
     admin::create_subscription(profile, "bench-out-sub", "bench-out", 60).await?;
     admin::create_subscription(profile, "bench-raw-out-sub", "bench-raw-out", 60).await?;
-    let pad = "x".repeat(args.message_bytes.saturating_sub(40));
-    let payloads: Vec<Vec<u8>> = (0..args.messages)
-        .map(|i| format!("{{\"seq\":{i},\"pad\":\"{pad}\"}}").into_bytes())
-        .collect();
-    admin::publish_all(profile, "bench-in", payloads, 5000).await?;
-    let where_ = args
-        .where_
-        .as_deref()
-        .map(|w| format!(" WHERE {w}"))
-        .unwrap_or_default();
-    let query = format!("INSERT INTO dst SELECT {} FROM src{where_};", args.select);
+    admin::publish_all(
+        profile,
+        "bench-in",
+        payloads(args.messages, args.message_bytes),
+        5000,
+    )
+    .await?;
+    let query = query(args);
     println!(
         "subscription -> topic: {} messages of ~{} bytes, rounds: {}; raw loops on {streams} streams; \
          pipeline {} workers x {} pulls: {query} (policy '{}')",
@@ -269,19 +316,7 @@ async fn subscription_to_topic(
 
     let mut rounds = Vec::new();
     for r in 0..args.rounds {
-        let sql = format!(
-            "CREATE TABLE src (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
-               'subscription' = 'pipe-{r}', 'emulator-endpoint' = '{direct}', 'scan.parallel-pull-count' = '{p}', \
-               'scan.flow-control.max-outstanding-element-count' = '{OUTSTANDING}', \
-               'scan.deserialization-failure-policy' = '{policy}');
-             CREATE TABLE dst (seq BIGINT, pad TEXT) WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', \
-               'topic' = 'bench-out', 'emulator-endpoint' = '{direct}', \
-               'sink.batching.element-count-threshold' = '{count}', 'sink.in-flight.max-messages' = '{OUTSTANDING}');
-             {query}",
-            p = args.pulls_per_worker,
-            policy = args.failure_policy,
-            count = BATCHING.messages,
-        );
+        let sql = subscription_to_topic_sql(args, &format!("pipe-{r}"), "bench-out", direct);
         let workers = args.workers.to_string();
         let extra = [
             "--workers",

@@ -268,8 +268,13 @@ impl Deserializer {
                 self.meta.len()
             ));
         }
-        let utf8 =
-            || std::str::from_utf8(payload).map_err(|e| format!("payload is not UTF-8: {e}"));
+        // SIMD check first (decision 0049); std's only for its error, which names where.
+        let utf8 = || match simdutf8::basic::from_utf8(payload) {
+            Ok(s) => Ok(s),
+            Err(_) => {
+                std::str::from_utf8(payload).map_err(|e| format!("payload is not UTF-8: {e}"))
+            }
+        };
         let rows = match self.format {
             Format::Json => {
                 let d = self.json.as_mut().expect("json decoder");

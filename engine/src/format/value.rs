@@ -60,7 +60,7 @@ pub(crate) fn kind(raw: &str) -> &'static str {
 /// The contents of the JSON string literal `raw`, borrowed unless it has escapes.
 pub(crate) fn json_string(raw: &str) -> Result<Cow<'_, str>, String> {
     let inner = &raw[1..raw.len() - 1];
-    if !inner.contains('\\') {
+    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
         // serde_json already refused control characters and checked UTF-8.
         return Ok(Cow::Borrowed(inner));
     }
