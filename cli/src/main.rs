@@ -345,7 +345,7 @@ pub struct BenchArgs {
     /// pipeline and the raw same-work loop each run under `valgrind --tool=callgrind` over
     /// N/4 and N/4 + N messages, `--rounds` times; the difference / N is the count per
     /// message, printed with its split by component and the dearest functions
-    /// (docs/performance.md). 20000 takes about 3.5 minutes a round.
+    /// (docs/performance.md). 20000 takes about a minute a round here.
     #[arg(long, default_value_t = 0)]
     pub instructions: usize,
     /// The binary whose `run` the pipelines are (default: this one), e.g. an earlier

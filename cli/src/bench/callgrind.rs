@@ -43,6 +43,12 @@ pub fn parse(text: &str) -> anyhow::Result<Counts> {
             resolve(&mut names, spec); // may define a compressed name first used later
         } else if line.starts_with("calls=") {
             skip_next_cost = true;
+        } else if let Some(e) = line.strip_prefix("events:") {
+            anyhow::ensure!(
+                e.split_whitespace().next() == Some("Ir"),
+                "callgrind line {}: the first event is not Ir (instructions): {line}",
+                i + 1
+            );
         } else if let Some(p) = line.strip_prefix("positions:") {
             positions = p.split_whitespace().count().max(1);
         } else if let Some(t) = line
@@ -115,7 +121,8 @@ pub fn component(name: &str) -> &'static str {
     let krate = path.split("::").next().unwrap_or("");
     let module = |m: &str| path.starts_with(m);
     let bare = !name.contains("::");
-    if bare && is_allocator(name) || krate == "__rust_alloc" || module("alloc::alloc::") {
+    // `__rustc::__rust_alloc`, `__rustc::__rdl_realloc`: the allocator shims.
+    if bare && is_allocator(name) || krate == "__rustc" || module("alloc::alloc::") {
         return c(13);
     }
     if bare
@@ -287,6 +294,12 @@ totals: 1000
     }
 
     #[test]
+    fn a_file_of_other_events_is_refused() {
+        let e = parse(&SAMPLE.replace("events: Ir", "events: Dr")).unwrap_err();
+        assert!(e.to_string().contains("not Ir"), "{e}");
+    }
+
+    #[test]
     fn a_file_whose_functions_do_not_sum_to_its_total_is_refused() {
         let e = parse(&SAMPLE.replace("totals: 1000", "totals: 999")).unwrap_err();
         assert!(e.to_string().contains("sum to 1000"), "{e}");
@@ -298,6 +311,7 @@ totals: 1000
         let of = |n: &str| component(n);
         assert_eq!(of("pubsub_engine::format::de::decode"), COMPONENTS[5]);
         assert_eq!(of("malloc"), COMPONENTS[13]);
+        assert_eq!(of("__rustc::__rdl_realloc"), COMPONENTS[13]);
         assert_eq!(of("_int_free"), COMPONENTS[13]);
         assert_eq!(
             of("<h2::proto::Conn as core::future::Future>::poll"),

@@ -219,10 +219,11 @@ impl Column {
         Ok(())
     }
 
-    /// Takes the rows as an Arrow array and leaves the column empty, with as much room as
-    /// it had: a builder that starts from nothing regrows by doubling, copying and
-    /// faulting in fresh pages every batch (decisions 0029, 0049). The room is at most
-    /// twice the largest batch, which its caps bound.
+    /// Takes the rows as an Arrow array and leaves the column empty, with room for what it
+    /// held or half the room it had, whichever is more: a builder that starts from nothing
+    /// regrows by doubling, copying and faulting in fresh pages every batch (decisions
+    /// 0029, 0049). The room is at most twice the largest batch, which its caps bound, and
+    /// halves with each smaller batch.
     pub(crate) fn finish(&mut self) -> ArrayRef {
         let rows = self.len();
         let nulls = self.nulls.finish();
@@ -230,9 +231,10 @@ impl Column {
         fn take<T: arrow::datatypes::ArrowNativeType>(
             b: &mut BufferBuilder<T>,
         ) -> arrow::buffer::Buffer {
-            // The high-water room, not the last batch's rows: batches vary in size,
-            // and a bigger one than the last would regrow (decision 0049).
-            let room = b.capacity();
+            // Half the room it had, or the rows it held if more: a batch a little bigger
+            // than the last does not regrow (decision 0049), and after a large batch the
+            // room halves with each small one, so a trickle does not carry it on.
+            let room = b.len().max(b.capacity() / 2);
             let out = b.finish();
             b.reserve(room);
             out

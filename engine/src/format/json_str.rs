@@ -24,14 +24,14 @@ fn needs_escape(w: u64) -> bool {
 /// blocks of 16 (every x86-64 CPU has SSE2), then words of 8. A returned byte may need
 /// none (a word's flag is exact for the word, not the byte); the caller checks it.
 fn skip_clean(b: &[u8], mut i: usize) -> usize {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     {
         use std::arch::x86_64::{
             __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8,
             _mm_or_si128, _mm_set1_epi8,
         };
-        // SAFETY: SSE2 is part of the x86-64 baseline, so these intrinsics are always
-        // available; each load reads the 16 bytes b[i..i + 16], which the loop condition
+        // SAFETY: compiled only where SSE2 is enabled (the x86-64 baseline), so these
+        // intrinsics are available; each load reads the 16 bytes b[i..i + 16], which the loop condition
         // keeps inside `b`, and `_mm_loadu_si128` needs no alignment.
         unsafe {
             let quote = _mm_set1_epi8(b'"' as i8);

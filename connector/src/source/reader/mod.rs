@@ -281,11 +281,14 @@ impl SourceOperator for SourceReader {
         tokio::pin!(flush_timer);
         let mut flush_armed: Option<Instant> = None;
         loop {
+            let mut skipped = false;
             if self.counters.is_some() {
                 let now = Instant::now();
                 if !busy || now >= refreshed + GAUGES_BUSY_EVERY {
                     self.update_gauges();
                     refreshed = now;
+                } else {
+                    skipped = true;
                 }
             }
             busy = false;
@@ -327,6 +330,14 @@ impl SourceOperator for SourceReader {
                 stranded: stranded.is_some(),
                 aligned_waiting: self.alignment_waiting(),
             });
+            // A skipped refresh waits for no tick when no delivery will be read next.
+            if skipped && !(can_pull || hold) {
+                self.update_gauges();
+                refreshed = Instant::now();
+                if let Some(w) = self.watermark_out.take() {
+                    collector.emit_watermark(w)?;
+                }
+            }
             self.report_can_pull(ctx, reading);
             let first_deadline = self.first_checkpoint_deadline();
             let rx = self.rx.as_mut();
