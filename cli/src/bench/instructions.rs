@@ -171,7 +171,7 @@ struct Split {
     top: Vec<(String, f64)>,
 }
 
-/// How many functions of the pipeline's are printed.
+/// How many of the dearest functions are printed for each side.
 const TOP_FUNCTIONS: usize = 30;
 
 impl Split {
