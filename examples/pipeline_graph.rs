@@ -34,9 +34,10 @@ use std::time::Duration;
 
 use pubsub_connector_core::source::{PubSubSource, PubSubSubscriberOptions};
 use pubsub_connector_core::PubSubConnector;
-use pubsub_engine::runtime::{run_pipeline, JobSummary, RuntimeConfig, StopHandle};
-use pubsub_engine::sql::PlannedPipeline;
-use pubsub_engine::{ConnectionSchema, FieldType, GraphTable, PipelineGraph, SourceField};
+use pubsub_engine_plan::PlannedPipeline;
+use pubsub_engine_runtime::{run_pipeline, JobSummary, RuntimeConfig, StopHandle};
+use pubsub_engine_spi::{ConnectionSchema, FieldType, SourceField};
+use pubsub_engine_sql::{GraphTable, PipelineGraph};
 use pubsub_schema::{PubSubTable, SinkConfig};
 
 /// The project `pubsub-connector emulator --create examples/quickstart.sql` uses.

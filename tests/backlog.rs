@@ -96,8 +96,8 @@ async fn written(sub: &str, rows: usize) -> Vec<((i64, String), i64)> {
     msgs.iter()
         .map(|m| {
             let r: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
-            let ws = pubsub_engine::format::parse_rfc3339(r["ws"].as_str().unwrap()).unwrap()
-                / 1_000_000;
+            let ws =
+                pubsub_engine_format::parse_rfc3339(r["ws"].as_str().unwrap()).unwrap() / 1_000_000;
             let bucket = r["bucket"].as_str().unwrap().to_string();
             ((ws, bucket), r["n"].as_i64().unwrap())
         })
@@ -503,7 +503,7 @@ async fn assert_equals_oracle(
         .await
         .unwrap();
     let ms = |v: &serde_json::Value| {
-        pubsub_engine::format::parse_rfc3339(v.as_str().unwrap()).unwrap() / 1_000_000
+        pubsub_engine_format::parse_rfc3339(v.as_str().unwrap()).unwrap() / 1_000_000
     };
     let mut seen: BTreeMap<(i64, i64, String), i64> = BTreeMap::new();
     for m in got {

@@ -317,7 +317,7 @@ async fn the_in_flight_bound_decides_when_an_offer_waits() {
                 .max_in_flight_messages(max)
                 .build()
                 .unwrap();
-            let c = pubsub_engine::Counter::default();
+            let c = pubsub_engine_spi::Counter::default();
             q.set_counter(c.clone());
             q.open().await.unwrap();
             (q, c)

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use pubsub_connector_core::admin;
-use pubsub_engine::record_id::{message_key, record_id, row_key, RecordProducer};
+use pubsub_engine_spi::record_id::{message_key, record_id, row_key, RecordProducer};
 use rand::{Rng, SeedableRng};
 use support::*;
 
@@ -42,7 +42,7 @@ fn select_sql(sub: &str, topic: &str, dedup: Option<&str>, stamp: &str, select: 
 /// Who writes the rows of the first query of `sql` run from a [`Workdir`] (whose file,
 /// `pipeline.sql`, gives the job id `pipeline`).
 fn producer(sql: &str) -> RecordProducer {
-    let parsed = pubsub_engine::sql::parse_pipeline(sql).unwrap();
+    let parsed = pubsub_engine_sql::parse_pipeline(sql).unwrap();
     let insert = &parsed.inserts[0];
     RecordProducer {
         job: "pipeline".into(),

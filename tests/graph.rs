@@ -73,7 +73,7 @@ async fn the_example_graph_carries_every_message_to_the_sink_topic() {
 fn the_example_graph_plans_like_its_sql() {
     let (endpoint, sub, topic) = ("127.0.0.1:8085", "in-sub", "out");
     let graph = example::graph(PROJECT, endpoint, sub, topic).unwrap();
-    let sql = pubsub_engine::sql::parse_pipeline(&format!(
+    let sql = pubsub_engine_sql::parse_pipeline(&format!(
         "CREATE TABLE messages (
              seq BIGINT,
              message_id TEXT NOT NULL METADATA FROM 'message-id',
@@ -86,9 +86,9 @@ fn the_example_graph_plans_like_its_sql() {
          INSERT INTO out SELECT seq, message_id, publish_time FROM messages;"
     ))
     .unwrap();
-    let connectors: Vec<std::sync::Arc<dyn pubsub_engine::ErasedConnector>> =
+    let connectors: Vec<std::sync::Arc<dyn pubsub_engine_spi::ErasedConnector>> =
         vec![std::sync::Arc::new(pubsub_connector_core::PubSubConnector)];
-    let planned = pubsub_engine::sql::plan_pipeline(&sql, &connectors).unwrap();
+    let planned = pubsub_engine_sql::plan_pipeline(&sql, &connectors).unwrap();
     assert_eq!(graph.queries.len(), 1);
     let (g, p) = (&graph.queries[0], &planned.queries[0]);
     assert_eq!(g.id, "q0");
@@ -104,7 +104,8 @@ fn the_example_graph_plans_like_its_sql() {
 /// a SQL table: a hand-made config cannot skip them.
 #[test]
 fn a_hand_made_config_is_checked_like_sql() {
-    use pubsub_engine::{ConnectionSchema, FieldType, GraphTable, SourceField};
+    use pubsub_engine_spi::{ConnectionSchema, FieldType, SourceField};
+    use pubsub_engine_sql::GraphTable;
     use pubsub_schema::{PubSubTable, SinkConfig, SourceConfig};
     let profile = pubsub_connector_core::client::emulator_profile("p", "127.0.0.1:8085");
     let mut bad = SourceConfig::new("s");

@@ -112,8 +112,8 @@ async fn rows_after_their_window_fired_go_to_the_late_table_as_read() {
         .iter()
         .map(|m| {
             let r: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
-            let ws = pubsub_engine::format::parse_rfc3339(r["ws"].as_str().unwrap()).unwrap()
-                / 1_000_000;
+            let ws =
+                pubsub_engine_format::parse_rfc3339(r["ws"].as_str().unwrap()).unwrap() / 1_000_000;
             (
                 (ws, r["page"].as_str().unwrap().to_string()),
                 (r["n"].as_i64().unwrap(), r["total"].as_i64().unwrap()),

@@ -1095,7 +1095,7 @@ async fn closing_with_publishes_in_flight_waits_at_most_the_shutdown_timeout() {
     use arrow::array::{Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
     use pubsub_connector_core::sink::SinkWriter;
-    use pubsub_engine::{
+    use pubsub_engine_spi::{
         ArrowOperator, BadData, ConnectionSchema, FieldType, Format, Metrics, OperatorConfig,
         OperatorContext, OperatorState, SourceField, TaskInfo,
     };
@@ -1457,6 +1457,6 @@ async fn a_sink_whose_endpoint_returns_retries_within_the_resume_bound_and_write
 fn the_idle_stop_reads_the_gauge_the_source_reports_held_messages_in() {
     assert_eq!(
         pubsub_connector_core::source::PENDING_ACKS,
-        pubsub_engine::PENDING_ACKS
+        pubsub_engine_spi::PENDING_ACKS
     );
 }

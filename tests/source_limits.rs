@@ -25,12 +25,13 @@ use pubsub_connector_core::source::{
     PubSubSource, PubSubSubscriberOptions, BUFFERED_BYTES, PENDING_ACKS, SPLITS_PARKED,
 };
 use pubsub_connector_core::PubSubConnector;
-use pubsub_engine::runtime::{run_pipeline, JobError, JobSummary, RuntimeConfig, StopHandle};
-use pubsub_engine::{
+use pubsub_engine_runtime::{run_pipeline, JobError, JobSummary, RuntimeConfig, StopHandle};
+use pubsub_engine_spi::{
     ArrowOperator, CheckpointBarrier, Connection, ConnectionSchema, ConnectionType, Connector,
-    ConnectorMetadata, ConnectorOptions, ConstructedOperator, FieldType, GraphTable, MetadataDef,
-    OperatorConfig, OperatorContext, PipelineGraph, SourceField, ROWS_WRITTEN,
+    ConnectorMetadata, ConnectorOptions, ConstructedOperator, FieldType, MetadataDef,
+    OperatorConfig, OperatorContext, SourceField, ROWS_WRITTEN,
 };
+use pubsub_engine_sql::{GraphTable, PipelineGraph};
 use pubsub_schema::PubSubTable;
 use support::*;
 

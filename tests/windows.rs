@@ -107,7 +107,7 @@ async fn written(sub: &str, expected: usize) -> Vec<((i64, i64, String), (i64, i
         .unwrap();
     let ms = |v: &serde_json::Value| -> i64 {
         let s = v.as_str().expect("a timestamp is text");
-        pubsub_engine::format::parse_rfc3339(s).unwrap() / 1_000_000
+        pubsub_engine_format::parse_rfc3339(s).unwrap() / 1_000_000
     };
     msgs.iter()
         .map(|m| {

@@ -533,7 +533,7 @@ async fn pump(
                 if !line.ends_with(b"\n") {
                     line.push(b'\n');
                 }
-                let marker = pubsub_engine::runtime::STOP_PROGRESS_LOG.as_bytes();
+                let marker = pubsub_engine_runtime::STOP_PROGRESS_LOG.as_bytes();
                 if line.windows(marker.len()).any(|w| w == marker) {
                     let _ = progress.send(());
                 }
@@ -714,7 +714,7 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<()> {
                 tracing::warn!(
                     "restarting all {} processes from the last completed checkpoint in {} (restart {} of at most {} within {})",
                     args.processes,
-                    pubsub_engine::redact_url(args.state_dir.as_deref().unwrap_or_default()),
+                    pubsub_engine_spi::redact_url(args.state_dir.as_deref().unwrap_or_default()),
                     budget.total(),
                     args.max_restarts,
                     human(args.restart_window)
@@ -791,18 +791,18 @@ mod tests {
     #[test]
     fn durations_read_back_and_print_short() {
         for d in ["10s", "500ms", "10m", "1.5s", "2h"] {
-            let parsed = pubsub_engine::duration::parse_duration(d).unwrap();
+            let parsed = pubsub_engine_spi::duration::parse_duration(d).unwrap();
             assert_eq!(
-                pubsub_engine::duration::parse_duration(&flag_duration(parsed)).unwrap(),
+                pubsub_engine_spi::duration::parse_duration(&flag_duration(parsed)).unwrap(),
                 parsed,
                 "{d}"
             );
             assert_eq!(human(parsed), d);
         }
         // More digits than a float keeps: passed on to each process unrounded.
-        let long = pubsub_engine::duration::parse_duration("100000000.123456789s").unwrap();
+        let long = pubsub_engine_spi::duration::parse_duration("100000000.123456789s").unwrap();
         assert_eq!(
-            pubsub_engine::duration::parse_duration(&flag_duration(long)).unwrap(),
+            pubsub_engine_spi::duration::parse_duration(&flag_duration(long)).unwrap(),
             long
         );
     }

@@ -14,7 +14,7 @@ pub const FLAG: &str = "--job-id";
 
 /// clap's parser for `--job-id`: the rules of `record_id::check_job_id`.
 pub fn parse_job_id(s: &str) -> Result<String, String> {
-    pubsub_engine::record_id::check_job_id(s).map(|()| s.to_string())
+    pubsub_engine_spi::record_id::check_job_id(s).map(|()| s.to_string())
 }
 
 /// The job id: `explicit` (already checked by [`parse_job_id`]) or the pipeline file's
@@ -27,7 +27,7 @@ pub fn job_id(explicit: Option<&str>, pipeline: &Path) -> anyhow::Result<String>
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    pubsub_engine::record_id::check_job_id(&stem).map_err(|e| {
+    pubsub_engine_spi::record_id::check_job_id(&stem).map_err(|e| {
         anyhow::anyhow!(
             "the job id is the pipeline file's name without its extension, and {e}: rename {} or pass {FLAG} NAME",
             pipeline.display()

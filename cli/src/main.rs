@@ -369,7 +369,7 @@ fn checked_duration(s: &str) -> Result<String, String> {
 
 /// A duration of at least 10 ms: shorter checkpoint or idle periods only burn CPU.
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {
-    let d = pubsub_engine::duration::parse_duration(s)?;
+    let d = pubsub_engine_spi::duration::parse_duration(s)?;
     if d < Duration::from_millis(10) {
         return Err(format!("'{s}' is too short: use at least 10ms"));
     }
@@ -394,7 +394,7 @@ async fn emulator_command(args: EmulatorArgs) -> anyhow::Result<()> {
     .await??;
     if let Some(mut sql) = sql {
         pipeline::use_emulator(&mut sql, &emu.endpoint());
-        let plan = pubsub_engine::sql::plan_pipeline(&sql, &pipeline::connectors())?;
+        let plan = pubsub_engine_sql::plan_pipeline(&sql, &pipeline::connectors())?;
         for line in resources::create_all(&plan).await? {
             println!("created {line}");
         }
@@ -471,7 +471,7 @@ fn main() -> ExitCode {
             // restart repeats (bad data under policy `fail`, a locked state directory):
             // no restart helps.
             if e.downcast_ref::<pipeline::BadPipeline>().is_some()
-                || pubsub_engine::restart_cannot_fix(&e)
+                || pubsub_engine_spi::restart_cannot_fix(&e)
             {
                 ExitCode::from(pipeline::EXIT_BAD_PIPELINE)
             } else {

@@ -6,7 +6,7 @@
 use pubsub_connector_core::dead_letter::DEAD_LETTERS_PUBLISHED;
 use pubsub_connector_core::sink::metrics as sink;
 use pubsub_connector_core::source as src;
-use pubsub_engine::{
+use pubsub_engine_spi::{
     CHECKPOINTS_COMPLETED, CHECKPOINT_DURATION_MS, INFLIGHT_ROWS, INFLIGHT_ROWS_PEAK,
     INPUT_WATERMARK_MS, LAST_COMPLETED_EPOCH, MESSAGES_ACKED, MESSAGES_NACKED,
     MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED, ROWS_LATE, ROWS_WRITTEN, WINDOW_GROUPS,

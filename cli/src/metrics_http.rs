@@ -11,7 +11,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
-use pubsub_engine::{MetricSample, Metrics};
+use pubsub_engine_spi::{MetricSample, Metrics};
 
 use crate::metrics_catalog::{self, Described};
 

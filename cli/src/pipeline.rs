@@ -5,11 +5,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use pubsub_connector_core::tools::emulator::Emulator;
 use pubsub_connector_core::PubSubConnector;
-use pubsub_engine::runtime::{
+use pubsub_engine_runtime::{
     read_hosts, run_pipeline, ClusterConfig, JobSummary, RuntimeConfig, StopHandle,
 };
-use pubsub_engine::sql::{parse_pipeline, plan_pipeline, resolve_schemas, PipelineSql};
-use pubsub_engine::{ErasedConnector, Metrics};
+use pubsub_engine_spi::{ErasedConnector, Metrics};
+use pubsub_engine_sql::{parse_pipeline, plan_pipeline, resolve_schemas, PipelineSql};
 
 use crate::metrics_http::MetricsServer;
 use crate::progress::Progress;
@@ -25,9 +25,9 @@ pub fn connectors() -> Vec<Arc<dyn ErasedConnector>> {
 }
 
 /// `run`'s exit code when the pipeline file cannot be read, parsed or planned, the job's
-/// start refused its configuration (a `pubsub_engine::ConfigError`, e.g. an option that
+/// start refused its configuration (a `pubsub_engine_spi::ConfigError`, e.g. an option that
 /// does not fit the checkpoint interval or the subscription), or the job failed in a way
-/// any restart repeats (a `pubsub_engine::PermanentError`, e.g. a row too large to
+/// any restart repeats (a `pubsub_engine_spi::PermanentError`, e.g. a row too large to
 /// publish under `sink.failure-handler = fail`): `cluster` gives up at once instead of
 /// restarting.
 pub const EXIT_BAD_PIPELINE: u8 = 2;
@@ -60,7 +60,7 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<PipelineSql> {
     parse_pipeline(&text).with_context(|| format!("in {}", path.display()))
 }
 
-fn is_pubsub(t: &pubsub_engine::sql::TableDef) -> bool {
+fn is_pubsub(t: &pubsub_engine_sql::TableDef) -> bool {
     t.options.get("connector") == Some("pubsub")
 }
 

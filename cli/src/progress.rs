@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pubsub_connector_core::source as src;
-use pubsub_engine::{Metrics, LAST_COMPLETED_EPOCH, MESSAGES_RECEIVED, ROWS_WRITTEN};
+use pubsub_engine_spi::{Metrics, LAST_COMPLETED_EPOCH, MESSAGES_RECEIVED, ROWS_WRITTEN};
 
 /// How often the terminal line is redrawn.
 pub const DRAW_EVERY: Duration = Duration::from_secs(1);

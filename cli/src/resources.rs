@@ -4,7 +4,7 @@
 use pubsub_connector_core::dead_letter::PubSubDeadLetterQueue;
 use pubsub_connector_core::source::create::describe_or_create;
 use pubsub_connector_core::{admin, client};
-use pubsub_engine::sql::{PlannedPipeline, PlannedTable};
+use pubsub_engine_plan::{PlannedPipeline, PlannedTable};
 use pubsub_schema::{
     Authentication, OrderingMode, PubSubProfile, PubSubTable, SubscriptionCreateConfig,
 };
@@ -151,14 +151,14 @@ mod tests {
     /// endpoint option (which `nexmark` would refuse as unknown), nothing to create.
     #[tokio::test]
     async fn tables_of_other_connectors_are_skipped() {
-        let mut sql = pubsub_engine::sql::parse_pipeline(
+        let mut sql = pubsub_engine_sql::parse_pipeline(
             "CREATE TABLE b (price BIGINT) WITH ('connector' = 'nexmark');
              CREATE TABLE d (price BIGINT) WITH ('connector' = 'blackhole');
              INSERT INTO d SELECT price FROM b;",
         )
         .unwrap();
         crate::pipeline::use_emulator(&mut sql, "127.0.0.1:1");
-        let plan = pubsub_engine::sql::plan_pipeline(&sql, &crate::pipeline::connectors()).unwrap();
+        let plan = pubsub_engine_sql::plan_pipeline(&sql, &crate::pipeline::connectors()).unwrap();
         assert!(create_all(&plan).await.unwrap().is_empty());
     }
 

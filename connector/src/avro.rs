@@ -17,8 +17,8 @@ use std::sync::Arc;
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_pubsub::client::SchemaService;
 use google_cloud_pubsub::model::{schema, Encoding, SchemaView};
-use pubsub_engine::format::avro::{AvroEncoding, AvroSchema};
-use pubsub_engine::ConfigError;
+use pubsub_engine_format::avro::{AvroEncoding, AvroSchema};
+use pubsub_engine_spi::ConfigError;
 use pubsub_schema::{Authentication, PubSubProfile};
 
 use crate::client;

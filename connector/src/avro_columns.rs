@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
-use pubsub_engine::format::avro::{AvroEncoding, AvroSchema};
-use pubsub_engine::format::Serializer;
-use pubsub_engine::{ConfigError, ConnectionSchema, SourceField};
+use pubsub_engine_format::avro::{AvroEncoding, AvroSchema};
+use pubsub_engine_format::Serializer;
+use pubsub_engine_spi::{ConfigError, ConnectionSchema, SourceField};
 use pubsub_schema::{PubSubProfile, PubSubTable, SinkConfig};
 
 use crate::avro::{fetch_revision, require_avro_topic, SchemaReader, TopicSchema};

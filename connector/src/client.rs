@@ -21,7 +21,7 @@ pub fn topic_path(project: &str, id: &str) -> String {
 /// Applies the profile's endpoint override and credentials to a client builder (the four
 /// builders share the two methods but no trait). A key file that cannot be used fails here,
 /// with a message that names the option and never the path or the file's content; a
-/// [`pubsub_engine::PermanentError`] unless the file could not be read for a cause that
+/// [`pubsub_engine_spi::PermanentError`] unless the file could not be read for a cause that
 /// may pass ([`crate::credentials::KeyFileError::Unreadable`]).
 macro_rules! configured {
     ($builder:expr, $profile:expr) => {{
@@ -29,7 +29,7 @@ macro_rules! configured {
             let permanent = !matches!(e, crate::credentials::KeyFileError::Unreadable(_));
             let e = anyhow::Error::new(e);
             if permanent {
-                pubsub_engine::PermanentError::wrap(e)
+                pubsub_engine_spi::PermanentError::wrap(e)
             } else {
                 e
             }

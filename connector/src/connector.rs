@@ -1,8 +1,8 @@
 //! `Connector` implementation: SQL options -> typed configs -> operators.
 
 use futures::future::BoxFuture;
-use pubsub_engine::{ConfigError, OptionError, PrepareContext};
-use pubsub_engine::{
+use pubsub_engine_spi::{ConfigError, OptionError, PrepareContext};
+use pubsub_engine_spi::{
     Connection, ConnectionSchema, ConnectionType, ConnectorMetadata, ConnectorOptions,
     ConstructedOperator, FieldType, Format, MetadataDef, OperatorConfig, SourceField,
 };
@@ -175,7 +175,7 @@ pub const METADATA_DEFS: &[MetadataDef] = &[
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PubSubConnector;
 
-impl pubsub_engine::Connector for PubSubConnector {
+impl pubsub_engine_spi::Connector for PubSubConnector {
     type ProfileT = PubSubProfile;
     type TableT = PubSubTable;
 
@@ -232,7 +232,7 @@ impl pubsub_engine::Connector for PubSubConnector {
                     .map_err(|e| sink_sql_error(e, &written))?;
             }
         }
-        pubsub_engine::Connector::from_config(self, name, profile, table, schema)
+        pubsub_engine_spi::Connector::from_config(self, name, profile, table, schema)
     }
 
     /// The builder's rules for a source (errors name the builder option), and the
@@ -298,7 +298,7 @@ impl pubsub_engine::Connector for PubSubConnector {
         &self,
         _profile: &PubSubProfile,
         table: &PubSubTable,
-    ) -> Option<pubsub_engine::dedup::DedupSpec> {
+    ) -> Option<pubsub_engine_spi::dedup::DedupSpec> {
         match table {
             PubSubTable::Source(s) => s.dedup.as_ref().map(crate::source::dedup_spec),
             PubSubTable::Sink(_) => None,
@@ -306,7 +306,7 @@ impl pubsub_engine::Connector for PubSubConnector {
     }
 
     /// A source fills the record key: the deduplication attribute's value, or the
-    /// subscription and message id (`pubsub_engine::record_id`).
+    /// subscription and message id (`pubsub_engine_spi::record_id`).
     fn source_record_keys(&self) -> bool {
         true
     }
@@ -448,7 +448,7 @@ impl pubsub_engine::Connector for PubSubConnector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pubsub_engine::ConnectorOptions;
+    use pubsub_engine_spi::ConnectorOptions;
 
     fn source_error(pairs: &[(&str, &str)]) -> String {
         let mut o =
@@ -546,9 +546,12 @@ mod tests {
         let schema = |column: bool| {
             let mut s = ConnectionSchema::new(
                 Format::Json,
-                vec![pubsub_engine::SourceField::new("ts", FieldType::Timestamp)],
+                vec![pubsub_engine_spi::SourceField::new(
+                    "ts",
+                    FieldType::Timestamp,
+                )],
             );
-            s.event_time = column.then(|| pubsub_engine::EventTime {
+            s.event_time = column.then(|| pubsub_engine_spi::EventTime {
                 column: "ts".into(),
                 out_of_orderness: std::time::Duration::from_secs(1),
             });
@@ -565,7 +568,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string())),
             );
-            pubsub_engine::Connector::from_options(
+            pubsub_engine_spi::Connector::from_options(
                 &super::PubSubConnector,
                 "t",
                 &mut o,

@@ -27,7 +27,7 @@ use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::error::PublishError;
 use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::publisher::PublishFuture;
-use pubsub_engine::Counter;
+use pubsub_engine_spi::Counter;
 use pubsub_schema::{Authentication, DeadLetterQueueConfig, PubSubProfile};
 
 use crate::build_error::{show, whole_ms, BuildError};
@@ -286,7 +286,7 @@ impl PubSubDeadLetterQueue {
 
     /// Checks that the topic exists with one bounded `GetTopic` (see
     /// [`diagnose::bounded`]). Errors: the topic is missing (the queue never creates one;
-    /// a [`pubsub_engine::ConfigError`], no restart fixes it), or unreachable, refused
+    /// a [`pubsub_engine_spi::ConfigError`], no restart fixes it), or unreachable, refused
     /// credentials, denied permission, each naming the topic.
     pub async fn check_topic(&self) -> anyhow::Result<()> {
         self.get_topic().await.map_err(|e| self.own_key(e))
@@ -302,7 +302,7 @@ impl PubSubDeadLetterQueue {
         {
             Ok(_) => Ok(()),
             Err(e) if diagnose::cause(&e) == Cause::NotFound => {
-                Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+                Err(pubsub_engine_spi::ConfigError::wrap(anyhow::anyhow!(
                     "dead-letter topic {} does not exist (NOT_FOUND at {}): the dead-letter queue never creates its topic; create it first (gcloud pubsub topics create {}) or fix option '{}dead-letter.topic'",
                     self.topic,
                     diagnose::endpoint(&self.profile),
@@ -320,7 +320,7 @@ impl PubSubDeadLetterQueue {
                     s.code == google_cloud_gax::error::rpc::Code::InvalidArgument
                 });
                 Err(if invalid {
-                    pubsub_engine::ConfigError::wrap(error)
+                    pubsub_engine_spi::ConfigError::wrap(error)
                 } else {
                     error
                 })
@@ -344,7 +344,7 @@ impl PubSubDeadLetterQueue {
 
     /// The credential errors (`credentials`, `diagnose`) name the table's key-file option;
     /// the queue's key file is its own option, so name that one instead. Keeps a
-    /// [`pubsub_engine::ConfigError`] or [`pubsub_engine::PermanentError`] marker.
+    /// [`pubsub_engine_spi::ConfigError`] or [`pubsub_engine_spi::PermanentError`] marker.
     fn own_key(&self, e: anyhow::Error) -> anyhow::Error {
         let table_key = format!("'{}'", pubsub_table_options::SERVICE_ACCOUNT_KEY_FILE);
         let text = format!("{e:#}");
@@ -366,10 +366,10 @@ impl PubSubDeadLetterQueue {
                 )
             )
         );
-        if pubsub_engine::ConfigError::is_in(&e) {
-            pubsub_engine::ConfigError::wrap(renamed)
-        } else if pubsub_engine::PermanentError::is_in(&e) {
-            pubsub_engine::PermanentError::wrap(renamed)
+        if pubsub_engine_spi::ConfigError::is_in(&e) {
+            pubsub_engine_spi::ConfigError::wrap(renamed)
+        } else if pubsub_engine_spi::PermanentError::is_in(&e) {
+            pubsub_engine_spi::PermanentError::wrap(renamed)
         } else {
             renamed
         }
@@ -483,7 +483,7 @@ impl PubSubDeadLetterQueue {
 /// endpoint of its own) beside a table on an emulator: the queue does not inherit the
 /// table's endpoint, and without this the start fails with a credentials error from the
 /// real service. `prefix` (`sink.`, `scan.`) names the options. A
-/// [`pubsub_engine::ConfigError`] (exit 2): no restart fixes it. A queue with its own key
+/// [`pubsub_engine_spi::ConfigError`] (exit 2): no restart fixes it. A queue with its own key
 /// file goes to real Pub/Sub on purpose and is left alone.
 pub fn check_not_inherited(
     table: &PubSubProfile,
@@ -496,7 +496,7 @@ pub fn check_not_inherited(
     if queue.config.authentication != Authentication::ApplicationDefault {
         return Ok(());
     }
-    Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+    Err(pubsub_engine_spi::ConfigError::wrap(anyhow::anyhow!(
         "the table uses the emulator at {endpoint} ('{}'), but its dead-letter queue (topic {}) has no endpoint of its own: the queue does not inherit the table's endpoint and would publish to real Pub/Sub with application default credentials. Set '{prefix}{}' = '{endpoint}' (or run with --emulator, which sets it), or give the queue '{prefix}{}' to use real Pub/Sub on purpose",
         pubsub_table_options::EMULATOR_ENDPOINT,
         queue.topic,

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch};
 use async_trait::async_trait;
-use pubsub_engine::runtime::{run_pipeline, RuntimeConfig, StopHandle};
-use pubsub_engine::sql::{parse_pipeline, plan_pipeline};
-use pubsub_engine::*;
+use pubsub_engine_runtime::{run_pipeline, JobSummary, RuntimeConfig, StopHandle};
+use pubsub_engine_spi::*;
+use pubsub_engine_sql::{parse_pipeline, plan_pipeline};
 use serde::{Deserialize, Serialize};
 
 #[derive(Default)]
@@ -537,7 +537,7 @@ fn free_hosts(n: usize) -> Vec<String> {
     out
 }
 
-fn pipeline(name: &str, rows: i64, fail_from: Option<u64>) -> pubsub_engine::sql::PlannedPipeline {
+fn pipeline(name: &str, rows: i64, fail_from: Option<u64>) -> pubsub_engine_plan::PlannedPipeline {
     let fail = fail_from
         .map(|e| format!(", 'fail-from-epoch' = '{e}'"))
         .unwrap_or_default();
@@ -631,10 +631,9 @@ struct CheckpointStoreProbe;
 
 impl CheckpointStoreProbe {
     async fn epoch(dir: &std::path::Path) -> u64 {
-        let store =
-            pubsub_engine::runtime::CheckpointStore::open(&dir.display().to_string(), false)
-                .await
-                .unwrap();
+        let store = pubsub_engine_runtime::CheckpointStore::open(&dir.display().to_string(), false)
+            .await
+            .unwrap();
         store
             .load()
             .await
@@ -671,7 +670,7 @@ fn plan_err(sql: &str) -> String {
     }
 }
 
-fn plan(sql: &str) -> Result<pubsub_engine::sql::PlannedPipeline, String> {
+fn plan(sql: &str) -> Result<pubsub_engine_plan::PlannedPipeline, String> {
     let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(MemoryConnector)];
     plan_pipeline(&parse_pipeline(sql).map_err(|e| e.0)?, &connectors).map_err(|e| e.0)
 }
@@ -1271,7 +1270,7 @@ async fn a_decision_recorded_before_the_first_checkpoint_reaches_the_next_start(
             .collect()
     };
     let store =
-        pubsub_engine::runtime::CheckpointStore::open(&dir.path().display().to_string(), false)
+        pubsub_engine_runtime::CheckpointStore::open(&dir.path().display().to_string(), false)
             .await
             .unwrap();
     // The first run fails at its first checkpoint: nothing completed.
@@ -1371,7 +1370,7 @@ async fn cluster_here(
         let cfg = tweak(
             process,
             RuntimeConfig {
-                cluster: Some(pubsub_engine::runtime::ClusterConfig {
+                cluster: Some(pubsub_engine_runtime::ClusterConfig {
                     process,
                     hosts: hosts.clone(),
                     connect_timeout: Duration::from_secs(60),
@@ -1397,13 +1396,13 @@ fn run_two_processes(
     sql: &str,
     dir: &std::path::Path,
     limit: Duration,
-) -> Option<Vec<anyhow::Result<pubsub_engine::JobSummary>>> {
+) -> Option<Vec<anyhow::Result<pubsub_engine_runtime::JobSummary>>> {
     let hosts = free_hosts(2);
     let sql = sql.replace("PROCESS_1", &hosts[1]);
     let (tx, rx) = std::sync::mpsc::channel();
     for process in [1, 0] {
         let cfg = RuntimeConfig {
-            cluster: Some(pubsub_engine::runtime::ClusterConfig {
+            cluster: Some(pubsub_engine_runtime::ClusterConfig {
                 process,
                 hosts: hosts.clone(),
                 connect_timeout: Duration::from_secs(60),
@@ -1424,7 +1423,7 @@ fn run_two_processes(
         });
     }
     let deadline = std::time::Instant::now() + limit;
-    let mut out: Vec<Option<anyhow::Result<pubsub_engine::JobSummary>>> = vec![None, None];
+    let mut out: Vec<Option<anyhow::Result<pubsub_engine_runtime::JobSummary>>> = vec![None, None];
     for _ in 0..2 {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let (process, r) = rx.recv_timeout(left).ok()?;
@@ -1495,7 +1494,7 @@ async fn a_process_waits_in_connect_for_process_0_which_listens_only_after_prepa
     )
     .unwrap();
     let cfg = RuntimeConfig {
-        cluster: Some(pubsub_engine::runtime::ClusterConfig {
+        cluster: Some(pubsub_engine_runtime::ClusterConfig {
             process: 1,
             hosts: hosts.clone(),
             connect_timeout: Duration::from_millis(500),

@@ -23,8 +23,8 @@ use bytes::Bytes;
 use nexmark::config::NexmarkConfig;
 use nexmark::event::{Event, EventType};
 use nexmark::EventGenerator;
-use pubsub_engine::format::Deserializer;
-use pubsub_engine::ConnectionSchema;
+use pubsub_engine_format::Deserializer;
+use pubsub_engine_spi::ConnectionSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -13,7 +13,7 @@ pub mod pacer;
 pub mod sink;
 pub mod source;
 
-use pubsub_engine::{
+use pubsub_engine_spi::{
     Connection, ConnectionSchema, ConnectionType, ConnectorMetadata, ConnectorOptions,
     ConstructedOperator, Format, MetadataDef, OperatorConfig,
 };
@@ -75,7 +75,7 @@ impl NexmarkConnector {
     }
 }
 
-impl pubsub_engine::Connector for NexmarkConnector {
+impl pubsub_engine_spi::Connector for NexmarkConnector {
     type ProfileT = ();
     type TableT = NexmarkTable;
 
@@ -141,7 +141,7 @@ impl pubsub_engine::Connector for NexmarkConnector {
             }
         }
         events::check_decodes(table.event_type, schema)?;
-        pubsub_engine::Connector::from_config(self, name, (), table, schema)
+        pubsub_engine_spi::Connector::from_config(self, name, (), table, schema)
     }
 
     fn make_operator(
@@ -160,7 +160,7 @@ impl pubsub_engine::Connector for NexmarkConnector {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BlackholeConnector;
 
-impl pubsub_engine::Connector for BlackholeConnector {
+impl pubsub_engine_spi::Connector for BlackholeConnector {
     type ProfileT = ();
     type TableT = BlackholeTable;
 
@@ -203,8 +203,8 @@ impl pubsub_engine::Connector for BlackholeConnector {
         schema: &ConnectionSchema,
     ) -> anyhow::Result<Connection> {
         let empty = arrow::array::RecordBatch::new_empty(schema.arrow_schema());
-        pubsub_engine::format::Serializer::new(schema).serialize(&empty)?;
-        pubsub_engine::Connector::from_config(self, name, (), BlackholeTable {}, schema)
+        pubsub_engine_format::Serializer::new(schema).serialize(&empty)?;
+        pubsub_engine_spi::Connector::from_config(self, name, (), BlackholeTable {}, schema)
     }
 
     fn make_operator(

@@ -5,8 +5,8 @@
 
 use arrow::array::RecordBatch;
 use async_trait::async_trait;
-use pubsub_engine::format::Serializer;
-use pubsub_engine::{
+use pubsub_engine_format::Serializer;
+use pubsub_engine_spi::{
     ArrowOperator, CheckpointBarrier, Counter, OperatorConfig, OperatorContext, ROWS_WRITTEN,
 };
 

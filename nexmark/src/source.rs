@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pubsub_engine::{
+use pubsub_engine_spi::{
     ControlMessage, OperatorConfig, OperatorState, SourceCollector, SourceContext,
     SourceFinishType, SourceOperator, StopMode, Watermark, MESSAGES_RECEIVED,
 };

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pubsub_engine::runtime::{run_pipeline, JobSummary, RuntimeConfig, StopHandle};
-use pubsub_engine::sql::{parse_pipeline, plan_pipeline, PlannedPipeline};
-use pubsub_engine::ErasedConnector;
+use pubsub_engine_plan::PlannedPipeline;
+use pubsub_engine_runtime::{run_pipeline, JobSummary, RuntimeConfig, StopHandle};
+use pubsub_engine_spi::ErasedConnector;
+use pubsub_engine_sql::{parse_pipeline, plan_pipeline};
 use pubsub_nexmark::{BlackholeConnector, NexmarkConnector};
 use serde_json::Value;
 

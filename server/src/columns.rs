@@ -2,7 +2,7 @@
 //! and their SQL text. Shape: `{"format": "json", "fields": [{"name", "type", "nullable",
 //! "metadataKey"}]}`; types and metadata keys are those of SPEC 8.
 
-use pubsub_engine::{ConnectionSchema, FieldType, Format, SourceField};
+use pubsub_engine_spi::{ConnectionSchema, FieldType, Format, SourceField};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use pubsub_connector_core::PubSubConnector;
-use pubsub_engine::{ConfigError, ConnectionSchema, ErasedConnector, Format};
+use pubsub_engine_spi::{ConfigError, ConnectionSchema, ErasedConnector, Format};
 use serde_json::{json, Value};
 
 use crate::columns::{Column, ColumnFormat, Columns, SqlType};

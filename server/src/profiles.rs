@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::Json;
 use pubsub_connector_core::explore;
-use pubsub_engine::Connector;
+use pubsub_engine_spi::Connector;
 use pubsub_schema::PubSubProfile;
 use serde_json::{json, Value};
 

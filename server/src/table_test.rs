@@ -16,9 +16,9 @@ use axum::Json;
 use bytes::Bytes;
 use futures::Stream;
 use pubsub_connector_core::explore::{self, Sampled};
-use pubsub_engine::format::Deserializer;
-use pubsub_engine::sql::SelectPlan;
-use pubsub_engine::ConnectionSchema;
+use pubsub_engine_format::Deserializer;
+use pubsub_engine_plan::SelectPlan;
+use pubsub_engine_spi::ConnectionSchema;
 use pubsub_schema::{CreateDisposition, PubSubTable};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -66,12 +66,9 @@ pub async fn test(
                     "'select' applies to a source table only",
                 ));
             }
-            let plan = pubsub_engine::sql::plan_sample_select(
-                sql,
-                &b.name,
-                &b.columns.connection_schema(),
-            )
-            .map_err(|e| ApiError::bad("/select", e.0))?;
+            let plan =
+                pubsub_engine_sql::plan_sample_select(sql, &b.name, &b.columns.connection_schema())
+                    .map_err(|e| ApiError::bad("/select", e.0))?;
             Some(std::sync::Arc::new(plan))
         }
         Some(v) => {
@@ -154,7 +151,7 @@ async fn run(
         PubSubTable::Source(s) => {
             let schema = b.columns.connection_schema();
             // Format avro: each message's writer revision, read once (as a source does).
-            let mut revisions = (schema.format == pubsub_engine::Format::Avro)
+            let mut revisions = (schema.format == pubsub_engine_spi::Format::Avro)
                 .then(|| pubsub_connector_core::avro::Revisions::new(b.profile.clone()));
             let (mut read, mut decoded, mut failed) = (0, 0, 0);
             let emulator = matches!(
@@ -267,8 +264,7 @@ fn decode(
         subscription,
         None,
     );
-    let cannot =
-        |e: pubsub_engine::format::DeserializeError| format!("cannot decode: {}", e.reason);
+    let cannot = |e: pubsub_engine_format::DeserializeError| format!("cannot decode: {}", e.reason);
     let payload = Bytes::from(m.message.data.to_vec());
     match revisions {
         Some(r) => {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use pubsub_engine::ErasedConnector;
+use pubsub_engine_spi::ErasedConnector;
 use pubsub_schema::{Authentication, PubSubProfile, PubSubTable};
 use serde_json::{json, Value};
 
@@ -117,14 +117,14 @@ fn plan(b: &TableBody) -> Result<(), ApiError> {
         &b.columns,
     )
     .map_err(|e| ApiError::bad(format!("/config{}", e.field), e.message))?;
-    let parsed = pubsub_engine::sql::parse_pipeline(&sql).map_err(|e| {
+    let parsed = pubsub_engine_sql::parse_pipeline(&sql).map_err(|e| {
         ApiError::internal(format!(
             "the statement made for the table does not parse: {e}"
         ))
     })?;
     let connectors: Vec<Arc<dyn ErasedConnector>> =
         vec![Arc::new(pubsub_connector_core::PubSubConnector)];
-    pubsub_engine::sql::plan_tables(&parsed, &connectors)
+    pubsub_engine_sql::plan_tables(&parsed, &connectors)
         .map_err(|e| ApiError::bad("/schema", e.to_string()))?;
     Ok(())
 }

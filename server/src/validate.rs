@@ -129,7 +129,7 @@ fn decode<T: DeserializeOwned + Serialize>(value: &Value, prefix: &str) -> Resul
     let back = serde_json::to_value(&typed).expect("configs serialize");
     if let Some((path, key, known)) = unknown_key(value, &back, prefix) {
         let known: Vec<&str> = known.iter().map(String::as_str).collect();
-        let hint = pubsub_engine::suggest(&key, &known)
+        let hint = pubsub_engine_spi::suggest(&key, &known)
             .map(|s| format!(", did you mean '{s}'?"))
             .unwrap_or_default();
         return Err(ApiError::bad(

@@ -1,7 +1,7 @@
 //! SQL `WITH` options -> validated Pub/Sub profile and table config (SPEC 5.3, 8).
 //! Every error names the option key and the rejected value.
 
-use pubsub_engine::{ConnectorOptions, OptionError};
+use pubsub_engine_spi::{ConnectorOptions, OptionError};
 use pubsub_schema::{
     AlignmentConfig, Authentication, DeadLetterConfig, DedupConfig, DeserializationFailurePolicy,
     Expiration, OrderingMode, PubSubProfile, PubSubTable, SourceConfig, StartPosition,
@@ -340,7 +340,7 @@ pub fn table_from_options(options: &mut ConnectorOptions) -> Result<PubSubTable,
         (None, None) => {
             // A misspelled 'subscription' or 'topic' is the likely cause: name it.
             let hint = keys.iter().find_map(|k| {
-                pubsub_engine::suggest(k, &[SUBSCRIPTION, TOPIC]).map(|s| (k.clone(), s))
+                pubsub_engine_spi::suggest(k, &[SUBSCRIPTION, TOPIC]).map(|s| (k.clone(), s))
             });
             let mut message = format!("set option '{SUBSCRIPTION}' (a source) or '{TOPIC}' (a sink)");
             if let Some((k, s)) = hint {
@@ -645,7 +645,7 @@ fn auto_create(
 /// never rounded). Errors show the value as written.
 pub(crate) fn pull_ms(o: &mut ConnectorOptions, key: &str) -> Result<Option<u64>, OptionError> {
     o.pull_opt_with(key, |v| {
-        let d = pubsub_engine::duration::parse_duration(v)?;
+        let d = pubsub_engine_spi::duration::parse_duration(v)?;
         if d.subsec_nanos() % 1_000_000 != 0 {
             return Err("must be a whole number of milliseconds".to_string());
         }
@@ -662,7 +662,7 @@ pub const MIN_BACKLOG_PROBE_INTERVAL_MS: u64 = 100;
 
 /// A probe interval: whole milliseconds, at least [`MIN_BACKLOG_PROBE_INTERVAL_MS`].
 fn parse_probe_interval(v: &str) -> Result<u64, String> {
-    let d = pubsub_engine::duration::parse_duration(v)?;
+    let d = pubsub_engine_spi::duration::parse_duration(v)?;
     let ms = u64::try_from(d.as_millis()).map_err(|_| "is too long".to_string())?;
     if d.subsec_nanos() % 1_000_000 != 0 {
         return Err("must be a whole number of milliseconds".to_string());

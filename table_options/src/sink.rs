@@ -2,7 +2,7 @@
 //! (SPEC 6.1). Only parsing happens here; the rules live in the connector's builders,
 //! whose rejections are renamed with [`sink_sql_key`] / [`dead_letter_sql_key`].
 
-use pubsub_engine::{ConnectorOptions, OptionError};
+use pubsub_engine_spi::{ConnectorOptions, OptionError};
 use pubsub_schema::{
     Authentication, CreateDisposition, DeadLetterQueueConfig, FailureHandler, SinkConfig,
 };

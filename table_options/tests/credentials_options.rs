@@ -1,7 +1,7 @@
 //! `service-account-key-file` in a WITH clause: mapped to the profile, exclusive with
 //! `emulator-endpoint`, never echoed (SPEC 5.3, 10).
 
-use pubsub_engine::{ConnectorOptions, OptionError};
+use pubsub_engine_spi::{ConnectorOptions, OptionError};
 use pubsub_schema::Authentication;
 use pubsub_table_options::{
     profile_from_options, EMULATOR_ENDPOINT, KNOWN_OPTIONS, SERVICE_ACCOUNT_KEY_FILE,

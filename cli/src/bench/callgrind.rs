@@ -145,12 +145,16 @@ pub fn component(name: &str) -> &'static str {
         "tonic" | "h2" | "hyper" | "hyper_util" | "prost" | "tower" | "http" | "http_body"
         | "http_body_util" | "bytes" | "httparse" | "pin_project_lite" => c(3),
         "pubsub_connector_core" => connector(path),
-        "pubsub_engine" if module("pubsub_engine::format::ser") => c(8),
-        "pubsub_engine" if module("pubsub_engine::format::json_str") => c(8),
-        "pubsub_engine" if module("pubsub_engine::format") => c(5),
+        "pubsub_engine_format" if module("pubsub_engine_format::ser") => c(8),
+        "pubsub_engine_format" if module("pubsub_engine_format::json_str") => c(8),
+        "pubsub_engine_format" => c(5),
         "serde_json" | "serde" | "itoa" | "ryu" | "memchr" | "simdutf8" => c(5),
-        "pubsub_engine" if module("pubsub_engine::sql") => c(11),
-        "pubsub_engine"
+        // The window state runs in the dataflow's window operator (as before issue 46).
+        "pubsub_engine_plan" if module("pubsub_engine_plan::window") => c(10),
+        "pubsub_engine_plan" | "pubsub_engine_sql" => c(11),
+        "pubsub_engine_spi"
+        | "pubsub_engine_types"
+        | "pubsub_engine_runtime"
         | "timely"
         | "timely_communication"
         | "timely_container"
@@ -261,7 +265,7 @@ summary: 1000
 
 ob=(1) /bin/x
 fl=(1) ???
-fn=(1) pubsub_engine::format::de::decode
+fn=(1) pubsub_engine_format::de::decode
 0 300
 cfn=(2) malloc
 calls=2 0
@@ -282,7 +286,7 @@ totals: 1000
     fn exclusive_counts_sum_to_the_total_and_calls_are_the_callees() {
         let c = parse(SAMPLE).unwrap();
         assert_eq!(c.total, 1000);
-        assert_eq!(c.by_function["pubsub_engine::format::de::decode"], 300);
+        assert_eq!(c.by_function["pubsub_engine_format::de::decode"], 300);
         assert_eq!(
             c.by_function["malloc"], 100,
             "the call line's 100 is not decode's"
@@ -309,7 +313,7 @@ totals: 1000
     fn functions_fall_in_their_component() {
         let c = parse(SAMPLE).unwrap();
         let of = |n: &str| component(n);
-        assert_eq!(of("pubsub_engine::format::de::decode"), COMPONENTS[5]);
+        assert_eq!(of("pubsub_engine_format::de::decode"), COMPONENTS[5]);
         assert_eq!(of("malloc"), COMPONENTS[13]);
         assert_eq!(of("__rustc::__rdl_realloc"), COMPONENTS[13]);
         assert_eq!(of("_int_free"), COMPONENTS[13]);
@@ -322,7 +326,7 @@ totals: 1000
             COMPONENTS[6]
         );
         assert_eq!(of("__memcpy_avx_unaligned_erms"), COMPONENTS[14]);
-        assert_eq!(of("pubsub_engine::format::json_str::write"), COMPONENTS[8]);
+        assert_eq!(of("pubsub_engine_format::json_str::write"), COMPONENTS[8]);
         assert_eq!(
             of("google_cloud_pubsub::subscriber::stream::Stream::next"),
             COMPONENTS[0]

@@ -131,7 +131,7 @@ async fn measure(
         let row: serde_json::Value = serde_json::from_slice(&m.data)?;
         let ws = row["ws"]
             .as_str()
-            .and_then(|s| pubsub_engine::format::parse_rfc3339(s).ok())
+            .and_then(|s| pubsub_engine_format::parse_rfc3339(s).ok())
             .ok_or_else(|| anyhow::anyhow!("a window row without its start: {row}"))?
             / 1_000_000;
         let end = ws + 1_000;

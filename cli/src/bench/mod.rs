@@ -27,7 +27,7 @@ mod windows;
 use std::time::{Duration, Instant};
 
 use pubsub_connector_core::{admin, client, tools::emulator::Emulator};
-use pubsub_engine::sql::parse_pipeline;
+use pubsub_engine_sql::parse_pipeline;
 
 use crate::BenchArgs;
 use process::{count_after, cpu_seconds_of, run_sampled, ChildRun, Watch};

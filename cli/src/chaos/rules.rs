@@ -778,7 +778,7 @@ mod tests {
             describe(&killed(libc::SIGKILL)),
             "was killed by signal 9 (SIGKILL)"
         );
-        let raw = "[p1] \u{1b}[2m2026-12-03T15:29:23.217044Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m \u{1b}[2mpubsub_engine::runtime::process\u{1b}[0m\u{1b}[2m:\u{1b}[0m job failed: lost the connection to another process of the cluster (it failed or was killed): panicked: MergeQueue poisoned.; nothing more is acknowledged";
+        let raw = "[p1] \u{1b}[2m2026-12-03T15:29:23.217044Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m \u{1b}[2mpubsub_engine_runtime::process\u{1b}[0m\u{1b}[2m:\u{1b}[0m job failed: lost the connection to another process of the cluster (it failed or was killed): panicked: MergeQueue poisoned.; nothing more is acknowledged";
         assert_eq!(
             one_line(raw),
             "[p1] job failed: lost the connection to another process of the cluster (it failed or was killed); nothing more is acknowledged"

@@ -65,7 +65,7 @@ pub fn check(
         let parsed = serde_json::from_slice::<serde_json::Value>(&m.data)
             .ok()
             .and_then(|r| {
-                let ws = pubsub_engine::format::parse_rfc3339(r["ws"].as_str()?).ok()? / 1_000_000;
+                let ws = pubsub_engine_format::parse_rfc3339(r["ws"].as_str()?).ok()? / 1_000_000;
                 Some((
                     (ws, r["k"].as_i64()?),
                     (r["n"].as_i64()?, r["total"].as_i64()?),

@@ -142,7 +142,7 @@ impl PubSubSinkBuilder {
 
     /// Stamps every published message with attribute `name` holding the row's record
     /// id (32 hex digits, the same on every replay of the row; see
-    /// `pubsub_engine::record_id` for the derivation), so that a consumer deduplicating
+    /// `pubsub_engine_spi::record_id` for the derivation), so that a consumer deduplicating
     /// on it (a source with `dedup_attribute`) sees each record once. `name` is an
     /// attribute key: 1 to 256 bytes, not starting with `goog` (Pub/Sub's rule).
     pub fn record_id_attribute(mut self, name: impl Into<String>) -> Self {

@@ -1,13 +1,13 @@
 //! Rows -> Pub/Sub messages: the payload by the table's format, the writable metadata
 //! columns `attributes` and `ordering-key` (SPEC 6), excluded from the payload, and the
 //! record id attribute (`sink.record-id-attribute`) from the rows' trailing record id
-//! column (see `pubsub_engine::record_id`).
+//! column (see `pubsub_engine_spi::record_id`).
 
 use std::collections::HashMap;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use pubsub_engine::format::Serializer;
-use pubsub_engine::ConnectionSchema;
+use pubsub_engine_format::Serializer;
+use pubsub_engine_spi::ConnectionSchema;
 
 use crate::connector::{ATTRIBUTES, ORDERING_KEY};
 
@@ -39,7 +39,7 @@ pub struct Encoder {
 impl Encoder {
     /// An encoder of rows of `schema`; with `record_id` (an attribute key), every row
     /// must carry its record id as the trailing column
-    /// [`RECORD_ID_COLUMN`](pubsub_engine::record_id::RECORD_ID_COLUMN).
+    /// [`RECORD_ID_COLUMN`](pubsub_engine_spi::record_id::RECORD_ID_COLUMN).
     pub fn new(schema: &ConnectionSchema, record_id: Option<String>) -> Self {
         let find = |key: &str| {
             schema
@@ -59,15 +59,15 @@ impl Encoder {
     /// The table's format is `avro`: [`bind_avro`](Self::bind_avro) must be called
     /// before rows can be encoded.
     pub fn is_avro(&self) -> bool {
-        self.schema.format == pubsub_engine::Format::Avro
+        self.schema.format == pubsub_engine_spi::Format::Avro
     }
 
     /// Encodes payloads under schema revision `writer` in `encoding` (format `avro`).
     /// Errors, naming the column and the field, if the columns cannot be written under it.
     pub fn bind_avro(
         &mut self,
-        writer: std::sync::Arc<pubsub_engine::format::avro::AvroSchema>,
-        encoding: pubsub_engine::format::avro::AvroEncoding,
+        writer: std::sync::Arc<pubsub_engine_format::avro::AvroSchema>,
+        encoding: pubsub_engine_format::avro::AvroEncoding,
     ) -> Result<(), String> {
         self.serializer = Serializer::avro(&self.schema, writer, encoding)?;
         Ok(())
@@ -89,7 +89,7 @@ impl Encoder {
             Some(name) => {
                 let column = batch
                     .schema()
-                    .index_of(pubsub_engine::record_id::RECORD_ID_COLUMN)
+                    .index_of(pubsub_engine_spi::record_id::RECORD_ID_COLUMN)
                     .ok()
                     .and_then(|i| batch.column(i).as_string_opt::<i32>().cloned())
                     .ok_or_else(|| {

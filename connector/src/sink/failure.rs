@@ -1,7 +1,7 @@
 //! The failure handler (SPEC 6): a row the encoder rejects or a message rejected on its
 //! own either fails the job, is logged and dropped, or goes to the dead-letter queue.
 
-use pubsub_engine::{OperatorContext, PermanentError};
+use pubsub_engine_spi::{OperatorContext, PermanentError};
 use pubsub_schema::FailureHandler;
 
 use super::metrics::SinkMetrics;
@@ -60,7 +60,7 @@ impl FailureRoute {
     /// Routes one rejected row (`payload`: its encoded data, if any; `message_id`: the
     /// source message it was read from, when the row carries it). Errors when the handler
     /// is `fail` or too many rows were rejected in a row (both a
-    /// [`pubsub_engine::PermanentError`]: a restart republishes the same rows and rejects
+    /// [`pubsub_engine_spi::PermanentError`]: a restart republishes the same rows and rejects
     /// them again), or when the dead-letter queue cannot take it.
     pub async fn reject(
         &mut self,

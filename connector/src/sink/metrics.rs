@@ -1,6 +1,6 @@
 //! Sink counters and gauges (SPEC 6), per subtask; the runtime sums them by name.
 
-use pubsub_engine::{Counter, Gauge, OperatorContext, ROWS_WRITTEN};
+use pubsub_engine_spi::{Counter, Gauge, OperatorContext, ROWS_WRITTEN};
 
 /// Bytes of message data Pub/Sub confirmed.
 pub const BYTES_SENT: &str = "bytes_sent";

@@ -26,7 +26,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::error::PublishError;
 use google_cloud_pubsub::model::Message;
-use pubsub_engine::{ArrowOperator, CheckpointBarrier, OperatorConfig, OperatorContext};
+use pubsub_engine_spi::{ArrowOperator, CheckpointBarrier, OperatorConfig, OperatorContext};
 use pubsub_schema::{CreateDisposition, PubSubProfile, SinkConfig};
 
 pub use builder::{
@@ -88,8 +88,8 @@ pub struct SinkWriter {
     fatal_permanent: bool,
     metrics: SinkMetrics,
     /// Failed publishes by gRPC code, registered on first use.
-    errors_by_code: BTreeMap<String, pubsub_engine::Counter>,
-    metric_scope: Option<(pubsub_engine::Metrics, String, usize)>,
+    errors_by_code: BTreeMap<String, pubsub_engine_spi::Counter>,
+    metric_scope: Option<(pubsub_engine_spi::Metrics, String, usize)>,
     /// Format `avro`: the topic's binding, followed while the job runs (decision 0031).
     revisions: Option<schema_watch::RevisionWatch>,
 }
@@ -97,7 +97,7 @@ pub struct SinkWriter {
 impl SinkWriter {
     /// Format `avro`: the topic's schema revision (its `last_revision_id`, else the newest)
     /// and encoding, checked against the table's columns. Errors are
-    /// [`pubsub_engine::ConfigError`]s naming the column and the field (no restart
+    /// [`pubsub_engine_spi::ConfigError`]s naming the column and the field (no restart
     /// changes the schema), but for a failure to ask the schema service. The binding is
     /// then followed while the job runs ([`follow_revision`](Self::follow_revision)).
     async fn bind_avro(&mut self) -> anyhow::Result<()> {
@@ -124,7 +124,7 @@ impl SinkWriter {
             return Ok(());
         };
         let (revision, encoding) = change.map_err(|e| {
-            pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+            pubsub_engine_spi::ConfigError::wrap(anyhow::anyhow!(
                 "the schema binding of topic {} changed while the job ran: {e}",
                 self.topic
             ))
@@ -138,13 +138,13 @@ impl SinkWriter {
 
     fn rebind(
         &mut self,
-        revision: std::sync::Arc<pubsub_engine::format::avro::AvroSchema>,
-        encoding: pubsub_engine::format::avro::AvroEncoding,
+        revision: std::sync::Arc<pubsub_engine_format::avro::AvroSchema>,
+        encoding: pubsub_engine_format::avro::AvroEncoding,
         why: &str,
     ) -> anyhow::Result<()> {
         let describe = revision.describe();
         self.encoder.bind_avro(revision, encoding).map_err(|e| {
-            pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+            pubsub_engine_spi::ConfigError::wrap(anyhow::anyhow!(
                 "the sink table cannot be written into topic {} under its schema{why}: {e}",
                 self.topic
             ))
@@ -204,7 +204,7 @@ impl SinkWriter {
                     "{f}; the checkpoint in progress failed and nothing of it is acknowledged"
                 );
                 Err(if self.fatal_permanent {
-                    pubsub_engine::PermanentError::wrap(e)
+                    pubsub_engine_spi::PermanentError::wrap(e)
                 } else {
                     e
                 })
@@ -312,7 +312,7 @@ impl SinkWriter {
             .entry(label.clone())
             .or_insert_with(|| match scope {
                 Some((m, op, i)) => m.counter(&format!("{SEND_ERRORS_PREFIX}{label}"), &op, i),
-                None => pubsub_engine::Counter::default(),
+                None => pubsub_engine_spi::Counter::default(),
             })
             .add(1);
         if !p.message.ordering_key.is_empty() {
@@ -367,7 +367,7 @@ impl SinkWriter {
                     .await
                 {
                     if self.fatal.is_none() {
-                        self.fatal_permanent = pubsub_engine::restart_cannot_fix(&f);
+                        self.fatal_permanent = pubsub_engine_spi::restart_cannot_fix(&f);
                     }
                     self.fail(f.to_string());
                 }
@@ -517,13 +517,13 @@ impl SinkWriter {
 }
 
 /// The column of `batch` filled from the source's `message-id` metadata column, if the
-/// query selected it (the planner marks it, see [`pubsub_engine::SOURCE_METADATA_KEY`]):
+/// query selected it (the planner marks it, see [`pubsub_engine_spi::SOURCE_METADATA_KEY`]):
 /// how a sink row names its source message without an extra column (decision 0018).
 fn source_ids(batch: &RecordBatch) -> Option<arrow::array::StringArray> {
     let i = batch.schema().fields().iter().position(|f| {
         f.data_type() == &arrow::datatypes::DataType::Utf8
             && f.metadata()
-                .get(pubsub_engine::SOURCE_METADATA_KEY)
+                .get(pubsub_engine_spi::SOURCE_METADATA_KEY)
                 .map(String::as_str)
                 == Some(crate::connector::MESSAGE_ID)
     })?;
@@ -625,7 +625,7 @@ impl ArrowOperator for SinkWriter {
             };
             if !ordering && !ordering_key.is_empty() {
                 // The same row comes back on every restart.
-                return Err(pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
+                return Err(pubsub_engine_spi::PermanentError::wrap(anyhow::anyhow!(
                     "{} carries ordering key '{ordering_key}', but '{}' is false: enable it to publish ordering keys (Pub/Sub keeps a key's order only for a publisher that orders), or leave the ordering-key column NULL or empty",
                     which(),
                     pubsub_table_options::MESSAGE_ORDERING

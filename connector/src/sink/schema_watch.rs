@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use google_cloud_pubsub::client::TopicAdmin;
-use pubsub_engine::format::avro::{AvroEncoding, AvroSchema};
+use pubsub_engine_format::avro::{AvroEncoding, AvroSchema};
 use pubsub_schema::PubSubProfile;
 use tokio::sync::watch;
 
@@ -152,7 +152,7 @@ async fn poll(
                 "format 'avro' needs a topic with a schema, and topic {topic} (the sink's topic) has none any more"
             ))))
         }
-        Err(e) if pubsub_engine::ConfigError::is_in(&e) => return Ok(Some(Err(format!("{e:#}")))),
+        Err(e) if pubsub_engine_spi::ConfigError::is_in(&e) => return Ok(Some(Err(format!("{e:#}")))),
         Err(e) => return Err(e),
     };
     if !binding.last_revision_id.is_empty() && settings.as_ref() == Some(&binding) {

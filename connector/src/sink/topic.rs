@@ -34,7 +34,7 @@ pub struct Ensured {
 /// Makes sure the topic exists; `mid_run`: a publish found it gone after the start-up
 /// check, so a topic created now carries [`RECREATED_LABEL`]. Errors name the topic and
 /// the cause: missing under `create-never`, or for a sink of format `avro` (`avro`: a
-/// topic made here would have no schema), both `pubsub_engine::ConfigError`s;
+/// topic made here would have no schema), both `pubsub_engine_spi::ConfigError`s;
 /// permission; unreachable endpoint.
 pub async fn ensure(sink: &PubSubSink, mid_run: bool, avro: bool) -> anyhow::Result<Ensured> {
     let profile = sink.profile();
@@ -54,7 +54,7 @@ pub async fn ensure(sink: &PubSubSink, mid_run: bool, avro: bool) -> anyhow::Res
             let error = startup_error(profile, Resource::Topic(&name), &e);
             // A name Pub/Sub refuses (too short, `goog` prefix): no restart fixes it.
             return Err(if is_code(&e, Code::InvalidArgument) {
-                pubsub_engine::ConfigError::wrap(error)
+                pubsub_engine_spi::ConfigError::wrap(error)
             } else {
                 error
             });
@@ -63,13 +63,13 @@ pub async fn ensure(sink: &PubSubSink, mid_run: bool, avro: bool) -> anyhow::Res
     }
     if sink.config().create_disposition == CreateDisposition::CreateNever {
         // No restart fixes it (exit 2; a topic deleted mid-run fails the checkpoint instead).
-        return Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+        return Err(pubsub_engine_spi::ConfigError::wrap(anyhow::anyhow!(
             "topic {name} does not exist and '{}' is 'create-never': create it, or set 'create-if-needed'",
             pubsub_table_options::CREATE_DISPOSITION
         )));
     }
     if avro {
-        return Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+        return Err(pubsub_engine_spi::ConfigError::wrap(anyhow::anyhow!(
             "topic {name} does not exist, and a sink of format 'avro' does not create it (a topic it made would have no schema): create it bound to an Avro schema"
         )));
     }

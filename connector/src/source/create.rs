@@ -296,7 +296,7 @@ fn wkt_duration(ms: u64) -> google_cloud_wkt::Duration {
 
 /// Describes subscription `name`; creates it with `create` when it does not exist
 /// (ALREADY_EXISTS from a concurrent creator counts as success), never updates it.
-/// Errors: missing without create options (naming the fix; a `pubsub_engine::ConfigError`,
+/// Errors: missing without create options (naming the fix; a `pubsub_engine_spi::ConfigError`,
 /// no restart creates it), or any admin failure.
 pub async fn describe_or_create(
     admin: &SubscriptionAdmin,
@@ -318,7 +318,7 @@ pub async fn describe_or_create(
         Err(e) if code(&e) == Some(Code::NotFound) => {
             let Some(c) = create else {
                 // A restart finds it missing again: not restartable.
-                return Err(pubsub_engine::ConfigError::wrap(anyhow::anyhow!(
+                return Err(pubsub_engine_spi::ConfigError::wrap(anyhow::anyhow!(
                     "subscription {name} does not exist: create it (gcloud pubsub subscriptions create), or let the source create it with 'scan.auto-create.topics' = '{}:TOPIC'",
                     name.rsplit('/').next().unwrap_or(name)
                 )));

@@ -1,7 +1,7 @@
 //! Event time from a message attribute (`scan.event-time.attribute`, issue 32 item 1):
 //! Beam's `timestampAttribute` rule, RFC 3339 text or epoch milliseconds.
 
-use pubsub_engine::format::{parse_rfc3339, TIMESTAMP_RANGE};
+use pubsub_engine_format::{parse_rfc3339, TIMESTAMP_RANGE};
 
 /// The event time (ns since the Unix epoch) an attribute value gives: an optionally
 /// signed run of ASCII digits is epoch milliseconds, anything else must be RFC 3339 text

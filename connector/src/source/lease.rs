@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::ShutdownToken;
-use pubsub_engine::Counter;
+use pubsub_engine_spi::Counter;
 
 use super::tracker::AckHandle;
 

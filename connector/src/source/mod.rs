@@ -24,7 +24,7 @@ pub mod backlog;
 pub mod backoff;
 pub mod builder;
 pub mod create;
-pub use pubsub_engine::dedup;
+pub use pubsub_engine_spi::dedup;
 pub mod event_time;
 mod lease;
 mod metadata;
@@ -45,8 +45,8 @@ pub use builder::{PubSubSource, PubSubSourceBuilder};
 
 /// Under format `avro`: the schema revision a message was written with, and its encoding.
 pub type AvroWriterOf = (
-    std::sync::Arc<pubsub_engine::format::avro::AvroSchema>,
-    pubsub_engine::format::avro::AvroEncoding,
+    std::sync::Arc<pubsub_engine_format::avro::AvroSchema>,
+    pubsub_engine_format::avro::AvroEncoding,
 );
 pub use create::{SubscriptionCreateOptions, SubscriptionCreateOptionsBuilder};
 pub use metadata::metadata_values;
@@ -77,7 +77,7 @@ pub const PULL_RECONNECTS: &str = "pull_reconnects";
 /// Counter: splits parked because they could not emit and their paused buffer was full
 /// (`scan.paused-split-buffer.*`); each reopens once it can emit again.
 pub const SPLITS_PARKED: &str = "splits_parked";
-pub use pubsub_engine::dedup::{MESSAGES_BEHIND_DEDUP_WINDOW, MESSAGES_DEDUPLICATED};
+pub use pubsub_engine_spi::dedup::{MESSAGES_BEHIND_DEDUP_WINDOW, MESSAGES_DEDUPLICATED};
 /// Counter: messages without the deduplication attribute, or with an empty value
 /// (passed through).
 pub const MESSAGES_WITHOUT_DEDUP_ATTRIBUTE: &str = "messages_without_dedup_attribute";

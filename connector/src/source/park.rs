@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use pubsub_engine::format::FieldValue;
+use pubsub_engine_format::FieldValue;
 
 /// A delivery taken while paused: tracked by its split's ack tracker, not yet decoded.
 pub(super) struct Held {

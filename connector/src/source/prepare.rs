@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use google_cloud_pubsub::model::Subscription;
-use pubsub_engine::{ConfigError, OperatorState};
+use pubsub_engine_spi::{ConfigError, OperatorState};
 use pubsub_schema::{DeserializationFailurePolicy, OrderingMode, SourceConfig, StartPosition};
 use pubsub_table_options as keys;
 

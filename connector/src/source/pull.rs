@@ -36,7 +36,7 @@ use google_cloud_gax::error::rpc::Code;
 use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
 use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::subscriber::handler::Handler;
-use pubsub_engine::Counter;
+use pubsub_engine_spi::Counter;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 

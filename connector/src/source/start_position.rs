@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use google_cloud_pubsub::client::SubscriptionAdmin;
 use google_cloud_pubsub::model::seek_request::Target;
-use pubsub_engine::{ConfigError, OperatorState};
+use pubsub_engine_spi::{ConfigError, OperatorState};
 use pubsub_schema::StartPosition;
 
 use crate::build_error::BuildError;
@@ -216,7 +216,7 @@ pub struct SeekDecisions<'a> {
     /// What an earlier start recorded (`PrepareContext::recorded_decision`).
     pub recorded: Option<&'a serde_json::Value>,
     /// Where a new decision goes (`PrepareContext::decision_log`).
-    pub log: pubsub_engine::DecisionLog,
+    pub log: pubsub_engine_spi::DecisionLog,
 }
 
 impl SeekDecisions<'_> {
@@ -673,12 +673,12 @@ mod tests {
 
     /// A decision log kept in memory, as the job record keeps it across starts.
     fn memory_log() -> (
-        pubsub_engine::DecisionLog,
+        pubsub_engine_spi::DecisionLog,
         Arc<Mutex<Option<serde_json::Value>>>,
     ) {
         let kept = Arc::new(Mutex::new(None));
         let k = kept.clone();
-        let log = pubsub_engine::DecisionLog::new(move |v| {
+        let log = pubsub_engine_spi::DecisionLog::new(move |v| {
             *k.lock().unwrap() = Some(v);
             Box::pin(async { Ok(()) })
         });
@@ -787,7 +787,7 @@ mod tests {
     #[tokio::test]
     async fn fake_admin_a_decision_that_cannot_be_recorded_seeks_nothing() {
         let (admin, seeks) = fake();
-        let log = pubsub_engine::DecisionLog::new(|_| {
+        let log = pubsub_engine_spi::DecisionLog::new(|_| {
             Box::pin(async { Err(anyhow::anyhow!("disk full")) })
         });
         let e = seek_once(

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use pubsub_engine::ConnectorOptions;
+use pubsub_engine_spi::ConnectorOptions;
 use pubsub_schema::*;
 
 use super::*;

@@ -12,7 +12,7 @@
 //! emitted; its streams stopped). It resumes once the group comes within the drift: its
 //! paused buffer is decoded first, in delivery order, and a parked split reopens.
 
-use pubsub_engine::runtime::alignment::{AlignmentMember, MemberWatermark, HELD};
+use pubsub_engine_spi::alignment::{AlignmentMember, MemberWatermark, HELD};
 
 use super::*;
 

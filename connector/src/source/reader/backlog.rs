@@ -8,8 +8,8 @@
 //! `scan.watermark.backlog-probe = 'off'`, or when the first probe is not permitted, the
 //! owner WARNs once and reports "no bound": the newest-less-bound rule holds alone.
 
-use pubsub_engine::runtime::alignment::{BoundValue, SharedBound};
-use pubsub_engine::Counter;
+use pubsub_engine_spi::alignment::{BoundValue, SharedBound};
+use pubsub_engine_spi::Counter;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

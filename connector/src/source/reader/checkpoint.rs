@@ -27,7 +27,7 @@ impl SourceReader {
     /// final barrier (`then_stop`) first stops the streams.
     pub(super) async fn on_barrier(
         &mut self,
-        barrier: pubsub_engine::CheckpointBarrier,
+        barrier: pubsub_engine_spi::CheckpointBarrier,
         ctx: &mut SourceContext,
         collector: &mut SourceCollector,
     ) -> anyhow::Result<()> {

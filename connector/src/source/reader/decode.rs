@@ -96,7 +96,7 @@ impl SourceReader {
         Ok(())
     }
 
-    /// A [`pubsub_engine::PermanentError`]: Pub/Sub redelivers the same message after a
+    /// A [`pubsub_engine_spi::PermanentError`]: Pub/Sub redelivers the same message after a
     /// restart, which fails on it again.
     pub(super) fn decode_error(
         &self,
@@ -104,7 +104,7 @@ impl SourceReader {
         id: &str,
         e: &DeserializeError,
     ) -> anyhow::Error {
-        pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
+        pubsub_engine_spi::PermanentError::wrap(anyhow::anyhow!(
             "message {id} from {} could not be decoded as {:?}: {} (the message was not acknowledged)",
             self.splits[split].subscription,
             self.op.format,
@@ -138,11 +138,11 @@ impl SourceReader {
         }
     }
 
-    /// A [`pubsub_engine::PermanentError`]: `n` messages in a row failed, more than
+    /// A [`pubsub_engine_spi::PermanentError`]: `n` messages in a row failed, more than
     /// `scan.max-consecutive-failures`. A restart would read the same messages (none of
     /// the run's last one and nothing after it was acknowledged) and fail on them again.
     pub(super) fn too_many_failures(&self, n: u64) -> anyhow::Error {
-        pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
+        pubsub_engine_spi::PermanentError::wrap(anyhow::anyhow!(
             "{n} messages in a row failed in source subtask {} (more than '{}' = {}) under '{}' = '{}': that looks like a systematic fault, such as a column type that does not match the data, rather than bad messages; the job stops instead of handling them all (messages not yet acknowledged are released for redelivery); the last: {}",
             self.subtask,
             pubsub_table_options::MAX_CONSECUTIVE_FAILURES,
@@ -170,9 +170,9 @@ impl SourceReader {
     ) -> anyhow::Result<()> {
         let sub = self.splits[split].subscription.clone();
         match bad_message_action(self.config.deserialization_failure_policy) {
-            BadMessageAction::Fail => Err(pubsub_engine::PermanentError::wrap(anyhow::anyhow!(
-                "message {id} from {sub} {why} (the message was not acknowledged)"
-            ))),
+            BadMessageAction::Fail => Err(pubsub_engine_spi::PermanentError::wrap(
+                anyhow::anyhow!("message {id} from {sub} {why} (the message was not acknowledged)"),
+            )),
             BadMessageAction::Drop => {
                 self.splits[split].tracker.stage([&id]);
                 let c = &self.counters().dropped;

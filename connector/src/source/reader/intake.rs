@@ -258,7 +258,7 @@ impl SourceReader {
             .as_ref()
             .map(|t| t.seconds().saturating_mul(1_000) + i64::from(t.nanos()) / 1_000_000);
         let mut meta = self.metadata(split, &m, h.handler());
-        // The hidden event-time column of a windowed query (`pubsub_engine::sql::EVENT_TIME`).
+        // The hidden event-time column of a windowed query (`pubsub_engine_spi::EVENT_TIME`).
         if let (Some(i), Some(ns)) = (self.event_time_slot, event_ns) {
             meta[i] = FieldValue::TimestampNanos(ns);
         }

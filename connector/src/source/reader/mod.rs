@@ -27,8 +27,8 @@ use futures::future::BoxFuture;
 use google_cloud_pubsub::client::{Subscriber, SubscriptionAdmin};
 use google_cloud_pubsub::model::Message;
 use google_cloud_pubsub::subscriber::handler::Handler;
-use pubsub_engine::format::{DeserializeError, FieldValue};
-use pubsub_engine::{
+use pubsub_engine_format::{DeserializeError, FieldValue};
+use pubsub_engine_spi::{
     ControlMessage, Counter, Gauge, OperatorConfig, SourceCollector, SourceContext,
     SourceFinishType, SourceOperator, StopMode, MESSAGES_ACKED, MESSAGES_NACKED,
     MESSAGES_NACK_UNSENT, MESSAGES_RECEIVED,
@@ -160,7 +160,7 @@ pub struct SourceReader {
     /// When the run loop last advanced the watermarks (their clock for idleness).
     watermark_at: Instant,
     /// The watermark to send into the dataflow (the collector sends a repeat once).
-    watermark_out: Option<pubsub_engine::Watermark>,
+    watermark_out: Option<pubsub_engine_spi::Watermark>,
     /// What the watermark is computed from (`watermark::event_time_source`), kept beside
     /// it in each checkpoint.
     event_time_source: String,
@@ -169,7 +169,7 @@ pub struct SourceReader {
     /// The latest failed message and why (for the error when the run passes its bound).
     last_failure: String,
     /// Index among the metadata values of the hidden event-time column a windowed query
-    /// reads (`pubsub_engine::sql::EVENT_TIME`), filled with the message's event time.
+    /// reads (`pubsub_engine_spi::EVENT_TIME`), filled with the message's event time.
     event_time_slot: Option<usize>,
     /// For a table read by a window: deliveries the restored checkpoint already holds
     /// (set up in `on_start`).
@@ -219,7 +219,7 @@ impl SourceReader {
             letters: Vec::new(),
             subtask: 0,
             dedup: None,
-            avro: (op.format == pubsub_engine::Format::Avro)
+            avro: (op.format == pubsub_engine_spi::Format::Avro)
                 .then(|| crate::avro::Revisions::new(profile.clone())),
             watermarks: None,
             watermark_at: Instant::now(),
@@ -230,7 +230,7 @@ impl SourceReader {
             event_time_slot: op
                 .metadata_fields
                 .iter()
-                .position(|f| f.key == pubsub_engine::sql::EVENT_TIME),
+                .position(|f| f.key == pubsub_engine_spi::EVENT_TIME),
             replays: None,
             alignment: None,
             backlog: None,

@@ -13,7 +13,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
-use pubsub_engine::OperatorState;
+use pubsub_engine_spi::OperatorState;
 use tokio::time::Instant;
 
 use crate::source::tracker::MessageId;

@@ -201,7 +201,7 @@ impl SourceReader {
     }
 
     /// Format `avro`: each subscription's topic has an Avro schema (a
-    /// [`pubsub_engine::ConfigError`] otherwise).
+    /// [`pubsub_engine_spi::ConfigError`] otherwise).
     pub(super) async fn require_avro_topics(&self) -> anyhow::Result<()> {
         let admin = client::subscription_admin(&self.profile).await?;
         for s in &self.config.subscriptions {

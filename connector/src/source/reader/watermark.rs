@@ -134,11 +134,12 @@ pub struct WatermarkStatus {
 impl WatermarkStatus {
     /// What goes into the dataflow: nothing before the subtask has a watermark (its
     /// downstream operators wait for one), `Idle` while every split is idle.
-    pub fn to_emit(self) -> Option<pubsub_engine::Watermark> {
+    pub fn to_emit(self) -> Option<pubsub_engine_spi::Watermark> {
         if self.idle {
-            return Some(pubsub_engine::Watermark::Idle);
+            return Some(pubsub_engine_spi::Watermark::Idle);
         }
-        self.watermark_ns.map(pubsub_engine::Watermark::EventTime)
+        self.watermark_ns
+            .map(pubsub_engine_spi::Watermark::EventTime)
     }
 }
 

@@ -1,0 +1,204 @@
+//! A planned pipeline: its tables bound to connectors and its queries, each a SELECT
+//! (and a window stage) the runtime runs on the rows of its source.
+
+use std::sync::Arc;
+
+use arrow::array::{new_null_array, Array, ArrayRef, AsArray, RecordBatch};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::SchemaRef;
+use pubsub_engine_spi::{Connection, ErasedConnector, FieldType, OperatorConfig};
+
+use crate::select::SelectPlan;
+
+/// A table bound to its connector.
+#[derive(Clone)]
+pub struct PlannedTable {
+    pub connector: Arc<dyn ErasedConnector>,
+    pub connection: Connection,
+    /// A source table's `scan.late-rows.table`: the sink table its rows go to when they
+    /// arrive late at a window, instead of being dropped.
+    pub late_rows: Option<String>,
+}
+
+impl PlannedTable {
+    /// The operator config for one subtask of this table.
+    pub fn operator_config(&self) -> OperatorConfig {
+        let s = &self.connection.schema;
+        OperatorConfig {
+            format: s.format,
+            bad_data: s.bad_data,
+            schema: s.clone(),
+            metadata_fields: s.metadata_fields(),
+            drop_replays: false,
+            dedup_in_dataflow: false,
+        }
+    }
+}
+
+/// One `INSERT INTO sink SELECT ... FROM source`.
+#[derive(Clone)]
+pub struct PlannedQuery {
+    /// `q{index}`, stable across restarts of the same pipeline file.
+    pub id: String,
+    /// The statement as written, for errors (`INSERT INTO out SELECT ... FROM src`).
+    pub text: String,
+    pub source: PlannedTable,
+    pub sink: PlannedTable,
+    /// The SELECT: WHERE condition and select list, evaluated on each source batch.
+    pub select: Arc<SelectPlan>,
+    /// For each sink column in sink order: the select item feeding it, or `None` when
+    /// the INSERT's column list leaves it out (a nullable column, filled with NULL).
+    pub projection: Vec<Option<usize>>,
+    pub sink_schema: SchemaRef,
+    /// Index in `sink_schema` of the column rows are routed by (the sink connector's
+    /// [`sink_key`](crate::Connector::sink_key)), so that one value is written by one
+    /// subtask; `None`: rows stay on their worker.
+    pub route_by: Option<usize>,
+    /// A windowed aggregate: the stages before and in the window; `select` is then what
+    /// runs on the rows a window writes when it fires (see [`super::aggregate`]).
+    pub window: Option<Arc<crate::window::WindowPlan>>,
+    /// The job running the query, set by [`PlannedPipeline::bind_job`] before it runs: it
+    /// enters every record id the query stamps ([`pubsub_engine_spi::record_id::RecordProducer`]).
+    pub job: Option<String>,
+    /// A windowed query over a table with `scan.late-rows.table`: the query writing its
+    /// late rows (also in [`PlannedPipeline::queries`]), which `project`s them as read.
+    pub late: Option<Arc<PlannedQuery>>,
+    /// The query writing the late rows of windowed query `late_of`: fed by that query's
+    /// window, never by the source directly.
+    pub late_of: Option<String>,
+}
+
+impl PlannedQuery {
+    /// What runs on each source batch: the window's first stage, else the whole SELECT
+    /// (the source's row checks run it, issue 17).
+    pub fn source_stage(&self) -> Arc<SelectPlan> {
+        match &self.window {
+            Some(w) => w.before.clone(),
+            None => self.select.clone(),
+        }
+    }
+
+    /// Filters and computes source rows (the SELECT), then casts and renames them into the
+    /// sink's schema. The planner allowed only casts that cannot fail or change a value.
+    ///
+    /// Errors: a row failure (a [`RowFailure`](super::RowFailure), marked permanent: a
+    /// replay would fail the same way), naming the row's message and the expression.
+    pub fn project(&self, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
+        let batch = &self.select.evaluate(batch).map_err(|f| {
+            pubsub_engine_spi::PermanentError::wrap(
+                anyhow::Error::new(f).context(format!("{}: row failure", self.text)),
+            )
+        })?;
+        let columns = self
+            .projection
+            .iter()
+            .zip(self.sink_schema.fields())
+            .enumerate()
+            .map(|(j, (i, f))| {
+                let Some(i) = i else {
+                    return Ok(new_null_array(f.data_type(), batch.num_rows()));
+                };
+                let c = batch.column(*i);
+                let from = self.select.fields[*i].field_type;
+                let to = self.sink.connection.schema.fields[j].field_type;
+                if to == FieldType::Text && from != FieldType::Text {
+                    if let Some(text) = pubsub_engine_format::to_text(c, from) {
+                        return Ok(text);
+                    }
+                }
+                if c.data_type() == f.data_type() {
+                    Ok(c.clone())
+                } else {
+                    // Never turn a value that does not convert into NULL.
+                    let opts = CastOptions {
+                        safe: false,
+                        ..CastOptions::default()
+                    };
+                    cast_with_options(c, f.data_type(), &opts).map_err(anyhow::Error::from)
+                }
+            })
+            .collect::<anyhow::Result<Vec<ArrayRef>>>()?;
+        let mut columns = columns;
+        if self.select.carry.is_some() {
+            columns.push(self.record_ids(batch)?);
+        }
+        let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+        RecordBatch::try_new_with_options(self.sink_schema.clone(), columns, &opts).map_err(|e| {
+            anyhow::anyhow!(
+                "rows for '{}' do not fit its columns: {e}",
+                self.sink.connection.name
+            )
+        })
+    }
+}
+
+impl PlannedQuery {
+    /// The record id of each row (see [`pubsub_engine_spi::record_id`]) from the record keys the
+    /// SELECT carried as the last column of `selected`.
+    fn record_ids(&self, selected: &RecordBatch) -> anyhow::Result<ArrayRef> {
+        let keys = selected
+            .columns()
+            .last()
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| anyhow::anyhow!("{}: the rows carry no record key", self.text))?;
+        if keys.null_count() > 0 {
+            anyhow::bail!("{}: a row has no record key", self.text);
+        }
+        let Some(job) = &self.job else {
+            anyhow::bail!(
+                "{}: record ids need the job id (PlannedPipeline::bind_job)",
+                self.text
+            );
+        };
+        let producer = pubsub_engine_spi::record_id::RecordProducer {
+            job: job.clone(),
+            sink: self.sink.connection.name.clone(),
+            query: self.id.clone(),
+            statement: self.text.clone(),
+        };
+        let ids: arrow::array::StringArray = keys
+            .iter()
+            .map(|k| k.map(|k| pubsub_engine_spi::record_id::record_id(&producer, k)))
+            .collect();
+        Ok(Arc::new(ids))
+    }
+}
+
+/// A validated pipeline: every query with its two tables. Several queries may read one
+/// source table: it is read once and its rows reach every one of them.
+#[derive(Clone)]
+pub struct PlannedPipeline {
+    pub queries: Vec<PlannedQuery>,
+}
+
+impl PlannedPipeline {
+    /// Names the job that runs every query: it enters their record ids, so two jobs never
+    /// stamp one id (see [`pubsub_engine_spi::record_id`]). The runtime binds `RuntimeConfig::job_id`
+    /// at start; errors: an id [`check_job_id`](pubsub_engine_spi::record_id::check_job_id) refuses.
+    pub fn bind_job(&mut self, job: &str) -> anyhow::Result<()> {
+        pubsub_engine_spi::record_id::check_job_id(job).map_err(anyhow::Error::msg)?;
+        for q in &mut self.queries {
+            q.job = Some(job.to_string());
+            if let Some(late) = &mut q.late {
+                Arc::make_mut(late).job = Some(job.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// The distinct source tables, in order of first use, each with the indexes of the
+    /// queries that read it.
+    pub fn sources(&self) -> Vec<(PlannedTable, Vec<usize>)> {
+        let mut out: Vec<(PlannedTable, Vec<usize>)> = Vec::new();
+        for (i, q) in self.queries.iter().enumerate() {
+            match out
+                .iter_mut()
+                .find(|(t, _)| t.connection.name == q.source.connection.name)
+            {
+                Some((_, qs)) => qs.push(i),
+                None => out.push((q.source.clone(), vec![i])),
+            }
+        }
+        out
+    }
+}

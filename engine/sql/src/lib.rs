@@ -1,0 +1,50 @@
+//! The SQL front end: `CREATE TABLE ... WITH (...)` and `INSERT INTO ... SELECT ... FROM
+//! ... [WHERE ...]`, parsed with `sqlparser` (SPEC 8), bound to the connector registry, and
+//! the SELECTs planned by DataFusion into the plan the runtime runs
+//! (`pubsub-engine-plan`). A pipeline graph built in Rust ([`PipelineGraph`]) is planned
+//! the same way without SQL text.
+//!
+//! The only crate that depends on `sqlparser` and `datafusion-sql`; it knows nothing of
+//! Timely (SPEC 3, issue 46).
+
+mod aggregate;
+mod catalog;
+mod clauses;
+mod dialect;
+mod graph;
+mod late;
+mod parse;
+mod plan;
+mod sample;
+mod schemas;
+mod select;
+mod views;
+mod watermark;
+mod window_fns;
+
+#[cfg(test)]
+mod expr_tests;
+#[cfg(test)]
+mod late_tests;
+#[cfg(test)]
+mod row_local_tests;
+#[cfg(test)]
+mod session_tests;
+#[cfg(test)]
+mod temporal_tests;
+#[cfg(test)]
+mod test_mem;
+#[cfg(test)]
+mod unsigned_tests;
+#[cfg(test)]
+mod window_oracle_tests;
+#[cfg(test)]
+mod window_tests;
+
+pub use graph::{GraphError, GraphTable, PipelineGraph};
+pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
+pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};
+pub use plan::{plan_pipeline, plan_tables};
+pub use sample::plan_sample_select;
+pub use schemas::resolve_schemas;
+pub use watermark::{WatermarkDef, DEFAULT_DELAY as DEFAULT_OUT_OF_ORDERNESS};

@@ -1,0 +1,584 @@
+//! Statements -> table and insert definitions (no connector knowledge yet).
+
+use std::fmt;
+
+use sqlparser::ast::{
+    ColumnDef, ColumnOption, CreateTable, CreateTableOptions, DataType, Expr, Ident, Insert,
+    ObjectName, Query, Select, SelectItem, SetExpr, SqlOption, Statement, TableFactor, Value,
+};
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, Tokenizer};
+
+use super::clauses::{at, check_create_table, check_insert, StatementTokens};
+use super::dialect::PipelineDialect;
+use pubsub_engine_spi::{ConnectorOptions, FieldType, SourceField};
+
+/// A SQL error: syntax errors carry sqlparser's `Line: L, Column: C`; planning errors name
+/// the table, column or option at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlError(pub String);
+
+impl fmt::Display for SqlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SqlError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, SqlError> {
+    Err(SqlError(msg.into()))
+}
+
+/// `CREATE TABLE name (columns) WITH (options)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableDef {
+    pub name: String,
+    pub fields: Vec<SourceField>,
+    pub options: ConnectorOptions,
+    /// `WATERMARK FOR col [AS ...]`, if written (checked when the table is planned).
+    pub watermark: Option<super::watermark::WatermarkDef>,
+}
+
+/// `INSERT INTO sink [(columns)] SELECT ... FROM source [WHERE ...]`: one per SELECT of
+/// the statement (`UNION ALL` of several writes each into the sink).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InsertDef {
+    pub sink: String,
+    /// The target column list, if the INSERT names one.
+    pub columns: Option<Vec<String>>,
+    /// The one table the SELECT reads.
+    pub source: String,
+    /// The SELECT, one table and no clause `clauses.rs` refuses; positions in its AST are
+    /// those of the pipeline file.
+    pub query: Box<Query>,
+}
+
+impl InsertDef {
+    /// True when the SELECT has a WHERE condition (some rows may not be written).
+    pub fn has_where(&self) -> bool {
+        matches!(self.query.body.as_ref(), SetExpr::Select(s) if s.selection.is_some())
+    }
+
+    /// True for a windowed aggregate (a GROUP BY, HAVING or a subquery in FROM): its rows
+    /// are written when windows fire, one per group.
+    pub fn is_windowed(&self) -> bool {
+        super::aggregate::is_windowed(&self.query)
+    }
+
+    /// `INSERT INTO sink SELECT c1, c2 FROM source`: each sink column from the source
+    /// column of the same name (the Rust pipeline graph's `pipe`).
+    pub fn by_name(sink: &str, source: &str, columns: &[String]) -> Result<Self, SqlError> {
+        let mut statements = Parser::parse_sql(&PipelineDialect::default(), "SELECT c FROM t")
+            .map_err(|e| SqlError(format!("SQL syntax error: {e}")))?;
+        let Some(Statement::Query(mut query)) = statements.pop() else {
+            return err(format!("cannot select the columns of '{source}'"));
+        };
+        let SetExpr::Select(select) = query.body.as_mut() else {
+            return err(format!("cannot select the columns of '{source}'"));
+        };
+        // Names as they are (resolution does not fold case), printed as a SQL file would.
+        select.projection = columns
+            .iter()
+            .map(|c| SelectItem::UnnamedExpr(Expr::Identifier(Ident::new(c))))
+            .collect();
+        if let TableFactor::Table { name, .. } = &mut select.from[0].relation {
+            *name = ObjectName::from(vec![Ident::new(source)]);
+        }
+        Ok(InsertDef {
+            sink: sink.to_string(),
+            columns: None,
+            source: source.to_string(),
+            query,
+        })
+    }
+}
+
+impl fmt::Display for InsertDef {
+    /// The statement in canonical form, for errors.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "INSERT INTO {}", self.sink)?;
+        if let Some(cols) = &self.columns {
+            write!(f, " ({})", cols.join(", "))?;
+        }
+        write!(f, " {}", self.query)
+    }
+}
+
+/// Every statement of a pipeline file, in order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PipelineSql {
+    pub tables: Vec<TableDef>,
+    pub inserts: Vec<InsertDef>,
+}
+
+/// Parses a pipeline file: statements separated by `;`.
+///
+/// Errors: syntax errors (with line and column), unsupported statements or types, option
+/// values that are not literals, and every clause that is not implemented (named, with its
+/// line and column; see `clauses.rs`).
+pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
+    let dialect = PipelineDialect::default();
+    let tokens = Tokenizer::new(&dialect, sql)
+        .tokenize_with_location()
+        .map_err(|e| SqlError(format!("SQL syntax error: {e}")))?;
+    let (tokens, mut watermarks) = super::watermark::extract(tokens)?;
+    watermarks.reverse();
+    let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens.clone());
+    let syntax = |e: sqlparser::parser::ParserError| SqlError(format!("SQL syntax error: {e}"));
+    let mut out = PipelineSql::default();
+    let mut views = super::views::Views::default();
+    loop {
+        while parser.consume_token(&Token::SemiColon) {}
+        if parser.peek_token().token == Token::EOF {
+            break;
+        }
+        let first = parser.index();
+        let st = parser.parse_statement().map_err(syntax)?;
+        let tokens = StatementTokens {
+            tokens: &tokens[first.min(tokens.len())..parser.index().min(tokens.len())],
+            after: None,
+        };
+        let next = parser.peek_token();
+        if !matches!(next.token, Token::SemiColon | Token::EOF) {
+            return Err(at(
+                next.span.start,
+                format!(
+                    "SQL syntax error: expected ';' after the statement, found {}",
+                    next.token
+                ),
+            ));
+        }
+        if let Some(w) = watermarks.last().filter(|w| w.at < tokens.start()) {
+            return Err(at(
+                w.at,
+                "WATERMARK FOR belongs inside a CREATE TABLE's column list".into(),
+            ));
+        }
+        match st {
+            Statement::CreateTable(ct) => {
+                check_create_table(&ct, &tokens)?;
+                let mut table = create_table(&ct, &out.tables)?;
+                if views.contains(&table.name) {
+                    return Err(at(
+                        tokens.start(),
+                        format!("table '{}': the name is already a view's", table.name),
+                    ));
+                }
+                // Its clause: the next one, if it lies within this statement (one that
+                // lies before it was refused above).
+                let end = tokens.tokens.last().map(|t| t.span.end);
+                while let Some(w) = watermarks.pop_if(|w| end.is_some_and(|e| w.at < e)) {
+                    if table.watermark.is_some() {
+                        return Err(at(
+                            w.at,
+                            format!("table '{}' has a second WATERMARK FOR clause", table.name),
+                        ));
+                    }
+                    table.watermark = Some(w);
+                }
+                out.tables.push(table);
+            }
+            Statement::Insert(mut ins) => {
+                check_insert(&ins, &tokens)?;
+                if let Some(q) = ins.source.as_mut() {
+                    views.inline(&mut q.body)?;
+                }
+                out.inserts.extend(inserts(&ins, &tokens)?);
+            }
+            view @ Statement::CreateView { .. } => {
+                let tables: Vec<String> = out.tables.iter().map(|t| t.name.clone()).collect();
+                views.create(&view, &tokens, &tables)?;
+            }
+            other => {
+                let text = other.to_string();
+                let head: String = text.chars().take(40).collect();
+                return Err(at(
+                    tokens.start(),
+                    format!("unsupported statement: {head}... (only CREATE TABLE, CREATE VIEW and INSERT INTO ... SELECT)"),
+                ));
+            }
+        }
+    }
+    if let Some(w) = watermarks.pop() {
+        return Err(at(
+            w.at,
+            "WATERMARK FOR belongs inside a CREATE TABLE's column list".into(),
+        ));
+    }
+    Ok(out)
+}
+
+fn create_table(ct: &CreateTable, tables: &[TableDef]) -> Result<TableDef, SqlError> {
+    let name = object_name(&ct.name);
+    if tables.iter().any(|t| t.name == name) {
+        return err(format!("table '{name}' is defined twice"));
+    }
+    let fields = ct
+        .columns
+        .iter()
+        .map(|c| column(&name, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, f) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|g| g.name == f.name) {
+            return err(format!("table '{name}' declares column '{}' twice", f.name));
+        }
+    }
+    let options = match &ct.table_options {
+        CreateTableOptions::With(opts) => table_options(&name, opts)?,
+        CreateTableOptions::None => ConnectorOptions::default(),
+        other => {
+            return err(format!(
+                "table '{name}': use WITH (...) for options, not {other}"
+            ))
+        }
+    };
+    Ok(TableDef {
+        name,
+        fields,
+        options,
+        watermark: None,
+    })
+}
+
+/// One [`InsertDef`] per `SELECT` of the INSERT's query (`UNION ALL` of several selects
+/// writes each into the sink, as separate INSERTs would). `check_insert` passed.
+fn inserts(ins: &Insert, st: &StatementTokens) -> Result<Vec<InsertDef>, SqlError> {
+    let sink = match &ins.table {
+        sqlparser::ast::TableObject::TableName(n) => object_name(n),
+        other => return err(format!("INSERT INTO {other} is not supported")),
+    };
+    let what = format!("INSERT INTO {sink}");
+    let columns = if ins.columns.is_empty() {
+        None
+    } else {
+        Some(ins.columns.iter().map(|c| c.value.clone()).collect())
+    };
+    let mut selects = Vec::new();
+    if let Some(q) = &ins.source {
+        collect_selects(&q.body, &mut selects);
+    }
+    selects
+        .into_iter()
+        .map(|select| {
+            let Some(name) = read_table(select) else {
+                return Err(at(st.start(), format!("{what}: SELECT must read a table")));
+            };
+            Ok(InsertDef {
+                sink: sink.clone(),
+                columns: columns.clone(),
+                source: object_name(name),
+                query: Box::new(Query {
+                    with: None,
+                    body: Box::new(SetExpr::Select(Box::new(select.clone()))),
+                    order_by: None,
+                    limit_clause: None,
+                    fetch: None,
+                    locks: vec![],
+                    for_clause: None,
+                    settings: None,
+                    format_clause: None,
+                    pipe_operators: vec![],
+                }),
+            })
+        })
+        .collect()
+}
+
+/// The table a SELECT reads, through subqueries in FROM.
+fn read_table(select: &Select) -> Option<&ObjectName> {
+    match &select.from.first()?.relation {
+        TableFactor::Table { name, .. } => Some(name),
+        TableFactor::Derived { subquery, .. } => {
+            let mut selects = Vec::new();
+            collect_selects(&subquery.body, &mut selects);
+            match selects.as_slice() {
+                [one] => read_table(one),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The selects of a query body, left to right (`check_query` allowed only SELECT,
+/// parentheses and UNION ALL).
+fn collect_selects<'a>(body: &'a SetExpr, out: &mut Vec<&'a Select>) {
+    match body {
+        SetExpr::Select(s) => out.push(s),
+        SetExpr::Query(q) => collect_selects(&q.body, out),
+        SetExpr::SetOperation { left, right, .. } => {
+            collect_selects(left, out);
+            collect_selects(right, out);
+        }
+        _ => {}
+    }
+}
+
+pub(crate) fn object_name(n: &ObjectName) -> String {
+    n.0.iter()
+        .map(|p| {
+            p.as_ident()
+                .map(|i| i.value.clone())
+                .unwrap_or_else(|| p.to_string())
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
+    // A length or precision would be a promise the connector does not keep.
+    let unenforced = match &c.data_type {
+        DataType::Varchar(Some(_)) | DataType::String(Some(_)) => {
+            Some("TEXT has no length limit: declare TEXT")
+        }
+        DataType::Timestamp(Some(p), _) if *p != 9 => {
+            Some("TIMESTAMP keeps nanoseconds: declare TIMESTAMP (or TIMESTAMP(9))")
+        }
+        DataType::Timestamp(_, tz)
+            if matches!(
+                tz,
+                sqlparser::ast::TimezoneInfo::WithTimeZone | sqlparser::ast::TimezoneInfo::Tz
+            ) =>
+        {
+            Some("TIMESTAMP is UTC without a zone: declare TIMESTAMP")
+        }
+        DataType::BigInt(Some(_))
+        | DataType::Int8(Some(_))
+        | DataType::Int(Some(_))
+        | DataType::Integer(Some(_))
+        | DataType::Int4(Some(_))
+        | DataType::BigIntUnsigned(Some(_))
+        | DataType::Int8Unsigned(Some(_))
+        | DataType::IntUnsigned(Some(_))
+        | DataType::IntegerUnsigned(Some(_))
+        | DataType::Int4Unsigned(Some(_)) => {
+            Some("a display width changes nothing: declare the type without it")
+        }
+        // No column type of their width: INT UNSIGNED would not keep their range.
+        DataType::TinyIntUnsigned(_)
+        | DataType::SmallIntUnsigned(_)
+        | DataType::Int2Unsigned(_)
+        | DataType::MediumIntUnsigned(_) => Some(
+            "the unsigned integer types are INT UNSIGNED (0 to 4294967295) and BIGINT UNSIGNED (0 to 18446744073709551615)",
+        ),
+        DataType::Double(info) | DataType::Float(info)
+            if *info != sqlparser::ast::ExactNumberInfo::None =>
+        {
+            Some("a precision would not be enforced: declare DOUBLE or FLOAT")
+        }
+        _ => None,
+    };
+    if let Some(hint) = unenforced {
+        return err(format!(
+            "table '{table}' column '{}': type {} is not supported: {hint}",
+            c.name.value, c.data_type
+        ));
+    }
+    let field_type = match &c.data_type {
+        DataType::Text | DataType::Varchar(_) | DataType::String(_) => FieldType::Text,
+        DataType::BigInt(_) | DataType::Int8(_) => FieldType::Bigint,
+        DataType::Int(_) | DataType::Integer(_) | DataType::Int4(_) => FieldType::Int,
+        DataType::BigIntUnsigned(_) | DataType::Int8Unsigned(_) => FieldType::UBigint,
+        DataType::IntUnsigned(_) | DataType::IntegerUnsigned(_) | DataType::Int4Unsigned(_) => {
+            FieldType::UInt
+        }
+        DataType::Double(_) | DataType::DoublePrecision | DataType::Float8 => FieldType::Double,
+        DataType::Boolean | DataType::Bool => FieldType::Boolean,
+        DataType::Timestamp(_, _) => FieldType::Timestamp,
+        DataType::Float(_) | DataType::Real | DataType::Float4 => FieldType::Float,
+        DataType::Bytea => FieldType::Bytea,
+        DataType::JSON | DataType::JSONB => FieldType::Json,
+        other => {
+            return err(format!(
+                "table '{table}' column '{}': type {other} is not supported (TEXT, BIGINT, INT, BIGINT UNSIGNED, INT UNSIGNED, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP, BYTEA, JSON)",
+                c.name.value
+            ))
+        }
+    };
+    let mut required = false;
+    let mut metadata_key = None;
+    let mut nullability = None;
+    for opt in &c.options {
+        if let Some(n) = &opt.name {
+            return err(format!(
+                "table '{table}' column '{}': CONSTRAINT {n} is not supported (write the option without a name)",
+                c.name.value
+            ));
+        }
+        let says = match &opt.option {
+            ColumnOption::NotNull => Some(true),
+            ColumnOption::Null => Some(false),
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (nullability, says) {
+            if a != b {
+                return err(format!(
+                    "table '{table}' column '{}': declared both NULL and NOT NULL",
+                    c.name.value
+                ));
+            }
+        }
+        nullability = nullability.or(says);
+        match &opt.option {
+            ColumnOption::NotNull => required = true,
+            ColumnOption::Null => required = false,
+            ColumnOption::DialectSpecific(tokens) => match tokens.last() {
+                Some(Token::SingleQuotedString(k)) => metadata_key = Some(k.clone()),
+                _ => {
+                    return err(format!(
+                        "table '{table}' column '{}': bad METADATA clause",
+                        c.name.value
+                    ))
+                }
+            },
+            other => {
+                return err(format!(
+                    "table '{table}' column '{}': column option {other} is not supported",
+                    c.name.value
+                ))
+            }
+        }
+    }
+    Ok(SourceField {
+        name: c.name.value.clone(),
+        field_type,
+        required,
+        metadata_key,
+    })
+}
+
+fn table_options(table: &str, opts: &[SqlOption]) -> Result<ConnectorOptions, SqlError> {
+    let mut pairs = Vec::new();
+    for o in opts {
+        let SqlOption::KeyValue { key, value } = o else {
+            return err(format!(
+                "table '{table}': option {o} must be 'key' = 'value'"
+            ));
+        };
+        let key = key.value.clone();
+        let value = match value {
+            Expr::Value(v) => match &v.value {
+                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+                Value::Number(n, _) => n.clone(),
+                Value::Boolean(b) => b.to_string(),
+                other => {
+                    return err(format!(
+                        "table '{table}': option '{key}' has unsupported value {other}"
+                    ))
+                }
+            },
+            Expr::Identifier(i) => i.value.clone(),
+            other => {
+                return err(format!(
+                    "table '{table}': option '{key}' must be a literal, was {other}"
+                ))
+            }
+        };
+        if pairs.iter().any(|(k, _): &(String, String)| *k == key) {
+            return err(format!("table '{table}': option '{key}' is given twice"));
+        }
+        pairs.push((key, value));
+    }
+    Ok(ConnectorOptions::new(pairs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_and_insert() {
+        let p = parse_pipeline(
+            "CREATE TABLE bids (auction BIGINT NOT NULL, price BIGINT, id TEXT METADATA FROM 'message-id')
+               WITH ('connector' = 'pubsub', 'scan.parallel-pull-count' = 2, format = 'json');
+             CREATE TABLE out (auction BIGINT, price BIGINT) WITH ('connector' = 'pubsub', 'topic' = 't');
+             INSERT INTO out SELECT auction, price FROM bids;",
+        )
+        .unwrap();
+        assert_eq!(p.tables.len(), 2);
+        let bids = &p.tables[0];
+        assert!(bids.fields[0].required);
+        assert_eq!(bids.fields[2].metadata_key.as_deref(), Some("message-id"));
+        assert_eq!(
+            bids.options.keys(),
+            vec!["connector", "format", "scan.parallel-pull-count"]
+        );
+        assert_eq!(p.inserts[0].sink, "out");
+        assert_eq!(p.inserts[0].source, "bids");
+        assert_eq!(
+            p.inserts[0].query.to_string(),
+            "SELECT auction, price FROM bids"
+        );
+    }
+
+    #[test]
+    fn syntax_error_points_at_line_and_column() {
+        let e = parse_pipeline(
+            "CREATE TABLE t (a BIGINT)\nWITH ('x' = 'y');\nINSERT INTO SELEC a FROM t;",
+        )
+        .unwrap_err();
+        assert!(e.0.contains("Line: 3"), "{e}");
+        assert!(e.0.contains("Column:"), "{e}");
+    }
+
+    #[test]
+    fn lengths_and_precisions_that_would_not_be_enforced_are_refused() {
+        for ty in ["VARCHAR(3)", "TIMESTAMP(3)", "TIMESTAMP WITH TIME ZONE"] {
+            let e =
+                parse_pipeline(&format!("CREATE TABLE t (a {ty}) WITH ('x' = 'y')")).unwrap_err();
+            assert!(
+                e.0.contains("column 'a'") && e.0.contains("is not supported"),
+                "{ty}: {e}"
+            );
+        }
+        for ty in [
+            "VARCHAR",
+            "TIMESTAMP",
+            "TIMESTAMP(9)",
+            "TIMESTAMP WITHOUT TIME ZONE",
+            "TEXT",
+        ] {
+            parse_pipeline(&format!("CREATE TABLE t (a {ty}) WITH ('x' = 'y')")).unwrap();
+        }
+    }
+
+    #[test]
+    fn unsigned_integer_types_are_their_own_columns_and_narrower_ones_are_refused() {
+        let p = parse_pipeline(
+            "CREATE TABLE t (a BIGINT UNSIGNED, b INT UNSIGNED NOT NULL, c INTEGER UNSIGNED, d INT8 UNSIGNED) WITH ('x' = 'y')",
+        )
+        .unwrap();
+        let types: Vec<FieldType> = p.tables[0].fields.iter().map(|f| f.field_type).collect();
+        assert_eq!(
+            types,
+            [
+                FieldType::UBigint,
+                FieldType::UInt,
+                FieldType::UInt,
+                FieldType::UBigint
+            ]
+        );
+        assert!(p.tables[0].fields[1].required);
+        for (ty, says) in [
+            ("TINYINT UNSIGNED", "INT UNSIGNED (0 to 4294967295)"),
+            ("SMALLINT UNSIGNED", "INT UNSIGNED (0 to 4294967295)"),
+            ("BIGINT(20) UNSIGNED", "display width"),
+            ("INT(10) UNSIGNED", "display width"),
+        ] {
+            let e =
+                parse_pipeline(&format!("CREATE TABLE t (a {ty}) WITH ('x' = 'y')")).unwrap_err();
+            assert!(
+                e.0.contains(&format!("column 'a': type {ty} is not supported"))
+                    && e.0.contains(says),
+                "{ty}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn unsupported_type_names_column() {
+        let e = parse_pipeline("CREATE TABLE t (a BLOB) WITH ('x' = 'y')").unwrap_err();
+        assert!(e.0.contains("column 'a'"), "{e}");
+    }
+}

@@ -1,0 +1,725 @@
+//! Parsed SQL -> connections and queries, validated against the connector registry.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+
+use super::parse::{InsertDef, PipelineSql, SqlError, TableDef};
+use super::select::plan_select;
+use pubsub_engine_plan::{PlannedPipeline, PlannedQuery, PlannedTable, SelectPlan};
+use pubsub_engine_spi::record_id::{RECORD_ID_COLUMN, RECORD_KEY, RECORD_KEY_COLUMN};
+use pubsub_engine_spi::{
+    BadData, ConnectionSchema, ConnectionType, ErasedConnector, FieldType, Format, SourceField,
+    TimestampFormat,
+};
+use pubsub_engine_spi::{EVENT_TIME, EVENT_TIME_COLUMN};
+
+/// Binds tables to connectors (pulling and validating every option) and queries to tables.
+///
+/// Errors name the table and, for options, the key and value; type and nullability
+/// errors name both columns with their SQL types.
+pub fn plan_pipeline(
+    sql: &PipelineSql,
+    connectors: &[Arc<dyn ErasedConnector>],
+) -> Result<PlannedPipeline, SqlError> {
+    let mut tables = Vec::new();
+    for t in &sql.tables {
+        tables.push((t.name.clone(), plan_table(t, connectors)?));
+    }
+    for ins in &sql.inserts {
+        give_record_keys(&mut tables, &ins.source, &ins.sink)?;
+        give_event_time(&mut tables, ins)?;
+        if let Some(late) = super::late::table_of(&tables, ins) {
+            give_record_keys(&mut tables, &ins.source, &late)?;
+        }
+    }
+    let find = |name: &str| {
+        tables
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+            .ok_or_else(|| {
+                SqlError(format!(
+                    "table '{name}' is not defined (CREATE TABLE it first)"
+                ))
+            })
+    };
+    let mut queries = Vec::new();
+    for (i, ins) in sql.inserts.iter().enumerate() {
+        let source = find(&ins.source)?;
+        let sink = find(&ins.sink)?;
+        if source.connection.connection_type != ConnectionType::Source {
+            return Err(SqlError(format!(
+                "table '{}' is a sink and cannot be read by SELECT",
+                ins.source
+            )));
+        }
+        if sink.connection.connection_type != ConnectionType::Sink {
+            return Err(SqlError(format!(
+                "table '{}' is a source and cannot be written by INSERT",
+                ins.sink
+            )));
+        }
+        let what = format!("INSERT INTO {}", ins.sink);
+        queries.push(plan_query(format!("q{i}"), ins, &what, source, sink)?);
+    }
+    super::late::plan_late_queries(&mut queries, &find)?;
+    if queries.is_empty() {
+        return Err(SqlError(
+            "the pipeline has no INSERT INTO ... SELECT statement".into(),
+        ));
+    }
+    check_exclusive_sources(&tables, "declare one table and read it from every INSERT")?;
+    Ok(PlannedPipeline { queries })
+}
+
+/// When table `sink` stamps record ids ([`crate::Connector::sink_record_ids`]), has
+/// source table `source` give its rows a record key: a hidden trailing column filled
+/// from metadata key [`RECORD_KEY`] (see [`pubsub_engine_spi::record_id`]), once per table. Unknown
+/// tables and a source used as a sink are left to the query's own checks.
+pub(crate) fn give_record_keys(
+    tables: &mut [(String, PlannedTable)],
+    source: &str,
+    sink: &str,
+) -> Result<(), SqlError> {
+    let stamps = tables.iter().any(|(n, t)| {
+        n == sink
+            && t.connection.connection_type == ConnectionType::Sink
+            && t.connector.sink_record_ids(&t.connection)
+    });
+    let Some((_, src)) = tables
+        .iter_mut()
+        .find(|(n, t)| n == source && t.connection.connection_type == ConnectionType::Source)
+    else {
+        return Ok(());
+    };
+    if !stamps || record_key_index(&src.connection.schema).is_some() {
+        return Ok(());
+    }
+    if has_column(&src.connection.schema, RECORD_KEY_COLUMN) {
+        return Err(SqlError(format!(
+            "table '{source}': column name '{RECORD_KEY_COLUMN}' is reserved for the record key its rows carry to '{sink}', which stamps record ids; rename the column"
+        )));
+    }
+    if !src.connector.source_record_keys() {
+        return Err(SqlError(format!(
+            "table '{sink}' stamps record ids, but its source table '{source}' (connector '{}') gives its rows no identity that is the same on every replay; read from a Pub/Sub source, or do not stamp record ids",
+            src.connector.name()
+        )));
+    }
+    src.connection.schema.fields.push(SourceField {
+        name: RECORD_KEY_COLUMN.to_string(),
+        field_type: FieldType::Text,
+        required: true,
+        metadata_key: Some(RECORD_KEY.to_string()),
+    });
+    Ok(())
+}
+
+/// When `ins` is a windowed aggregate over a table without an event-time column
+/// (`WATERMARK FOR`), has the table give its rows their event time (publish time, or
+/// `scan.event-time.attribute`): a hidden trailing TIMESTAMP column filled from metadata
+/// key [`EVENT_TIME`], once per table.
+pub(crate) fn give_event_time(
+    tables: &mut [(String, PlannedTable)],
+    ins: &InsertDef,
+) -> Result<(), SqlError> {
+    if !super::aggregate::is_windowed(&ins.query) {
+        return Ok(());
+    }
+    let Some((_, src)) = tables
+        .iter_mut()
+        .find(|(n, t)| *n == ins.source && t.connection.connection_type == ConnectionType::Source)
+    else {
+        return Ok(());
+    };
+    let schema = &src.connection.schema;
+    if schema.event_time.is_some() || event_time_index(schema).is_some() {
+        return Ok(());
+    }
+    if !src.connector.own_event_time() {
+        let how = if src.connector.event_time_column() {
+            ": declare one with WATERMARK FOR a TIMESTAMP column"
+        } else {
+            ""
+        };
+        return Err(SqlError(format!(
+            "INSERT INTO {}: windows need an event time, and table '{}' (connector '{}') gives its rows none{how}",
+            ins.sink,
+            ins.source,
+            src.connector.name()
+        )));
+    }
+    if has_column(schema, EVENT_TIME_COLUMN) {
+        return Err(SqlError(format!(
+            "table '{}': column name '{EVENT_TIME_COLUMN}' is reserved for the event time its rows carry to windows; rename the column",
+            ins.source
+        )));
+    }
+    src.connection.schema.fields.push(SourceField {
+        name: EVENT_TIME_COLUMN.to_string(),
+        field_type: FieldType::Timestamp,
+        required: true,
+        metadata_key: Some(EVENT_TIME.to_string()),
+    });
+    Ok(())
+}
+
+/// Index of the hidden event-time column of a source schema, if it has one.
+fn event_time_index(schema: &ConnectionSchema) -> Option<usize> {
+    schema
+        .fields
+        .iter()
+        .position(|f| f.metadata_key.as_deref() == Some(EVENT_TIME))
+}
+
+fn has_column(schema: &ConnectionSchema, name: &str) -> bool {
+    schema.fields.iter().any(|f| f.name == name)
+}
+
+/// Index of the hidden record key column of a source schema, if it has one.
+pub(crate) fn record_key_index(schema: &ConnectionSchema) -> Option<usize> {
+    schema
+        .fields
+        .iter()
+        .position(|f| f.metadata_key.as_deref() == Some(RECORD_KEY))
+}
+
+/// The columns SQL sees: every column but the hidden record key and event time.
+fn visible(schema: &ConnectionSchema) -> ConnectionSchema {
+    ConnectionSchema {
+        fields: schema
+            .fields
+            .iter()
+            .filter(|f| {
+                !matches!(
+                    f.metadata_key.as_deref(),
+                    Some(
+                        RECORD_KEY
+                            | EVENT_TIME
+                            | pubsub_engine_spi::dedup::DEDUP_KEY
+                            | pubsub_engine_spi::dedup::DEDUP_MESSAGE
+                            | pubsub_engine_spi::dedup::DEDUP_PUBLISHED
+                    )
+                )
+            })
+            .cloned()
+            .collect(),
+        ..schema.clone()
+    }
+}
+
+/// Plans the tables of `sql` alone, as `run` would, without needing an INSERT: for a UI
+/// that checks a `CREATE TABLE` statement it wrote. Errors as [`plan_pipeline`]'s.
+pub fn plan_tables(
+    sql: &PipelineSql,
+    connectors: &[Arc<dyn ErasedConnector>],
+) -> Result<Vec<PlannedTable>, SqlError> {
+    sql.tables
+        .iter()
+        .map(|t| plan_table(t, connectors))
+        .collect()
+}
+
+/// Plans `ins` (whose tables are `source`, a source table, and `sink`, a sink table) as
+/// query `id`: its projection (see [`plan_projection`]; `what` starts its errors), the
+/// sink's Arrow schema and the column rows are routed by
+/// ([`sink_key`](crate::Connector::sink_key)). `text` is `ins` in canonical form.
+pub(crate) fn plan_query(
+    id: String,
+    ins: &InsertDef,
+    what: &str,
+    source: PlannedTable,
+    sink: PlannedTable,
+) -> Result<PlannedQuery, SqlError> {
+    let record_ids = sink.connector.sink_record_ids(&sink.connection);
+    if super::aggregate::is_windowed(&ins.query) {
+        return plan_windowed_query(id, ins, what, source, sink, record_ids);
+    }
+    let mut select = plan_select(
+        &ins.query,
+        &ins.source,
+        &visible(&source.connection.schema),
+        what,
+    )?;
+    let key = record_key_index(&source.connection.schema);
+    if record_ids {
+        if has_column(&sink.connection.schema, RECORD_ID_COLUMN) {
+            return Err(SqlError(format!(
+                "{what}: column name '{RECORD_ID_COLUMN}' of table '{}' is reserved for the record id it stamps; rename the column",
+                ins.sink
+            )));
+        }
+        let i = key.ok_or_else(|| {
+            SqlError(format!(
+                "{what}: the source table '{}' gives its rows no record key (plan its tables with plan_pipeline)",
+                ins.source
+            ))
+        })?;
+        select.carry = Some((i, with_column(&select.schema, RECORD_KEY_COLUMN)));
+    }
+    let (projection, sink_schema) = sink_side(
+        ins,
+        what,
+        &select,
+        &source.connection.schema,
+        &sink,
+        record_ids,
+    )?;
+    let route_by = sink
+        .connector
+        .sink_key(&sink.connection)
+        .and_then(|name| sink_schema.index_of(&name).ok());
+    Ok(PlannedQuery {
+        id,
+        text: ins.to_string(),
+        source,
+        sink,
+        select: Arc::new(select),
+        projection,
+        sink_schema,
+        route_by,
+        window: None,
+        job: None,
+        late: None,
+        late_of: None,
+    })
+}
+
+/// Which select item fills each sink column (see [`PlannedQuery::projection`]), and the
+/// sink's Arrow schema: its columns, marked with the source metadata key that fills them,
+/// and the record id column when the sink stamps record ids.
+fn sink_side(
+    ins: &InsertDef,
+    what: &str,
+    select: &SelectPlan,
+    source: &ConnectionSchema,
+    sink: &PlannedTable,
+    record_ids: bool,
+) -> Result<(Vec<Option<usize>>, SchemaRef), SqlError> {
+    let rows = ConnectionSchema {
+        fields: select.fields.clone(),
+        ..source.clone()
+    };
+    let column_of_source: Vec<Option<String>> = select
+        .exprs
+        .iter()
+        .map(|(_, text)| {
+            let bare = text.trim();
+            source
+                .fields
+                .iter()
+                .find(|f| f.name == bare)
+                .map(|f| f.name.clone())
+        })
+        .collect();
+    let projection = plan_projection(
+        ins,
+        what,
+        &rows,
+        &select.untyped_null,
+        &column_of_source,
+        &sink.connection.schema,
+    )?;
+    let mut sink_schema =
+        mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
+    if record_ids {
+        sink_schema = with_column(&sink_schema, RECORD_ID_COLUMN);
+    }
+    Ok((projection, sink_schema))
+}
+
+/// [`plan_query`] of a windowed aggregate (`super::aggregate`).
+fn plan_windowed_query(
+    id: String,
+    ins: &InsertDef,
+    what: &str,
+    source: PlannedTable,
+    sink: PlannedTable,
+    record_ids: bool,
+) -> Result<PlannedQuery, SqlError> {
+    let schema = &source.connection.schema;
+    let event_time = match &schema.event_time {
+        Some(et) => schema.fields.iter().position(|f| f.name == et.column),
+        None => event_time_index(schema),
+    }
+    .map(|i| (i, schema.fields[i].name.clone()))
+    .ok_or_else(|| {
+        SqlError(format!(
+            "{what}: table '{}' gives its rows no event time (plan its tables with plan_pipeline)",
+            ins.source
+        ))
+    })?;
+    if record_ids && has_column(&sink.connection.schema, RECORD_ID_COLUMN) {
+        return Err(SqlError(format!(
+            "{what}: column name '{RECORD_ID_COLUMN}' of table '{}' is reserved for the record id it stamps; rename the column",
+            ins.sink
+        )));
+    }
+    let (select, window) = super::aggregate::plan_windowed(
+        &ins.query,
+        &ins.source,
+        &visible(schema),
+        (event_time.0, &event_time.1),
+        record_ids,
+        what,
+    )?;
+    let (projection, sink_schema) = sink_side(ins, what, &select, schema, &sink, record_ids)?;
+    if let Some(key) = sink.connector.sink_key(&sink.connection) {
+        return Err(SqlError(format!(
+            "{what}: a windowed aggregate cannot write yet to table '{}', which routes its rows by column '{key}' (its ordering key): its rows are written by the worker owning their group key",
+            ins.sink
+        )));
+    }
+    Ok(PlannedQuery {
+        id,
+        text: ins.to_string(),
+        source,
+        sink,
+        select: Arc::new(select),
+        projection,
+        sink_schema,
+        route_by: None,
+        window: Some(Arc::new(window)),
+        job: None,
+        late: None,
+        late_of: None,
+    })
+}
+
+/// `schema` and a trailing non-null TEXT column `name`.
+fn with_column(schema: &SchemaRef, name: &str) -> SchemaRef {
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        name,
+        arrow::datatypes::DataType::Utf8,
+        false,
+    )));
+    Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
+/// `schema` with [`SOURCE_METADATA_KEY`](pubsub_engine_spi::SOURCE_METADATA_KEY) on every column
+/// that `projection` fills from a source metadata column, naming its key.
+fn mark_source_metadata(
+    schema: &SchemaRef,
+    projection: &[Option<usize>],
+    src: &ConnectionSchema,
+) -> SchemaRef {
+    let fields: Vec<arrow::datatypes::Field> = schema
+        .fields()
+        .iter()
+        .zip(projection)
+        .map(
+            |(f, i)| match i.and_then(|i| src.fields[i].metadata_key.clone()) {
+                Some(key) => f.as_ref().clone().with_metadata(
+                    [(pubsub_engine_spi::SOURCE_METADATA_KEY.to_string(), key)].into(),
+                ),
+                None => f.as_ref().clone(),
+            },
+        )
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
+/// Two source tables reading one exclusive resource (e.g. one Pub/Sub subscription) would
+/// split its messages between them: each message reaches one reader only. `fix` ends the
+/// error, saying what to do instead.
+pub(crate) fn check_exclusive_sources(
+    tables: &[(String, PlannedTable)],
+    fix: &str,
+) -> Result<(), SqlError> {
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    for (name, t) in tables {
+        if t.connection.connection_type != ConnectionType::Source {
+            continue;
+        }
+        for resource in t.connector.exclusive_resources(&t.connection) {
+            if let Some((_, other)) = seen.iter().find(|(r, _)| *r == resource) {
+                return Err(SqlError(format!(
+                    "tables '{other}' and '{name}' both read {resource}: each message would reach only one of them; {fix}"
+                )));
+            }
+            seen.push((resource, name));
+        }
+    }
+    Ok(())
+}
+
+/// Maps each sink column to the select item that fills it (`src`: the items as columns;
+/// `untyped_null`: which of them are a bare `NULL`, fit for any column that may be NULL),
+/// checking counts, names, types and nullability. `what` starts the errors about the
+/// sink's columns (SQL: `INSERT INTO sink`).
+///
+/// `column_of_source[i]`: item `i` is this column of the source table as it is (its
+/// nullability is the table's to change); `None`: a value the query computes.
+pub(crate) fn plan_projection(
+    ins: &InsertDef,
+    what: &str,
+    src: &ConnectionSchema,
+    untyped_null: &[bool],
+    column_of_source: &[Option<String>],
+    sink: &ConnectionSchema,
+) -> Result<Vec<Option<usize>>, SqlError> {
+    let sink_name = &ins.sink;
+    let selected: Vec<usize> = (0..src.fields.len()).collect();
+    // Which sink column each selected value goes to.
+    let targets: Vec<usize> = match &ins.columns {
+        None => {
+            if selected.len() != sink.fields.len() {
+                return Err(SqlError(format!(
+                    "INSERT INTO {sink_name} selects {} columns but the table has {} ({}); name the target columns, e.g. INSERT INTO {sink_name} (a, b) SELECT ...",
+                    selected.len(),
+                    sink.fields.len(),
+                    column_list(sink)
+                )));
+            }
+            (0..sink.fields.len()).collect()
+        }
+        Some(cols) => {
+            if cols.len() != selected.len() {
+                return Err(SqlError(format!(
+                    "INSERT INTO {sink_name} names {} target columns but selects {} values",
+                    cols.len(),
+                    selected.len()
+                )));
+            }
+            let mut targets = Vec::new();
+            for c in cols {
+                let t = sink
+                    .fields
+                    .iter()
+                    .position(|f| f.name == *c)
+                    .ok_or_else(|| {
+                        SqlError(format!(
+                        "{what}: column '{c}' does not exist in table '{sink_name}' (columns: {})",
+                        column_list(sink)
+                    ))
+                    })?;
+                if targets.contains(&t) {
+                    return Err(SqlError(format!("{what}: column '{c}' is named twice")));
+                }
+                targets.push(t);
+            }
+            targets
+        }
+    };
+    let mut projection: Vec<Option<usize>> = vec![None; sink.fields.len()];
+    for (from, to) in selected.iter().zip(&targets) {
+        projection[*to] = Some(*from);
+    }
+    for (to, from) in projection.iter().enumerate() {
+        let t = &sink.fields[to];
+        let Some(from) = from else {
+            if t.required {
+                return Err(SqlError(format!(
+                    "{what}: column '{}' ({} NOT NULL) is not filled by the INSERT, and no row could fill it",
+                    t.name,
+                    t.field_type.sql_name()
+                )));
+            }
+            continue;
+        };
+        let f = &src.fields[*from];
+        if untyped_null.get(*from) == Some(&true) {
+            if t.required {
+                return Err(SqlError(format!(
+                    "{what}: NULL cannot fill column '{}' ({} NOT NULL)",
+                    t.name,
+                    t.field_type.sql_name()
+                )));
+            }
+            continue; // a NULL of no type fits any column that may be NULL
+        }
+        if !is_exact_cast(f.field_type, t.field_type) {
+            return Err(SqlError(format!(
+                "{what}: column '{}' ({}) of '{}' cannot be written to column '{}' ({}): {}",
+                f.name,
+                f.field_type.sql_name(),
+                ins.source,
+                t.name,
+                t.field_type.sql_name(),
+                CAST_RULE
+            )));
+        }
+        let source_column = column_of_source.get(*from).cloned().flatten();
+        if t.required && !f.required && source_column.is_none() {
+            return Err(SqlError(format!(
+                "{what}: the query's column '{}' ({}) may be NULL but column '{}' is {} NOT NULL; drop NOT NULL from '{}', or make the value never NULL (e.g. with coalesce)",
+                f.name,
+                f.field_type.sql_name(),
+                t.name,
+                t.field_type.sql_name(),
+                t.name
+            )));
+        }
+        if t.required && !f.required {
+            return Err(SqlError(format!(
+                "{what}: column '{c}' ({}) of '{}' may be NULL but column '{}' is {} NOT NULL; declare '{c}' NOT NULL (a message without it is then refused) or drop NOT NULL from '{}'",
+                f.field_type.sql_name(),
+                ins.source,
+                t.name,
+                t.field_type.sql_name(),
+                t.name,
+                c = source_column.as_deref().unwrap_or(&f.name),
+            )));
+        }
+    }
+    Ok(projection)
+}
+
+fn column_list(s: &ConnectionSchema) -> String {
+    s.fields
+        .iter()
+        .map(|f| format!("{} {}", f.name, f.field_type.sql_name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+const CAST_RULE: &str = "only the same type and exact conversions are allowed (INT -> BIGINT, INT UNSIGNED -> BIGINT/BIGINT UNSIGNED, INT/INT UNSIGNED/FLOAT -> DOUBLE, any type but BYTEA -> TEXT, JSON -> TEXT); for another, write the CAST, which fails the row whose value does not fit";
+
+/// Conversions that never fail and never change a value: identity, integer widening,
+/// INT, INT UNSIGNED and FLOAT to DOUBLE (exact), and any type but BYTEA (not always
+/// UTF-8) to TEXT. BIGINT -> DOUBLE rounds beyond 2^53, a signed integer into an unsigned
+/// one may be negative, BIGINT UNSIGNED into BIGINT may be too large, and TEXT -> JSON
+/// may not be JSON: all refused.
+fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
+    use FieldType::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Int, Bigint)
+                | (Int, Double)
+                | (UInt, Bigint)
+                | (UInt, UBigint)
+                | (UInt, Double)
+                | (Float, Double)
+                | (Json, Text)
+        )
+        || (to == Text && from != Bytea)
+}
+
+fn plan_table(
+    t: &TableDef,
+    connectors: &[Arc<dyn ErasedConnector>],
+) -> Result<PlannedTable, SqlError> {
+    let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
+    if t.fields.is_empty() {
+        return Err(e(
+            "declares no columns (only a table of format 'avro' on a topic with a schema derives them)".into(),
+        ));
+    }
+    let (connector, mut options, schema) = table_head(t, connectors)?;
+    let late_rows = super::late::option(t, &mut options)?;
+    let connection = connector
+        .from_options(&t.name, &mut options, &schema)
+        .map_err(|x| e(format!("{x:#}")))?;
+    if connection.schema.event_time.is_some() {
+        let place = t.watermark.as_ref().map_or(String::new(), |w| {
+            format!(" (line {}, column {})", w.at.line, w.at.column)
+        });
+        if connection.connection_type == ConnectionType::Sink {
+            return Err(e(format!(
+                "is a sink: WATERMARK FOR, 'event_time_field' and 'watermark_field' apply to a table that is read{place}"
+            )));
+        }
+        if !connector.event_time_column() {
+            return Err(e(format!(
+                "connector '{}' does not read an event-time column: WATERMARK FOR, 'event_time_field' and 'watermark_field' are refused{place}",
+                connector.name()
+            )));
+        }
+    }
+    // Every option the engine reads, so that a misspelt one gets a did-you-mean.
+    let mut known = vec![
+        "connector",
+        "format",
+        "json.timestamp-format",
+        "event_time_field",
+        "watermark_field",
+        super::late::OPTION,
+    ];
+    known.extend_from_slice(connector.known_options());
+    options.finish(&known).map_err(|x| e(x.to_string()))?;
+    if late_rows.is_some() && connection.connection_type == ConnectionType::Sink {
+        return Err(e(format!(
+            "is a sink: option '{}' applies to a table that is read",
+            super::late::OPTION
+        )));
+    }
+    Ok(PlannedTable {
+        connector,
+        connection,
+        late_rows,
+    })
+}
+
+/// The table's connector, its options less `connector`, `format` and
+/// `json.timestamp-format`, and its schema (format and declared columns). Errors name
+/// the table and the option.
+pub(crate) fn table_head(
+    t: &TableDef,
+    connectors: &[Arc<dyn ErasedConnector>],
+) -> Result<
+    (
+        Arc<dyn ErasedConnector>,
+        pubsub_engine_spi::ConnectorOptions,
+        ConnectionSchema,
+    ),
+    SqlError,
+> {
+    let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
+    let mut options = t.options.clone();
+    let name = options
+        .pull_str("connector")
+        .map_err(|x| e(x.to_string()))?;
+    let connector = connectors
+        .iter()
+        .find(|c| c.name() == name)
+        .cloned()
+        .ok_or_else(|| {
+            let known: Vec<&str> = connectors.iter().map(|c| c.name()).collect();
+            e(format!(
+                "option 'connector' is invalid: unknown connector, was '{name}' (known: {})",
+                known.join(", ")
+            ))
+        })?;
+    let format = match options
+        .pull_opt_str("format")
+        .map_err(|x| e(x.to_string()))?
+    {
+        None => Format::Json,
+        Some(f) => Format::parse(&f).ok_or_else(|| {
+            e(format!(
+                "option 'format' is invalid: must be json, raw_string, raw_bytes or avro, was '{f}'"
+            ))
+        })?,
+    };
+    let timestamp_format = match options
+        .pull_opt_str("json.timestamp-format")
+        .map_err(|x| e(x.to_string()))?
+    {
+        None => TimestampFormat::default(),
+        Some(v) => {
+            if format != Format::Json {
+                return Err(e(format!(
+                    "option 'json.timestamp-format' applies to format 'json' only, was '{v}'"
+                )));
+            }
+            TimestampFormat::parse(&v).ok_or_else(|| {
+                e(format!(
+                    "option 'json.timestamp-format' is invalid: must be one of {}, was '{v}'",
+                    TimestampFormat::VALUES
+                ))
+            })?
+        }
+    };
+    let event_time = super::watermark::event_time(t, &mut options)?;
+    let schema = ConnectionSchema {
+        format,
+        timestamp_format,
+        bad_data: BadData::Fail,
+        fields: t.fields.clone(),
+        event_time,
+    };
+    Ok((connector, options, schema))
+}
