@@ -95,7 +95,7 @@ const SELECT: &str = "id, small, ok, ratio, price, name, kind, raw, at, extra, n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_revisions_in_json_and_binary_round_trip_through_source_sink_and_source() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let p = profile();
     let schema = unique("rows-avro");
     let rev1 = admin::create_avro_schema(&p, &schema, &v1()).await.unwrap();
@@ -303,7 +303,7 @@ async fn avro_refuses_a_topic_without_schema_a_column_without_field_and_a_delete
 /// field no column type holds exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let p = profile();
     let e = endpoint();
     let schema = unique("derive-avro");
@@ -643,7 +643,7 @@ fn noted_row(i: i64) -> Value {
 /// where it was written, `extra` NULL (no sink writes it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revision_committed_mid_run_rebinds_the_sink_and_each_message_decodes_by_its_own() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let p = profile();
     let schema = unique("midrun-avro");
     let rev1 = admin::create_avro_schema(&p, &schema, NOTED).await.unwrap();
@@ -704,7 +704,7 @@ async fn a_revision_committed_mid_run_rebinds_the_sink_and_each_message_decodes_
 /// its values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_named_with_a_newer_revision_decode_by_the_writer_and_the_sink_refuses_it() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let p = profile();
     let schema = unique("dropped-avro");
     let rev1 = admin::create_avro_schema(&p, &schema, NOTED).await.unwrap();

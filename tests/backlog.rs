@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use pubsub_connector_core::admin;
-use pubsub_connector_core::tools::delivery::{GiveBack, Interference, Interloper};
+use pubsub_connector_core::{admin, client};
+use pubsub_emulator_tools::delivery::{GiveBack, Interference, Interloper};
 
 use crate::support::*;
 
@@ -107,15 +107,22 @@ async fn written(sub: &str, rows: usize) -> Vec<((i64, String), i64)> {
 /// Topics `name`, a witness subscription of the input (every message's publish time),
 /// and another consumer of the input subscription doing `plan` (through the emulator's
 /// half-closing proxy, as `endpoint()` is).
+/// Another consumer of subscription `id` of the test project, with `plan`.
+async fn interloper(id: &str, plan: Interference) -> Interloper {
+    let p = profile();
+    let subscriber = client::subscriber(&p).await.unwrap();
+    Interloper::start(subscriber, client::subscription_path(&p.project, id), plan)
+        .await
+        .unwrap()
+}
+
 async fn with_another_consumer(name: &str, plan: Interference) -> (Topics, String, Interloper) {
     let t = topics(name, 10).await;
     let witness = unique(&format!("{name}-witness"));
     admin::create_subscription(&profile(), &witness, &t.input, 60)
         .await
         .unwrap();
-    let other = Interloper::start(&profile(), &t.input_sub, plan)
-        .await
-        .unwrap();
+    let other = interloper(&t.input_sub, plan).await;
     (t, witness, other)
 }
 
@@ -707,16 +714,14 @@ async fn alignment_pauses_and_parks_under_late_nacks_and_both_tables_equal_the_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_consumer_on_a_quiet_subscription_finishes_when_its_window_ends() {
     let t = topics("bl-quiet", 10).await;
-    let other = Interloper::start(
-        &profile(),
+    let other = interloper(
         &t.input_sub,
         Interference {
             window: Duration::from_secs(1),
             ..interference(GiveBack::Nack)
         },
     )
-    .await
-    .unwrap();
+    .await;
     let report = tokio::time::timeout(Duration::from_secs(20), other.finish())
         .await
         .expect("finished after its 1 s window")

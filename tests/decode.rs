@@ -214,7 +214,7 @@ async fn google_payloads_decode_every_field_exactly() {
 /// messages are dropped by the policy (and acknowledged), the rest arrive exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_value_decodes_exactly_or_is_refused() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let cases: Vec<(&str, Option<Value>)> = vec![
         (r#"{"id": 1, "b": 100.01}"#, None),
         (r#"{"id": 2, "b": -0.9}"#, None),
@@ -338,7 +338,7 @@ async fn run_one_worker(sql: &str) -> (i32, String, String) {
 /// does not decode (a TEXT column over numbers, the bound set to 50).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_failed_messages_past_the_bound_fails_the_job_without_acknowledging_the_rest() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let ep = endpoint();
     for (case, bound) in [("sql", None), ("decode", Some(50))] {
         let (t, s, o, _os) = pair(&format!("run-{case}")).await;
@@ -425,7 +425,7 @@ async fn a_run_of_failed_messages_past_the_bound_fails_the_job_without_acknowled
 /// bound's limit: it catches a fault that fails every message, not one that fails most.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_interleaved_with_good_messages_within_the_bound_pass() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let ep = endpoint();
     let (t, s, o, os) = pair("run-mixed").await;
     let good = |i: usize| i % 21 == 20;

@@ -86,7 +86,7 @@ async fn rows_by_mid(sub: &str, expected: Option<usize>) -> HashMap<String, serd
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filter_writes_exactly_the_rows_it_keeps_and_acknowledges_every_message_once() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("filter", 10).await;
     let published = publish_bids(&t.input, bids(10_000)).await;
     let expected: HashMap<&String, &Bid> = published
@@ -215,7 +215,7 @@ async fn computed_columns_reach_the_topic_with_exact_values() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn union_all_writes_two_google_sources_into_one_sink() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let gcs = topics("union-gcs", 60).await;
     let builds = topics("union-builds", 60).await;
     let gcs_id = publish_with_attributes(
@@ -292,7 +292,7 @@ async fn union_all_writes_two_google_sources_into_one_sink() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_that_fails_fails_the_job_naming_its_message_and_is_not_acknowledged() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("rowfail", 60).await;
     let ids = admin::publish_all(
         &profile(),
@@ -337,7 +337,7 @@ async fn a_row_that_fails_fails_the_job_naming_its_message_and_is_not_acknowledg
 /// is acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_failure_follows_the_failure_policy_dead_letter_or_drop() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     for policy in ["dead-letter", "drop"] {
         let p = profile();
         let t = topics(&format!("rowpol-{policy}"), 60).await;
@@ -538,7 +538,7 @@ async fn the_filter_example_runs_on_the_quickstart_data() {
 /// included, and the narrowing then blamed a valid message (exit 2 under both policies).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guarded_division_writes_every_row_it_keeps_under_drop_and_fail() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     // xorshift64 from a fixed seed: the same 500 values on every run.
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let xs: Vec<i64> = (0..500)
@@ -627,7 +627,7 @@ async fn a_guarded_division_writes_every_row_it_keeps_under_drop_and_fail() {
 /// message and the SQL type.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blank_price_or_a_date_beyond_2262_fails_its_row_never_zero_or_wrapped() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let p = profile();
     let t = topics("prices", 60).await;
     let rows = [

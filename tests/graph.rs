@@ -29,7 +29,7 @@ async fn message_ids(sub: &str, expected: usize) -> HashSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_graph_carries_every_message_to_the_sink_topic() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("graph", 60).await;
     let ids = publish_seq(&t.input, 0..1_000).await;
     let state = tempfile::tempdir().unwrap();

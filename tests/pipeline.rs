@@ -128,7 +128,7 @@ async fn sigkill_after_checkpoints_then_restart_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_mid_stream_exits_zero_and_leaves_nothing_held() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     // A 600 s ack deadline: only a nack brings a message back at once.
     let t = topics("term", 600).await;
     let ids = publish_seq(&t.input, 0..4_000).await;

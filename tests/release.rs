@@ -11,7 +11,7 @@ use crate::support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use pubsub_connector_core::tools::wire_log;
+use pubsub_emulator_tools::wire_log;
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(180);

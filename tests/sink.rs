@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use pubsub_connector_core::admin;
-use pubsub_connector_core::tools::emulator_proxy::{
+use pubsub_emulator_tools::emulator_proxy::{
     largest_publish_request, publish_requests, refuse_publish_containing,
 };
 use support::*;
@@ -165,7 +165,7 @@ async fn run(w: &Workdir, idle: &str) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attributes_and_ordering_keys_are_written_exactly_and_rows_over_a_limit_are_routed_alone() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("sink-meta", 10).await;
     let mut rows: Vec<serde_json::Value> = (0..60)
         .map(|i| {
@@ -424,7 +424,7 @@ async fn written_before_deletion(probe: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_recreated_mid_run_with_a_subscription_gets_every_row_readable_there() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("sink-recreate", 10).await;
     let probe = probe(&t).await;
     let ids = publish_seq(&t.input, 0..300).await;
@@ -597,7 +597,7 @@ async fn a_topic_deleted_after_a_killed_run_without_a_checkpoint_is_not_written_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("sink-cut", 10).await;
     let ids = publish_seq(&t.input, 0..1500).await;
     let proxy = TcpCutter::start(&endpoint()).await.unwrap();
@@ -624,7 +624,7 @@ async fn a_network_cut_of_5s_under_the_sink_is_outlasted_and_nothing_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_after_repair() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let p = profile();
     let (input, output) = (unique("sink-ord-in"), unique("sink-ord-out"));
     let (in_sub, out_sub, out_sub2) = (
@@ -681,10 +681,10 @@ async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_aft
     // order on its key.
     let out_topic = pubsub_connector_core::client::topic_path(PROJECT, &output);
     wait_until("60 rows published", LIMIT, || {
-        pubsub_connector_core::tools::wire_log::events()
+        pubsub_emulator_tools::wire_log::events()
             .into_iter()
             .filter_map(|e| match e.kind {
-                pubsub_connector_core::tools::wire_log::WireKind::Published { topic, data }
+                pubsub_emulator_tools::wire_log::WireKind::Published { topic, data }
                     if topic == out_topic =>
                 {
                     Some(data.len())
@@ -740,7 +740,7 @@ async fn ordering_keeps_each_keys_order_and_keys_whose_publish_failed_resume_aft
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_rows_reach_the_dead_letter_topic_with_five_attributes_and_a_flush_failure_fails_the_checkpoint(
 ) {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("sink-dlq", 10).await;
     let (dlq, dlq_sub, dlq_opts) = dead_letter_topic("sink-dlq-dead").await;
     // 40 good rows; 2 over a limit (a 1,200-byte value, a 257-byte key) and 1 whose
@@ -888,7 +888,7 @@ const KMS_KEY: &str = "projects/test/locations/europe-west1/keyRings/ring/crypto
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_argument_from_a_fake_proxy_republishes_the_batch_alone_and_routes_only_the_message_refused_on_its_own(
 ) {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("sink-invalid", 10).await;
     let (_, dlq_sub, dlq_opts) = dead_letter_topic("sink-inv-dead").await;
     let topic = format!("projects/{PROJECT}/topics/{}", t.output);
@@ -1322,7 +1322,7 @@ fn exactly_once(written: &HashMap<String, usize>, ids: &[String]) {
 /// decided the rest (with 20,000 messages and a 45 s cut: exit 1, 15,001 written).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stop_waits_for_a_sink_whose_endpoint_is_cut_and_every_message_is_written_once() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("sink-idle-cut", 10).await;
     let proxy = TcpCutter::start(&endpoint()).await.unwrap();
     let w = Workdir::new(&via_sql(&t, &proxy.endpoint(), "", ""));

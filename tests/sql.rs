@@ -17,7 +17,7 @@ async fn mids(sub: &str, expected: usize) -> std::collections::HashSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_table_read_by_two_inserts_delivers_every_message_to_both() {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let t = topics("fanout", 60).await;
     let p = profile();
     let second = unique("fanout-out2");
@@ -221,7 +221,7 @@ async fn a_second_signal_aborts_at_once_and_releases_what_is_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_emulator_command_creates_what_a_pipeline_names_and_a_pipeline_runs_on_it() {
-    let port = pubsub_connector_core::tools::emulator::free_port().unwrap();
+    let port = pubsub_emulator_tools::emulator::free_port().unwrap();
     let sub = format!("{}-sub", unique("emucmd"));
     let topic = sub.strip_suffix("-sub").unwrap().to_string();
     let out = unique("emucmd-out");

@@ -389,7 +389,7 @@ async fn emulator_command(args: EmulatorArgs) -> anyhow::Result<()> {
     };
     let port = args.port;
     let emu = tokio::task::spawn_blocking(move || {
-        pubsub_connector_core::tools::emulator::Emulator::start_on(port)
+        pubsub_emulator_tools::emulator::Emulator::start_on(port)
     })
     .await??;
     if let Some(mut sql) = sql {

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use pubsub_connector_core::tools::emulator::Emulator;
 use pubsub_connector_core::PubSubConnector;
+use pubsub_emulator_tools::emulator::Emulator;
 use pubsub_engine_runtime::{
     read_hosts, run_pipeline, ClusterConfig, JobSummary, RuntimeConfig, StopHandle,
 };

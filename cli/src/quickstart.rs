@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use pubsub_connector_core::{admin, client, tools::emulator::Emulator};
+use pubsub_connector_core::{admin, client};
+use pubsub_emulator_tools::emulator::Emulator;
 use pubsub_nexmark::events::{EventKind, Events};
 
 use crate::pipeline;

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::*;
-use crate::tools::emulator::Emulator;
+use pubsub_emulator_tools::emulator::Emulator;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_stopped_at_its_count_returns_every_message_it_acknowledged() {

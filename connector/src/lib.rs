@@ -14,6 +14,5 @@ pub mod diagnose;
 pub mod explore;
 pub mod sink;
 pub mod source;
-pub mod tools;
 
 pub use connector::{sql_error, PubSubConnector, METADATA_DEFS};

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use pubsub_connector_core::tools::wire_log::{self, WireKind};
-use pubsub_connector_core::{admin, client, tools::emulator::Emulator};
+use pubsub_connector_core::{admin, client};
+use pubsub_emulator_tools::emulator::Emulator;
+use pubsub_emulator_tools::wire_log::{self, WireKind};
 use pubsub_schema::PubSubProfile;
 use tokio::process::{Child, Command};
 
@@ -324,7 +325,7 @@ pub fn summary_watermark_ms(stdout: &str) -> Option<u64> {
 }
 
 /// A TCP forwarder a test can cut, restore and stall (in front of the emulator proxy).
-pub use pubsub_connector_core::tools::tcp_cutter::TcpCutter;
+pub use pubsub_emulator_tools::tcp_cutter::TcpCutter;
 
 /// A closed TCP port on 127.0.0.1 (bound, then released).
 pub fn closed_port() -> u16 {

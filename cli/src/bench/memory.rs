@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use pubsub_connector_core::admin;
 use pubsub_connector_core::source::policy;
-use pubsub_connector_core::tools::tcp_cutter::TcpCutter;
+use pubsub_emulator_tools::tcp_cutter::TcpCutter;
 use pubsub_schema::SubscriberOptionsConfig;
 
 use super::process::{counter_sum, scrape, Sample, Watch};

@@ -26,7 +26,8 @@ mod windows;
 
 use std::time::{Duration, Instant};
 
-use pubsub_connector_core::{admin, client, tools::emulator::Emulator};
+use pubsub_connector_core::{admin, client};
+use pubsub_emulator_tools::emulator::Emulator;
 use pubsub_engine_sql::parse_pipeline;
 
 use crate::BenchArgs;
@@ -88,7 +89,7 @@ fn per_1k(cpu_s: f64, n: u64) -> f64 {
 fn metrics_addr() -> anyhow::Result<String> {
     Ok(format!(
         "127.0.0.1:{}",
-        pubsub_connector_core::tools::emulator::free_port()?
+        pubsub_emulator_tools::emulator::free_port()?
     ))
 }
 

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pubsub_connector_core::tools::wire_log::{WireEvent, WireKind};
+use pubsub_emulator_tools::wire_log::{WireEvent, WireKind};
 use serde_json::Value;
 
 use super::outages::{self, Window};

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 
 use clap::Args;
 use futures::StreamExt;
-use pubsub_connector_core::tools::emulator::Emulator;
+use pubsub_emulator_tools::emulator::Emulator;
 
 use schedule::Schedule;
 
@@ -67,7 +67,7 @@ pub struct ChaosArgs {
 
 /// Runs the campaign; `Ok(false)` when an invariant failed.
 pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
-    pubsub_connector_core::tools::wire_log::enable();
+    pubsub_emulator_tools::wire_log::enable();
     let emulator = tokio::task::spawn_blocking(Emulator::start).await??;
     let dir = std::env::temp_dir().join(format!("pubsub-chaos-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

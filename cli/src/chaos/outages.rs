@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pubsub_connector_core::tools::tcp_cutter::TcpCutter;
+use pubsub_emulator_tools::tcp_cutter::TcpCutter;
 use tokio::sync::Mutex;
 
 /// Which path of the pipeline an outage is on.

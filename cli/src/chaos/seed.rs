@@ -262,7 +262,7 @@ pub async fn run(env: &Env, schedule: &Schedule) -> anyhow::Result<Outcome> {
     // Everything of this seed leaves the wire log (hop2's too); hop1's is checked.
     let mine = format!("projects/{PROJECT}/subscriptions/{name}-");
     let mine_t = format!("projects/{PROJECT}/topics/{name}-");
-    let wire = pubsub_connector_core::tools::wire_log::take(|k| {
+    let wire = pubsub_emulator_tools::wire_log::take(|k| {
         k.resource().starts_with(&mine) || k.resource().starts_with(&mine_t)
     })
     .into_iter()

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use pubsub_connector_core::admin;
-use pubsub_connector_core::tools::delivery::{GiveBack, Interference, Interloper};
+use pubsub_connector_core::{admin, client};
+use pubsub_emulator_tools::delivery::{GiveBack, Interference, Interloper};
 
 use super::outages::{self, Outages, Window};
 use super::pipeline::Pipeline;
@@ -224,13 +224,13 @@ pub async fn run(
             }
             Fault::TakeAndNack { keep, hold, for_ } => {
                 let plan = interference(schedule.seed, *keep, *for_, GiveBack::Nack, *hold);
-                interlopers.push(Interloper::start(proxied, &topics.input_sub, plan).await?);
+                interlopers.push(interloper(proxied, &topics.input_sub, plan).await?);
                 true
             }
             Fault::ExpireLeases { keep, for_ } => {
                 let hold = Duration::from_secs(1);
                 let plan = interference(schedule.seed, *keep, *for_, GiveBack::LeaseExpiry, hold);
-                interlopers.push(Interloper::start(proxied, &topics.input_sub, plan).await?);
+                interlopers.push(interloper(proxied, &topics.input_sub, plan).await?);
                 true
             }
             Fault::RecreateSinkTopic { gap } => {
@@ -492,4 +492,19 @@ async fn recreate_sink_topic(
     topics.hop2_subs.push(hop2);
     sink.end().await;
     Ok(())
+}
+
+/// Another consumer of subscription `id` of `profile`'s project (the emulator, proxied).
+async fn interloper(
+    profile: &pubsub_schema::PubSubProfile,
+    id: &str,
+    plan: Interference,
+) -> anyhow::Result<Interloper> {
+    let subscriber = client::subscriber(profile).await?;
+    Interloper::start(
+        subscriber,
+        client::subscription_path(&profile.project, id),
+        plan,
+    )
+    .await
 }

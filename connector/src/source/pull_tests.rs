@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::tools::{emulator::Emulator, wire_log};
 use crate::{admin, client};
+use pubsub_emulator_tools::{emulator::Emulator, wire_log};
 
 /// The nacks (ModifyAckDeadline 0) the server received for `subscription` (full name).
 fn nacks_on_wire(subscription: &str) -> usize {

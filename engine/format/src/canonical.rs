@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use serde::de::{DeserializeSeed, Deserializer as _, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::json_str::write_json_str;
+use super::json_str::{json_string, write_json_str};
 
 /// Deepest nesting accepted (serde_json refuses deeper input when it builds values).
 const MAX_DEPTH: usize = 128;
@@ -55,7 +55,7 @@ fn write_value(raw: &str, out: &mut Vec<u8>, depth: usize) -> Result<(), String>
             out.push(b']');
         }
         Some(b'"') => {
-            let s: Cow<'_, str> = super::value::json_string(raw)?;
+            let s: Cow<'_, str> = json_string(raw)?;
             write_json_str(&s, out);
         }
         // Numbers and literals: already minimal, kept verbatim.

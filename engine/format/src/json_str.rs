@@ -1,10 +1,36 @@
-//! A JSON string literal, byte for byte as `serde_json` writes it, sixteen bytes at a time.
+//! A JSON string literal: shown in a message, read, and written byte for byte as
+//! `serde_json` writes it, sixteen bytes at a time.
 //!
 //! The sink's TEXT columns are mostly long runs that need no escape (a profile of the
 //! subscription -> topic benchmark put `serde_json`'s byte-at-a-time escaping at 14% of
 //! the pipeline's CPU for 1 KiB strings); runs are found 16 bytes at a time with SSE2 on
 //! x86-64 (3.5 instructions per byte a word at a time, about 1 with SSE2: decision 0049),
 //! a 64-bit word at a time elsewhere, and copied whole.
+
+use std::borrow::Cow;
+
+/// Most characters of an offending value quoted in a message.
+const SHOW_CHARS: usize = 100;
+
+/// `raw` for a message: cut to about 100 characters.
+pub(crate) fn show(raw: &str) -> Cow<'_, str> {
+    match raw.char_indices().nth(SHOW_CHARS) {
+        Some((at, _)) => Cow::Owned(format!("{}... ({} bytes)", &raw[..at], raw.len())),
+        None => Cow::Borrowed(raw),
+    }
+}
+
+/// The contents of the JSON string literal `raw`, borrowed unless it has escapes.
+pub(crate) fn json_string(raw: &str) -> Result<Cow<'_, str>, String> {
+    let inner = &raw[1..raw.len() - 1];
+    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
+        // serde_json already refused control characters and checked UTF-8.
+        return Ok(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(raw)
+        .map(Cow::Owned)
+        .map_err(|e| format!("{} is not a valid JSON string: {e}", show(raw)))
+}
 
 /// Each byte of a word set to `b`.
 const fn splat(b: u8) -> u64 {

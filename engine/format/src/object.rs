@@ -5,7 +5,8 @@ use serde::de::{DeserializeSeed, Deserializer as _, IgnoredAny, MapAccess, Visit
 use serde_json::value::RawValue;
 
 use super::column::Column;
-use super::value::{append, kind, show, ColumnSpec, Scratch};
+use super::json_str::show;
+use super::value::{append, kind, ColumnSpec, Scratch};
 use pubsub_engine_types::TimestampFormat;
 
 /// The payload columns of a table and the per-row state of the walk.

@@ -8,6 +8,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
 
 use super::column::Column;
+use super::json_str::{json_string, show};
 use super::number::{exact_i32, exact_i64, exact_u32, exact_u64, IntError};
 use super::timestamp::{epoch_unit, format_name, from_epoch, parse_rfc3339, RANGE};
 use pubsub_engine_types::{FieldType, TimestampFormat};
@@ -34,17 +35,6 @@ pub(crate) struct Scratch {
     bytes: Vec<u8>,
 }
 
-/// Most characters of an offending value quoted in a message.
-const SHOW_CHARS: usize = 100;
-
-/// `raw` for a message: cut to about 100 characters.
-pub(crate) fn show(raw: &str) -> Cow<'_, str> {
-    match raw.char_indices().nth(SHOW_CHARS) {
-        Some((at, _)) => Cow::Owned(format!("{}... ({} bytes)", &raw[..at], raw.len())),
-        None => Cow::Borrowed(raw),
-    }
-}
-
 /// What kind of JSON value `raw` is, for messages.
 pub(crate) fn kind(raw: &str) -> &'static str {
     match raw.as_bytes().first() {
@@ -55,18 +45,6 @@ pub(crate) fn kind(raw: &str) -> &'static str {
         Some(b'n') => "null",
         _ => "number",
     }
-}
-
-/// The contents of the JSON string literal `raw`, borrowed unless it has escapes.
-pub(crate) fn json_string(raw: &str) -> Result<Cow<'_, str>, String> {
-    let inner = &raw[1..raw.len() - 1];
-    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
-        // serde_json already refused control characters and checked UTF-8.
-        return Ok(Cow::Borrowed(inner));
-    }
-    serde_json::from_str::<String>(raw)
-        .map(Cow::Owned)
-        .map_err(|e| format!("{} is not a valid JSON string: {e}", show(raw)))
 }
 
 const STANDARD: GeneralPurpose = GeneralPurpose::new(

@@ -8,6 +8,7 @@
 //! (`pubsub-engine-runtime`) runs them. This crate uses DataFusion's expressions and
 //! accumulators, never its SQL planner.
 
+mod calendar;
 mod check;
 pub mod coercion;
 mod dedup;

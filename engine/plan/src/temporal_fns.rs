@@ -23,14 +23,15 @@ use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Field, IntervalUnit, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use arrow::util::display::array_value_to_string;
-use chrono::{Datelike, Months, NaiveDate, NaiveDateTime, NaiveTime, Timelike};
+use chrono::{Datelike, Months, NaiveDate, NaiveDateTime, Timelike};
 use datafusion_common::{DataFusionError, Result, ScalarValue};
 use datafusion_expr::ColumnarValue;
 use datafusion_physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 
 use super::number_text;
-use super::temporal::{
-    counts, date_of, days_of, range_words, temporal, unit_ns, write, Temporal, Unfit, DAY, SECOND,
+use crate::calendar::{
+    build, counts, date_of, datetime_of, days_of, is_time_like, ns_of, range_words, temporal,
+    unit_ns, write, Temporal, Unfit, DAY, SECOND,
 };
 use crate::type_words::sql_type;
 
@@ -216,8 +217,7 @@ pub fn refusal(f: &ScalarFunctionExpr, schema: &Schema) -> std::result::Result<(
         .iter()
         .map(|a| a.data_type(schema).unwrap_or(DataType::Null))
         .collect();
-    let timed = types.iter().any(super::temporal::is_time_like)
-        || super::temporal::is_time_like(f.return_type());
+    let timed = types.iter().any(is_time_like) || is_time_like(f.return_type());
     let datetime = datetime_names().iter().any(|n| n == name);
     if !(datetime || timed) || KEPT.contains(&name) {
         return Ok(());
@@ -250,24 +250,6 @@ fn shown(a: &ArrayRef, i: usize) -> String {
     } else {
         s
     }
-}
-
-/// A date and time at `ns` nanoseconds since 1970-01-01, if the calendar has it.
-pub fn datetime_of(ns: i128) -> Option<NaiveDateTime> {
-    let date = date_of(ns.div_euclid(DAY))?;
-    let rem = ns.rem_euclid(DAY);
-    let time = NaiveTime::from_num_seconds_from_midnight_opt(
-        (rem / SECOND) as u32,
-        (rem % SECOND) as u32,
-    )?;
-    Some(date.and_time(time))
-}
-
-/// Nanoseconds since 1970-01-01 of `dt`.
-pub fn ns_of(dt: NaiveDateTime) -> i128 {
-    days_of(dt.date()) * DAY
-        + i128::from(dt.time().num_seconds_from_midnight()) * SECOND
-        + i128::from(dt.time().nanosecond())
 }
 
 /// `date_trunc`'s granularities.
@@ -606,7 +588,7 @@ impl TimeFn {
                     Some(Err(e)) => return Err(fail(i, e)),
                 }
             }
-            super::temporal::build(&self.to, &out)
+            build(&self.to, &out)
         };
         let ns_of_arg = |a: &ArrayRef| -> Result<Vec<Option<i128>>> {
             let k = temporal(a.data_type()).expect("checked when planned");
@@ -737,7 +719,7 @@ impl TimeFn {
                 self.failure(&format!("'{granularity}', {}", shown(source, i)), e)
             })?));
         }
-        super::temporal::build(&self.to, &out)
+        build(&self.to, &out)
     }
 
     fn date_bin(&self, s: Stride, source: &ArrayRef, origin: i128) -> Result<ArrayRef> {
@@ -751,7 +733,7 @@ impl TimeFn {
             let r = bin(v * k.step(), s, origin).and_then(|ns| write(ns, k));
             out.push(Some(r.map_err(|e| self.failure(&shown(source, i), e))?));
         }
-        super::temporal::build(&self.to, &out)
+        build(&self.to, &out)
     }
 
     fn date_part(&self, p: Part, source: &ArrayRef) -> Result<ArrayRef> {

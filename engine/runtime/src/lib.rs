@@ -9,6 +9,7 @@ mod coordinator;
 mod dataflow;
 mod dedup_stage;
 mod flow;
+mod job;
 mod job_log;
 mod leader;
 mod peer_panic;
@@ -24,8 +25,8 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 
 pub use cluster::read_hosts;
-pub use coordinator::{JobError, JobSummary, StopHandle};
 pub(crate) use flow::Flow;
+pub use job::{JobError, JobSummary, StopHandle};
 pub use leader::STOP_PROGRESS_LOG;
 pub use state::{CheckpointMetadata, CheckpointStore, JobRecord};
 

@@ -12,8 +12,8 @@ use anyhow::anyhow;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::control::{barrier, Control, Report};
-use super::coordinator::{JobSummary, StopHandle};
 use super::dataflow::WorkerWaker;
+use super::job::{JobSummary, StopHandle};
 use super::leader::{CheckpointWrite, Leader, TaskKey};
 use super::{CoordEvent, JobShared, RuntimeConfig, SinkEvent};
 use pubsub_engine_spi::{

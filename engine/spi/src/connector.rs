@@ -5,9 +5,9 @@ use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::context::OperatorState;
 use super::operator::ConstructedOperator;
 use super::options::ConnectorOptions;
+use pubsub_engine_types::OperatorState;
 use pubsub_engine_types::{
     ConnectionSchema, ConnectionType, Format, MetadataDef, OperatorConfig, SourceField,
     TimestampFormat,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use serde_json::Value;
+use pubsub_engine_types::OperatorState;
 use tokio::sync::mpsc;
 
 use super::metrics::{Counter, Gauge, Metrics};
@@ -18,14 +18,7 @@ use pubsub_engine_types::{
     CheckpointBarrier, ConnectionSchema, ControlMessage, TaskInfo, Watermark,
 };
 
-use crate::output::{RejectedMessage, RowChecker, SourceOutput, SourceRuntime};
-
-/// Operator state as JSON values by key. Restored from the last completed checkpoint and
-/// snapshotted at every barrier (Arroyo's global keyed table, reduced).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct OperatorState {
-    pub values: BTreeMap<String, Value>,
-}
+use crate::output::{RejectedMessage, RowChecker, SourceOutput};
 
 /// Handed to a sink (or any non-source operator) subtask.
 pub struct OperatorContext {
@@ -472,6 +465,17 @@ impl SourceCollector {
         permit.forget();
         self.output.batch(batch, want)
     }
+}
+
+/// What the runtime plugs into a [`SourceContext`] of one source subtask (the fields a connector does not touch).
+#[derive(Clone)]
+pub struct SourceRuntime {
+    pub output: Arc<dyn SourceOutput>,
+    pub pull_state: Arc<PullState>,
+    /// `RuntimeConfig::drain`: the final barrier carries the watermark at the end of time.
+    pub drain: bool,
+    /// This process's watermark alignment groups.
+    pub alignment: Arc<crate::alignment::Alignment>,
 }
 
 #[cfg(test)]

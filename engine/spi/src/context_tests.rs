@@ -48,7 +48,7 @@ impl SourceOutput for Recorder {
     fn finished(&self) -> anyhow::Result<()> {
         Ok(())
     }
-    fn snapshot(&self, _: &crate::TaskInfo, _: u64, _: OperatorState) {}
+    fn snapshot(&self, _: &crate::TaskInfo, _: u64, _: crate::OperatorState) {}
     fn end_of_input(&self, _: &crate::TaskInfo) {}
 }
 

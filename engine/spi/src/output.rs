@@ -3,13 +3,10 @@
 //! row checks the plan runs before rows are emitted. The runtime and the plan implement
 //! these traits; the SPI knows nothing of Timely or DataFusion.
 
-use std::sync::Arc;
-
 use arrow::array::RecordBatch;
 use tokio::sync::Semaphore;
 
-use crate::context::OperatorState;
-use crate::{TaskInfo, Watermark};
+use crate::{OperatorState, TaskInfo, Watermark};
 
 /// Where one source subtask's output goes, in the order it is sent. Every method but
 /// `permits` and `max_batch_rows` fails only when the dataflow is gone.
@@ -58,16 +55,4 @@ pub struct RejectedMessage {
     /// `CAST(v AS BIGINT)` failed: Cast error: Cannot cast string 'x' to value of Int64
     /// type``.
     pub failure: String,
-}
-
-/// What the runtime plugs into a [`SourceContext`](crate::SourceContext) of one source
-/// subtask (the fields a connector does not touch).
-#[derive(Clone)]
-pub struct SourceRuntime {
-    pub output: Arc<dyn SourceOutput>,
-    pub pull_state: Arc<crate::PullState>,
-    /// `RuntimeConfig::drain`: the final barrier carries the watermark at the end of time.
-    pub drain: bool,
-    /// This process's watermark alignment groups.
-    pub alignment: Arc<crate::alignment::Alignment>,
 }

@@ -26,7 +26,7 @@ use sqlparser::tokenizer::Location;
 
 use super::catalog::Catalog;
 use super::clauses::at;
-use super::parse::SqlError;
+use super::error::SqlError;
 use super::select::{
     find_function, output_item, planning_error, refuse_replay_unsafe, schema_of, select_items,
     to_physical, where_text,

@@ -12,7 +12,7 @@ use sqlparser::ast::{
 use sqlparser::keywords::Keyword;
 use sqlparser::tokenizer::{Location, Token, TokenWithSpan};
 
-use super::parse::SqlError;
+use super::error::SqlError;
 
 /// The tokens of one statement, to find where a refused clause was written.
 pub(crate) struct StatementTokens<'a> {
@@ -535,6 +535,18 @@ fn check_from(t: &TableWithJoins, what: &str, st: &StatementTokens) -> Result<()
             format!("{what}: FROM must name a source table or a subquery (functions, LATERAL and UNNEST are not supported)"),
         )),
     }
+}
+
+/// A possibly qualified name as written, its parts joined by dots.
+pub(crate) fn object_name(n: &sqlparser::ast::ObjectName) -> String {
+    n.0.iter()
+        .map(|p| {
+            p.as_ident()
+                .map(|i| i.value.clone())
+                .unwrap_or_else(|| p.to_string())
+        })
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 #[cfg(test)]

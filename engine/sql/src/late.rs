@@ -7,30 +7,11 @@
 
 use std::sync::Arc;
 
-use super::parse::{InsertDef, SqlError, TableDef};
-use super::plan::plan_query;
+use super::error::SqlError;
+use super::parse::InsertDef;
+use super::plan::{plan_query, LATE_ROWS_OPTION};
 use pubsub_engine_plan::{PlannedQuery, PlannedTable};
-use pubsub_engine_spi::{ConnectionType, ConnectorOptions};
-
-/// The option, on a source table.
-pub const OPTION: &str = "scan.late-rows.table";
-
-/// Pulls [`OPTION`] from a table's options. Errors: an empty value (naming the table).
-pub(crate) fn option(
-    t: &TableDef,
-    options: &mut ConnectorOptions,
-) -> Result<Option<String>, SqlError> {
-    let value = options
-        .pull_opt_str(OPTION)
-        .map_err(|x| SqlError(format!("table '{}': {x}", t.name)))?;
-    match value {
-        Some(v) if v.trim().is_empty() => Err(SqlError(format!(
-            "table '{}': option '{OPTION}' is invalid: must name a sink table, was '{v}'",
-            t.name
-        ))),
-        v => Ok(v),
-    }
-}
+use pubsub_engine_spi::ConnectionType;
 
 /// The late-rows table of `ins`'s source when `ins` is a windowed query (a stateless
 /// query has no late rows).
@@ -45,7 +26,7 @@ pub(crate) fn table_of(tables: &[(String, PlannedTable)], ins: &InsertDef) -> Op
 }
 
 /// Adds, after `queries`, the query writing the late rows of each windowed query whose
-/// source has [`OPTION`], and has that window's first stage keep the source row.
+/// source has [`LATE_ROWS_OPTION`], and has that window's first stage keep the source row.
 ///
 /// Errors name the source table, the option and its value: no such table, a table that
 /// is read, a column the source does not have or cannot fill exactly, or a table that
@@ -62,7 +43,7 @@ pub(crate) fn plan_late_queries(
         let source = &q.source.connection.name;
         let e = |m: String| {
             SqlError(format!(
-                "table '{source}': option '{OPTION}' ('{table}'): {m}"
+                "table '{source}': option '{LATE_ROWS_OPTION}' ('{table}'): {m}"
             ))
         };
         let sink = find(&table).map_err(|x| e(x.0))?;

@@ -11,9 +11,11 @@ mod aggregate;
 mod catalog;
 mod clauses;
 mod dialect;
+mod error;
 mod graph;
 mod late;
 mod parse;
+mod pipeline;
 mod plan;
 mod sample;
 mod schemas;
@@ -41,10 +43,12 @@ mod window_oracle_tests;
 #[cfg(test)]
 mod window_tests;
 
+pub use error::SqlError;
 pub use graph::{GraphError, GraphTable, PipelineGraph};
-pub use parse::{parse_pipeline, InsertDef, PipelineSql, SqlError, TableDef};
+pub use parse::{parse_pipeline, InsertDef, PipelineSql, TableDef};
+pub use pipeline::plan_pipeline;
+pub use plan::plan_tables;
 pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};
-pub use plan::{plan_pipeline, plan_tables};
 pub use sample::plan_sample_select;
 pub use schemas::resolve_schemas;
 pub use watermark::{WatermarkDef, DEFAULT_DELAY as DEFAULT_OUT_OF_ORDERNESS};

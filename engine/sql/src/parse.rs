@@ -9,22 +9,10 @@ use sqlparser::ast::{
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
 
-use super::clauses::{at, check_create_table, check_insert, StatementTokens};
+use super::clauses::{at, check_create_table, check_insert, object_name, StatementTokens};
 use super::dialect::PipelineDialect;
+use super::error::SqlError;
 use pubsub_engine_spi::{ConnectorOptions, FieldType, SourceField};
-
-/// A SQL error: syntax errors carry sqlparser's `Line: L, Column: C`; planning errors name
-/// the table, column or option at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SqlError(pub String);
-
-impl fmt::Display for SqlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for SqlError {}
 
 fn err<T>(msg: impl Into<String>) -> Result<T, SqlError> {
     Err(SqlError(msg.into()))
@@ -313,17 +301,6 @@ fn collect_selects<'a>(body: &'a SetExpr, out: &mut Vec<&'a Select>) {
         }
         _ => {}
     }
-}
-
-pub(crate) fn object_name(n: &ObjectName) -> String {
-    n.0.iter()
-        .map(|p| {
-            p.as_ident()
-                .map(|i| i.value.clone())
-                .unwrap_or_else(|| p.to_string())
-        })
-        .collect::<Vec<_>>()
-        .join(".")
 }
 
 fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {

@@ -4,74 +4,16 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 
-use super::parse::{InsertDef, PipelineSql, SqlError, TableDef};
+use super::error::SqlError;
+use super::parse::{InsertDef, PipelineSql, TableDef};
 use super::select::plan_select;
-use pubsub_engine_plan::{PlannedPipeline, PlannedQuery, PlannedTable, SelectPlan};
+use pubsub_engine_plan::{PlannedQuery, PlannedTable, SelectPlan};
 use pubsub_engine_spi::record_id::{RECORD_ID_COLUMN, RECORD_KEY, RECORD_KEY_COLUMN};
 use pubsub_engine_spi::{
     BadData, ConnectionSchema, ConnectionType, ErasedConnector, FieldType, Format, SourceField,
     TimestampFormat,
 };
 use pubsub_engine_spi::{EVENT_TIME, EVENT_TIME_COLUMN};
-
-/// Binds tables to connectors (pulling and validating every option) and queries to tables.
-///
-/// Errors name the table and, for options, the key and value; type and nullability
-/// errors name both columns with their SQL types.
-pub fn plan_pipeline(
-    sql: &PipelineSql,
-    connectors: &[Arc<dyn ErasedConnector>],
-) -> Result<PlannedPipeline, SqlError> {
-    let mut tables = Vec::new();
-    for t in &sql.tables {
-        tables.push((t.name.clone(), plan_table(t, connectors)?));
-    }
-    for ins in &sql.inserts {
-        give_record_keys(&mut tables, &ins.source, &ins.sink)?;
-        give_event_time(&mut tables, ins)?;
-        if let Some(late) = super::late::table_of(&tables, ins) {
-            give_record_keys(&mut tables, &ins.source, &late)?;
-        }
-    }
-    let find = |name: &str| {
-        tables
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, t)| t.clone())
-            .ok_or_else(|| {
-                SqlError(format!(
-                    "table '{name}' is not defined (CREATE TABLE it first)"
-                ))
-            })
-    };
-    let mut queries = Vec::new();
-    for (i, ins) in sql.inserts.iter().enumerate() {
-        let source = find(&ins.source)?;
-        let sink = find(&ins.sink)?;
-        if source.connection.connection_type != ConnectionType::Source {
-            return Err(SqlError(format!(
-                "table '{}' is a sink and cannot be read by SELECT",
-                ins.source
-            )));
-        }
-        if sink.connection.connection_type != ConnectionType::Sink {
-            return Err(SqlError(format!(
-                "table '{}' is a source and cannot be written by INSERT",
-                ins.sink
-            )));
-        }
-        let what = format!("INSERT INTO {}", ins.sink);
-        queries.push(plan_query(format!("q{i}"), ins, &what, source, sink)?);
-    }
-    super::late::plan_late_queries(&mut queries, &find)?;
-    if queries.is_empty() {
-        return Err(SqlError(
-            "the pipeline has no INSERT INTO ... SELECT statement".into(),
-        ));
-    }
-    check_exclusive_sources(&tables, "declare one table and read it from every INSERT")?;
-    Ok(PlannedPipeline { queries })
-}
 
 /// When table `sink` stamps record ids ([`crate::Connector::sink_record_ids`]), has
 /// source table `source` give its rows a record key: a hidden trailing column filled
@@ -598,7 +540,7 @@ fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
         || (to == Text && from != Bytea)
 }
 
-fn plan_table(
+pub(crate) fn plan_table(
     t: &TableDef,
     connectors: &[Arc<dyn ErasedConnector>],
 ) -> Result<PlannedTable, SqlError> {
@@ -609,7 +551,7 @@ fn plan_table(
         ));
     }
     let (connector, mut options, schema) = table_head(t, connectors)?;
-    let late_rows = super::late::option(t, &mut options)?;
+    let late_rows = late_rows_option(t, &mut options)?;
     let connection = connector
         .from_options(&t.name, &mut options, &schema)
         .map_err(|x| e(format!("{x:#}")))?;
@@ -636,14 +578,14 @@ fn plan_table(
         "json.timestamp-format",
         "event_time_field",
         "watermark_field",
-        super::late::OPTION,
+        LATE_ROWS_OPTION,
     ];
     known.extend_from_slice(connector.known_options());
     options.finish(&known).map_err(|x| e(x.to_string()))?;
     if late_rows.is_some() && connection.connection_type == ConnectionType::Sink {
         return Err(e(format!(
             "is a sink: option '{}' applies to a table that is read",
-            super::late::OPTION
+            LATE_ROWS_OPTION
         )));
     }
     Ok(PlannedTable {
@@ -713,7 +655,8 @@ pub(crate) fn table_head(
             })?
         }
     };
-    let event_time = super::watermark::event_time(t, &mut options)?;
+    let event_time =
+        super::watermark::event_time(&t.name, &t.fields, t.watermark.as_ref(), &mut options)?;
     let schema = ConnectionSchema {
         format,
         timestamp_format,
@@ -722,4 +665,24 @@ pub(crate) fn table_head(
         event_time,
     };
     Ok((connector, options, schema))
+}
+
+/// A source table's option naming the sink table its late rows go to (decision 0045).
+pub const LATE_ROWS_OPTION: &str = "scan.late-rows.table";
+
+/// Pulls [`LATE_ROWS_OPTION`] from a table's options. Errors: an empty value (naming the table).
+fn late_rows_option(
+    t: &TableDef,
+    options: &mut pubsub_engine_spi::ConnectorOptions,
+) -> Result<Option<String>, SqlError> {
+    let value = options
+        .pull_opt_str(LATE_ROWS_OPTION)
+        .map_err(|x| SqlError(format!("table '{}': {x}", t.name)))?;
+    match value {
+        Some(v) if v.trim().is_empty() => Err(SqlError(format!(
+            "table '{}': option '{LATE_ROWS_OPTION}' is invalid: must name a sink table, was '{v}'",
+            t.name
+        ))),
+        v => Ok(v),
+    }
 }

@@ -6,9 +6,9 @@ use sqlparser::ast::{SetExpr, Statement, TableFactor};
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
 
-use super::clauses::{at, check_query, StatementTokens};
+use super::clauses::{at, check_query, object_name, StatementTokens};
 use super::dialect::PipelineDialect;
-use super::parse::{object_name, SqlError};
+use super::error::SqlError;
 use super::select::plan_select;
 use pubsub_engine_plan::SelectPlan;
 use pubsub_engine_spi::ConnectionSchema;

@@ -24,7 +24,7 @@ use sqlparser::tokenizer::Location;
 
 use super::catalog::Catalog;
 use super::clauses::at;
-use super::parse::SqlError;
+use super::error::SqlError;
 use pubsub_engine_plan::coercion::find_lossy;
 use pubsub_engine_plan::eval::checked_exprs;
 use pubsub_engine_plan::type_words::{field_type, message, sql_type};

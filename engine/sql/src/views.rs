@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use sqlparser::ast::{ObjectName, Query, SetExpr, Spanned, Statement, TableAlias, TableFactor};
 
-use super::clauses::{at, check_query, StatementTokens};
-use super::parse::{object_name, SqlError};
+use super::clauses::{at, check_query, object_name, StatementTokens};
+use super::error::SqlError;
 
 /// The views of a pipeline file so far, by name.
 #[derive(Default)]

@@ -14,8 +14,8 @@ use sqlparser::tokenizer::{Location, Token, TokenWithSpan};
 
 use super::clauses::at;
 use super::dialect::PipelineDialect;
-use super::parse::{SqlError, TableDef};
-use pubsub_engine_spi::{ConnectorOptions, EventTime, FieldType};
+use super::error::SqlError;
+use pubsub_engine_spi::{ConnectorOptions, EventTime, FieldType, SourceField};
 
 /// A table's `WATERMARK FOR` clause as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,17 +224,19 @@ fn interval(iv: &Interval) -> Result<Duration, String> {
 /// watermark equal to the event time; Arroyo's computed watermark columns do not exist
 /// here). Pulls those options. Errors name the table, the column or option and the value.
 pub(crate) fn event_time(
-    t: &TableDef,
+    table: &str,
+    fields: &[SourceField],
+    watermark: Option<&WatermarkDef>,
     options: &mut ConnectorOptions,
 ) -> Result<Option<EventTime>, SqlError> {
-    let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
+    let e = |m: String| SqlError(format!("table '{table}': {m}"));
     let field = options
         .pull_opt_str("event_time_field")
         .map_err(|x| e(x.to_string()))?;
     let mark = options
         .pull_opt_str("watermark_field")
         .map_err(|x| e(x.to_string()))?;
-    let (column, delay, what) = match (&t.watermark, field, mark) {
+    let (column, delay, what) = match (watermark, field, mark) {
         (Some(_), Some(f), _) | (Some(_), None, Some(f)) => {
             return Err(e(format!(
                 "has a WATERMARK FOR clause and option 'event_time_field' or 'watermark_field' (was '{f}'): use one"
@@ -259,7 +261,7 @@ pub(crate) fn event_time(
         }
         (None, None, None) => return Ok(None),
     };
-    let Some(f) = t.fields.iter().find(|f| f.name == column) else {
+    let Some(f) = fields.iter().find(|f| f.name == column) else {
         return Err(e(format!("{what}: no column '{column}'")));
     };
     if f.field_type != FieldType::Timestamp {

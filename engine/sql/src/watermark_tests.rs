@@ -12,7 +12,7 @@ fn event(sql: &str) -> Result<Option<EventTime>, String> {
     let p = parse_pipeline(&format!("{sql} {SINK}")).map_err(|e| e.to_string())?;
     let t = &p.tables[0];
     let mut options = t.options.clone();
-    event_time(t, &mut options).map_err(|e| e.to_string())
+    event_time(&t.name, &t.fields, t.watermark.as_ref(), &mut options).map_err(|e| e.to_string())
 }
 
 fn table(columns: &str, with: &str) -> String {

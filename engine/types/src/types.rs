@@ -1,5 +1,6 @@
 //! Plain data types shared between the runtime and connectors.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -393,3 +394,10 @@ pub struct TestSourceMessage {
 pub const EVENT_TIME: &str = "event-time";
 /// The hidden source column holding [`EVENT_TIME`] (not visible to SQL).
 pub const EVENT_TIME_COLUMN: &str = "__event_time";
+
+/// Operator state as JSON values by key. Restored from the last completed checkpoint and
+/// snapshotted at every barrier (Arroyo's global keyed table, reduced).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OperatorState {
+    pub values: BTreeMap<String, serde_json::Value>,
+}

@@ -7,6 +7,7 @@ use base64::Engine as _;
 
 use super::json::read_json_keys;
 use super::schema::{type_text, AvroEncoding, AvroSchema};
+use super::values::{integer, show};
 use crate::column::Column;
 use crate::value::ColumnSpec;
 use pubsub_engine_types::FieldType;
@@ -276,23 +277,6 @@ pub(crate) fn exact_f32(i: i64) -> Option<f32> {
     (f as i128 == i128::from(i)).then_some(f)
 }
 
-/// The integer an Avro integer value holds: `int` and `long` and the logical types over
-/// them (dates, times, timestamps), each written as that integer in JSON.
-pub(crate) fn integer(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) | Value::Date(i) | Value::TimeMillis(i) => Some(i64::from(*i)),
-        Value::Long(i)
-        | Value::TimeMicros(i)
-        | Value::TimestampMillis(i)
-        | Value::TimestampMicros(i)
-        | Value::TimestampNanos(i)
-        | Value::LocalTimestampMillis(i)
-        | Value::LocalTimestampMicros(i)
-        | Value::LocalTimestampNanos(i) => Some(*i),
-        _ => None,
-    }
-}
-
 /// An Avro value as JSON: records and maps as objects (keys sorted, the canonical form of
 /// JSON columns), bytes as standard base64, enums and UUIDs as strings, timestamps, dates
 /// and times as their integers. Refuses what JSON cannot hold exactly (NaN, infinities,
@@ -332,20 +316,4 @@ pub(crate) fn to_json(v: &Value) -> Result<serde_json::Value, String> {
         ),
         other => return Err(format!("{} has no exact JSON form", show(other))),
     })
-}
-
-/// A value for messages: its Avro kind and, for scalars, the value.
-pub(crate) fn show(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Boolean(b) => format!("boolean {b}"),
-        Value::Int(i) => format!("int {i}"),
-        Value::Long(i) => format!("long {i}"),
-        Value::Float(f) => format!("float {f}"),
-        Value::Double(f) => format!("double {f}"),
-        Value::String(s) => format!("string {:?}", s.chars().take(100).collect::<String>()),
-        Value::Enum(_, s) => format!("enum symbol {s:?}"),
-        Value::Union(_, inner) => show(inner),
-        other => format!("{:?}", apache_avro::schema::SchemaKind::from(other)).to_lowercase(),
-    }
 }

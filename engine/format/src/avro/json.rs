@@ -18,11 +18,12 @@ use apache_avro::Schema;
 use base64::Engine as _;
 use serde_json::value::RawValue;
 
-use super::decode::integer;
 use super::schema::{type_text, AvroSchema};
+use super::values::integer;
 use crate::canonical::{entries, items};
+use crate::json_str::{json_string, show};
 use crate::number::{exact_i32, exact_i64};
-use crate::value::{json_string, kind, show};
+use crate::value::kind;
 
 /// Deepest nesting read.
 const MAX_DEPTH: usize = 128;
@@ -391,7 +392,7 @@ pub(crate) fn write_json(
         (s, v) => {
             return Err(format!(
                 "{} cannot be written as {}",
-                super::decode::show(v),
+                super::values::show(v),
                 type_text(s)
             ))
         }

@@ -7,6 +7,7 @@ mod decode;
 mod encode;
 mod json;
 mod schema;
+mod values;
 
 #[cfg(test)]
 mod tests;

@@ -10,10 +10,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use super::layout::{FILE, POINTER};
 use super::CheckpointMetadata;
 
-/// The checkpoint file, replaced as a whole.
-pub(super) const FILE: &str = "checkpoint.json";
 /// The lock file: holds the writer's pid; locked with `File::try_lock` while it runs.
 pub(super) const LOCK: &str = "lock";
 
@@ -85,7 +84,7 @@ impl LocalDir {
                 .map(Some)
                 .with_context(|| format!("checkpoint file {} is corrupt", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let pointer = self.dir.join(super::object::POINTER);
+                let pointer = self.dir.join(POINTER);
                 if pointer.is_file() {
                     anyhow::bail!(
                         "state directory {} has no {FILE} but holds the object-store layout ({}): it was written through a file:// URL; pass --state-dir file://{} to restore it",

@@ -10,6 +10,7 @@
 //!   process of a cluster.
 
 mod job;
+mod layout;
 mod local;
 mod location;
 mod object;

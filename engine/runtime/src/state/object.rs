@@ -22,10 +22,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
+use super::layout::{FILE, POINTER};
 use super::CheckpointMetadata;
 
-/// The pointer object's name under the prefix.
-pub(super) const POINTER: &str = "latest";
 /// The folder of checkpoint objects under the prefix.
 const CHECKPOINTS: &str = "checkpoints";
 /// The pointer's format version.
@@ -122,11 +121,11 @@ impl ObjectCheckpoints {
         let Some(bytes) = self.get(POINTER).await? else {
             // A local state directory opened through `file://` (or a copied one) would
             // otherwise silently start over.
-            if self.get(super::local::FILE).await?.is_some() {
+            if self.get(FILE).await?.is_some() {
                 anyhow::bail!(
                     "{} holds {} of a local state directory but no checkpoint pointer {pointer_name}: pass its directory path (not a URL) as --state-dir to restore it",
                     self.describe,
-                    self.name(super::local::FILE)
+                    self.name(FILE)
                 );
             }
             return Ok(None);

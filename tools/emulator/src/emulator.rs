@@ -86,7 +86,7 @@ impl Emulator {
             if log_text.contains("Server started")
                 && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
             {
-                emulator.proxy_port = crate::tools::emulator_proxy::spawn_on(port, proxy_port)?;
+                emulator.proxy_port = crate::emulator_proxy::spawn_on(port, proxy_port)?;
                 return Ok(emulator);
             }
             if Instant::now() > deadline {

@@ -21,7 +21,7 @@ use h2::{RecvStream, SendStream};
 use http::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::tools::wire_log;
+use crate::wire_log;
 
 /// The size of every Publish request (its protobuf bytes, from the gRPC frame header) the
 /// proxies of this process forwarded, by the request's topic (full name): tests check that

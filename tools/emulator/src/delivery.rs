@@ -26,14 +26,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use google_cloud_pubsub::client::Subscriber;
 use google_cloud_pubsub::subscriber::handler::Handler;
 use google_cloud_pubsub::subscriber::ShutdownBehavior;
-use pubsub_schema::PubSubProfile;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-use crate::client;
 
 /// How a kept delivery goes back to the subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,13 +85,14 @@ pub struct Interloper {
 }
 
 impl Interloper {
-    /// Opens the stream on subscription `id` of `profile`'s project and starts keeping.
+    /// Opens a stream on `subscription` (a full name) with `subscriber` (a client of the
+    /// emulator, e.g. the connector's `client::subscriber`) and starts keeping.
     ///
     /// # Errors
-    /// The subscriber client could not be built.
+    /// The hold range is empty.
     pub async fn start(
-        profile: &PubSubProfile,
-        id: &str,
+        subscriber: Subscriber,
+        subscription: String,
         plan: Interference,
     ) -> anyhow::Result<Interloper> {
         anyhow::ensure!(
@@ -101,8 +100,7 @@ impl Interloper {
             "hold range {:?} is empty",
             plan.hold
         );
-        let subscriber = client::subscriber(profile).await?;
-        let name = client::subscription_path(&profile.project, id);
+        let name = subscription;
         // Its stream is shut down only once everything kept went back, and the shutdown
         // nacks what the stream still buffered: nothing is left stranded in it.
         let mut builder = subscriber

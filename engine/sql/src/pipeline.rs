@@ -1,0 +1,71 @@
+//! A parsed pipeline planned whole: every table bound to its connector, the hidden
+//! columns its queries need, every query planned, the late-rows queries added.
+
+use std::sync::Arc;
+
+use super::error::SqlError;
+use super::parse::PipelineSql;
+use super::plan::{
+    check_exclusive_sources, give_event_time, give_record_keys, plan_query, plan_table,
+};
+use pubsub_engine_plan::PlannedPipeline;
+use pubsub_engine_spi::{ConnectionType, ErasedConnector};
+
+/// Binds tables to connectors (pulling and validating every option) and queries to tables.
+///
+/// Errors name the table and, for options, the key and value; type and nullability
+/// errors name both columns with their SQL types.
+pub fn plan_pipeline(
+    sql: &PipelineSql,
+    connectors: &[Arc<dyn ErasedConnector>],
+) -> Result<PlannedPipeline, SqlError> {
+    let mut tables = Vec::new();
+    for t in &sql.tables {
+        tables.push((t.name.clone(), plan_table(t, connectors)?));
+    }
+    for ins in &sql.inserts {
+        give_record_keys(&mut tables, &ins.source, &ins.sink)?;
+        give_event_time(&mut tables, ins)?;
+        if let Some(late) = super::late::table_of(&tables, ins) {
+            give_record_keys(&mut tables, &ins.source, &late)?;
+        }
+    }
+    let find = |name: &str| {
+        tables
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+            .ok_or_else(|| {
+                SqlError(format!(
+                    "table '{name}' is not defined (CREATE TABLE it first)"
+                ))
+            })
+    };
+    let mut queries = Vec::new();
+    for (i, ins) in sql.inserts.iter().enumerate() {
+        let source = find(&ins.source)?;
+        let sink = find(&ins.sink)?;
+        if source.connection.connection_type != ConnectionType::Source {
+            return Err(SqlError(format!(
+                "table '{}' is a sink and cannot be read by SELECT",
+                ins.source
+            )));
+        }
+        if sink.connection.connection_type != ConnectionType::Sink {
+            return Err(SqlError(format!(
+                "table '{}' is a source and cannot be written by INSERT",
+                ins.sink
+            )));
+        }
+        let what = format!("INSERT INTO {}", ins.sink);
+        queries.push(plan_query(format!("q{i}"), ins, &what, source, sink)?);
+    }
+    super::late::plan_late_queries(&mut queries, &find)?;
+    if queries.is_empty() {
+        return Err(SqlError(
+            "the pipeline has no INSERT INTO ... SELECT statement".into(),
+        ));
+    }
+    check_exclusive_sources(&tables, "declare one table and read it from every INSERT")?;
+    Ok(PlannedPipeline { queries })
+}
