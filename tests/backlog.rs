@@ -104,10 +104,7 @@ async fn written(sub: &str, rows: usize) -> Vec<((i64, String), i64)> {
         .collect()
 }
 
-/// Topics `name`, a witness subscription of the input (every message's publish time),
-/// and another consumer of the input subscription doing `plan` (through the emulator's
-/// half-closing proxy, as `endpoint()` is).
-/// Another consumer of subscription `id` of the test project, with `plan`.
+/// Another consumer of subscription `id` of the test project doing `plan`.
 async fn interloper(id: &str, plan: Interference) -> Interloper {
     let p = profile();
     let subscriber = client::subscriber(&p).await.unwrap();
@@ -116,6 +113,9 @@ async fn interloper(id: &str, plan: Interference) -> Interloper {
         .unwrap()
 }
 
+/// Topics `name`, a witness subscription of the input (every message's publish time),
+/// and another consumer of the input subscription doing `plan` (through the emulator's
+/// half-closing proxy, as `endpoint()` is).
 async fn with_another_consumer(name: &str, plan: Interference) -> (Topics, String, Interloper) {
     let t = topics(name, 10).await;
     let witness = unique(&format!("{name}-witness"));

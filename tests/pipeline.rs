@@ -1,7 +1,7 @@
 //! End-to-end tests of the `pubsub-connector` binary against the real Pub/Sub emulator.
 //! Crash tests SIGKILL the real process; the ones that need the emulator to notice a dead
 //! client go through the half-closing HTTP/2 proxy that `Emulator` puts in front of it
-//! (`connector/src/tools/emulator_proxy.rs`).
+//! (`tools/emulator/src/emulator_proxy.rs`).
 
 use crate::support;
 

@@ -146,10 +146,19 @@ pub fn component(name: &str) -> &'static str {
         | "http_body_util" | "bytes" | "httparse" | "pin_project_lite" => c(3),
         "pubsub_connector_core" => connector(path),
         "pubsub_engine_format" if module("pubsub_engine_format::ser") => c(8),
+        // `json_str` writes string literals (encode) and reads and shows them (decode).
+        "pubsub_engine_format"
+            if module("pubsub_engine_format::json_str::json_string")
+                || module("pubsub_engine_format::json_str::show") =>
+        {
+            c(5)
+        }
         "pubsub_engine_format" if module("pubsub_engine_format::json_str") => c(8),
         "pubsub_engine_format" => c(5),
         "serde_json" | "serde" | "itoa" | "ryu" | "memchr" | "simdutf8" => c(5),
-        // The window state runs in the dataflow's window operator (as before issue 46).
+        // The window state runs in the dataflow's window operator (as before issue 46);
+        // the window stage's plan (`WindowKind`) was the SQL layer's.
+        "pubsub_engine_plan" if module("pubsub_engine_plan::window::stage") => c(11),
         "pubsub_engine_plan" if module("pubsub_engine_plan::window") => c(10),
         "pubsub_engine_plan" | "pubsub_engine_sql" => c(11),
         "pubsub_engine_spi"
@@ -327,6 +336,18 @@ totals: 1000
         );
         assert_eq!(of("__memcpy_avx_unaligned_erms"), COMPONENTS[14]);
         assert_eq!(of("pubsub_engine_format::json_str::write"), COMPONENTS[8]);
+        assert_eq!(
+            of("pubsub_engine_format::json_str::json_string"),
+            COMPONENTS[5]
+        );
+        assert_eq!(
+            of("pubsub_engine_plan::window::WindowState::update"),
+            COMPONENTS[10]
+        );
+        assert_eq!(
+            of("pubsub_engine_plan::eval::checked_exprs"),
+            COMPONENTS[11]
+        );
         assert_eq!(
             of("google_cloud_pubsub::subscriber::stream::Stream::next"),
             COMPONENTS[0]

@@ -481,7 +481,7 @@ fn numeric() -> Mix<Numeric> {
 
 // ---------------------------------------------------------------------------------------
 // gcs-notification: the real GCS notification body (JSON_API_V1), as the fixture tests
-// declare it (engine/src/format/tests/fixtures.rs) without its metadata and BYTEA
+// declare it (engine/format/src/tests/fixtures.rs) without its metadata and BYTEA
 // columns (arrow-json reads no base64). The payload has no nested object, so the mix has
 // no JSON column.
 
@@ -523,7 +523,7 @@ struct Gcs {
 fn gcs_notification() -> Mix<Gcs> {
     let body = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/payloads/gcs-notification-json-api-v1.json"
+        "/../../../shared/fixtures/payloads/gcs-notification-json-api-v1.json"
     ))
     .expect("the GCS notification fixture");
     let body = Bytes::from(body);

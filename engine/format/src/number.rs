@@ -27,7 +27,7 @@ struct Parts<'a> {
 /// The exponent part (`[eE][+-]?[0-9]+`, or nothing) of number text `b` from byte `i`:
 /// its value, saturated far beyond any range that matters, and the byte after it. `None`
 /// when an `e` has no digits. Shared by the JSON reader and SQL's text casts
-/// (`sql/number_text.rs`).
+/// (`plan/src/number_text.rs`).
 pub fn exponent(b: &[u8], mut i: usize) -> Option<(i64, usize)> {
     if !matches!(b.get(i), Some(b'e' | b'E')) {
         return Some((0, i));

@@ -44,7 +44,7 @@ pub fn dedup_columns(table: &PlannedTable) -> Option<DedupColumns> {
 
 impl PlannedPipeline {
     /// For a cluster of several processes: every deduplicating source table
-    /// ([`crate::Connector::source_dedup`]) gets its hidden key, message and publish-time columns,
+    /// ([`pubsub_engine_spi::Connector::source_dedup`]) gets its hidden key, message and publish-time columns,
     /// which its queries' routes hash and their sink operators check.
     ///
     /// Errors (nothing runs): a windowed query or a sink routed by an ordering key over

@@ -51,11 +51,11 @@ pub struct PlannedQuery {
     pub projection: Vec<Option<usize>>,
     pub sink_schema: SchemaRef,
     /// Index in `sink_schema` of the column rows are routed by (the sink connector's
-    /// [`sink_key`](crate::Connector::sink_key)), so that one value is written by one
+    /// [`sink_key`](pubsub_engine_spi::Connector::sink_key)), so that one value is written by one
     /// subtask; `None`: rows stay on their worker.
     pub route_by: Option<usize>,
     /// A windowed aggregate: the stages before and in the window; `select` is then what
-    /// runs on the rows a window writes when it fires (see [`super::aggregate`]).
+    /// runs on the rows a window writes when it fires (planned by the SQL front end).
     pub window: Option<Arc<crate::window::WindowPlan>>,
     /// The job running the query, set by [`PlannedPipeline::bind_job`] before it runs: it
     /// enters every record id the query stamps ([`pubsub_engine_spi::record_id::RecordProducer`]).

@@ -28,7 +28,7 @@ pub(crate) enum Control {
     /// The final checkpoint committed: stop sources and close sinks.
     Stop,
     /// Per alignment group, each process's lowest watermark of its members that are not
-    /// idle (`runtime::alignment`); a process with none is absent.
+    /// idle (`pubsub_engine_spi::alignment`); a process with none is absent.
     Alignment {
         groups: std::collections::BTreeMap<String, std::collections::BTreeMap<usize, i64>>,
     },

@@ -538,7 +538,7 @@ pub(crate) fn run_worker(
     }
 }
 
-/// The first stage of a windowed query on a source batch (see `sql/aggregate.rs`).
+/// The first stage of a windowed query on a source batch (planned by the SQL front end's `aggregate.rs`).
 fn before(
     query: &PlannedQuery,
     w: &pubsub_engine_plan::WindowPlan,

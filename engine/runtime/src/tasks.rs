@@ -27,7 +27,8 @@ pub(crate) async fn run_source(
     .await;
     let operator_id = ctx.task_info.operator_id.clone();
     let subtask = ctx.task_info.task_index;
-    // Report a failure before the collector (and so the Timely channel) is dropped.
+    // Report a failure before the collector and the context (and so the Timely channel,
+    // which their `SourcePort` holds) are dropped.
     if let Err(e) = &result {
         let _ = shared.coordinator.send(CoordEvent::TaskFailed {
             operator_id: operator_id.clone(),

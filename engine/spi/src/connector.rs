@@ -356,7 +356,7 @@ pub trait ErasedConnector: Send + Sync {
     /// saying which.
     ///
     /// Named as Arroyo names it; where both traits are in scope (e.g. `use
-    /// pubsub_engine::*`), a connector calls its typed one as
+    /// pubsub_engine_spi::*`), a connector calls its typed one as
     /// `Connector::from_config(self, ...)`.
     fn from_config(
         &self,

@@ -97,7 +97,9 @@ pub struct SourceContext {
     /// The job's time between checkpoints: a source holding work until commit sizes its
     /// leases against it.
     pub checkpoint_interval: std::time::Duration,
-    /// Set by the runtime: where reports go, the pull state, `--drain`, alignment.
+    /// Set by the runtime: where reports go, the pull state, `--drain`, alignment. Hidden
+    /// from the docs: a connector reaches these only through the context's methods.
+    #[doc(hidden)]
     pub runtime: SourceRuntime,
 }
 
@@ -225,6 +227,7 @@ pub struct SourceCollector {
 
 impl SourceCollector {
     /// A collector of rows of `out_schema` into `output` (made by the runtime).
+    #[doc(hidden)]
     pub fn new(
         out_schema: SchemaRef,
         output: Arc<dyn SourceOutput>,
@@ -349,6 +352,7 @@ impl SourceCollector {
     }
 
     /// The SELECTs `check_rows` runs (set by the runtime).
+    #[doc(hidden)]
     pub fn set_row_checks(&mut self, checks: Arc<dyn RowChecker>) {
         self.row_checks = Some(checks);
     }

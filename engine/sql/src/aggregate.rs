@@ -4,7 +4,7 @@
 //!
 //! 1. **Before** (a [`SelectPlan`] on each source batch, in the reading worker): the WHERE,
 //!    then the group keys, the aggregates' arguments and the row's event time as columns.
-//! 2. **The window** ([`WindowPlan`], run by `runtime/window.rs` on the worker owning each
+//! 2. **The window** ([`WindowPlan`], run by the window state (`plan/src/window/`) on the worker owning each
 //!    group key): DataFusion's own aggregate functions, state per window and key.
 //! 3. **After** (a [`SelectPlan`] on the rows a window writes when it fires): HAVING, the
 //!    outer query's WHERE and select list, folded into one filter and projection.

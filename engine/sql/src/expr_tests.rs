@@ -301,7 +301,7 @@ fn integer_overflow_and_division_by_zero_are_row_failures() {
 
 const PAYLOADS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/payloads/"
+    "/../../../shared/fixtures/payloads/"
 );
 
 /// A batch whose `j` column holds each of `docs` (and `s` the same text).

@@ -1,12 +1,12 @@
 //! A pipeline built in Rust instead of SQL (SPEC 1, way 3): tables from typed connector
 //! configs, wired source -> sink into the same [`PlannedPipeline`] that
 //! [`plan_pipeline`](crate::plan_pipeline) makes from a pipeline file, so
-//! [`run_pipeline`](crate::runtime::run_pipeline) runs it the same way.
+//! the runtime's `run_pipeline` (`pubsub-engine-runtime`) runs it the same way.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # use pubsub_engine::{Connector, ConnectionSchema, FieldType, SourceField};
-//! # use pubsub_engine::graph::{GraphTable, PipelineGraph};
+//! # use pubsub_engine_spi::{Connector, ConnectionSchema, FieldType, SourceField};
+//! # use pubsub_engine_sql::{GraphTable, PipelineGraph};
 //! # fn demo<C: Connector + Clone>(c: C, src_profile: C::ProfileT, src_table: C::TableT,
 //! #     dst_profile: C::ProfileT, dst_table: C::TableT) -> anyhow::Result<()> {
 //! let bids = GraphTable::new(c.clone(), "bids", src_profile, src_table, ConnectionSchema::json(vec![
@@ -18,7 +18,7 @@
 //!     SourceField::new("price", FieldType::Bigint),
 //! ]))?;
 //! let plan = PipelineGraph::new().pipe(&bids, &out)?.build()?;
-//! // pubsub_engine::runtime::run_pipeline(plan, RuntimeConfig { .. }, StopHandle::new()).await
+//! // pubsub_engine_runtime::run_pipeline(plan, RuntimeConfig { .. }, StopHandle::new()).await
 //! # Ok(()) }
 //! ```
 //!
@@ -32,14 +32,14 @@
 //!   `json.timestamp-format` only with format `json`, every `METADATA FROM` key known to
 //!   the connector with an allowed type, plus whatever the connector's `from_config`
 //!   checks. Whether it is a source or a sink is the connector's
-//!   [`table_type`](crate::Connector::table_type) of the config.
+//!   [`table_type`](pubsub_engine_spi::Connector::table_type) of the config.
 //! - [`PipelineGraph::pipe`]`(source, sink)` adds one query, checked and planned exactly as
 //!   `INSERT INTO sink SELECT <every sink column, by name> FROM source` is (same planner
 //!   functions): every sink column is filled from the source column of the same name,
 //!   which must exist, have the same type or one that converts exactly (INT -> BIGINT,
 //!   INT/FLOAT -> DOUBLE, anything but BYTEA -> TEXT), and be NOT NULL when the sink
 //!   column is. Source columns the sink does not name are not written. Rows are routed by
-//!   the sink connector's [`sink_key`](crate::Connector::sink_key) column, as in SQL.
+//!   the sink connector's [`sink_key`](pubsub_engine_spi::Connector::sink_key) column, as in SQL.
 //! - Query ids are `q0`, `q1`, ... in `pipe` order, as SQL numbers its INSERTs: checkpoints
 //!   key operator state by query id (sinks, `q0-sink-out`) and table name (sources,
 //!   `source-bids`), so to restore a checkpoint a program must add the same pipes in the
@@ -280,7 +280,7 @@ impl PipelineGraph {
         Ok(self)
     }
 
-    /// The pipeline to run with [`run_pipeline`](crate::runtime::run_pipeline).
+    /// The pipeline to run with the runtime's `run_pipeline` (`pubsub-engine-runtime`).
     ///
     /// Errors: the graph has no pipe.
     pub fn build(self) -> Result<PlannedPipeline, GraphError> {

@@ -12,7 +12,7 @@ mod catalog;
 mod clauses;
 mod dialect;
 mod error;
-mod graph;
+pub mod graph;
 mod late;
 mod parse;
 mod pipeline;

@@ -15,7 +15,7 @@ use pubsub_engine_spi::{
 };
 use pubsub_engine_spi::{EVENT_TIME, EVENT_TIME_COLUMN};
 
-/// When table `sink` stamps record ids ([`crate::Connector::sink_record_ids`]), has
+/// When table `sink` stamps record ids ([`pubsub_engine_spi::Connector::sink_record_ids`]), has
 /// source table `source` give its rows a record key: a hidden trailing column filled
 /// from metadata key [`RECORD_KEY`] (see [`pubsub_engine_spi::record_id`]), once per table. Unknown
 /// tables and a source used as a sink are left to the query's own checks.
@@ -152,7 +152,7 @@ fn visible(schema: &ConnectionSchema) -> ConnectionSchema {
 }
 
 /// Plans the tables of `sql` alone, as `run` would, without needing an INSERT: for a UI
-/// that checks a `CREATE TABLE` statement it wrote. Errors as [`plan_pipeline`]'s.
+/// that checks a `CREATE TABLE` statement it wrote. Errors as [`plan_pipeline`](crate::plan_pipeline)'s.
 pub fn plan_tables(
     sql: &PipelineSql,
     connectors: &[Arc<dyn ErasedConnector>],
@@ -166,7 +166,7 @@ pub fn plan_tables(
 /// Plans `ins` (whose tables are `source`, a source table, and `sink`, a sink table) as
 /// query `id`: its projection (see [`plan_projection`]; `what` starts its errors), the
 /// sink's Arrow schema and the column rows are routed by
-/// ([`sink_key`](crate::Connector::sink_key)). `text` is `ins` in canonical form.
+/// ([`sink_key`](pubsub_engine_spi::Connector::sink_key)). `text` is `ins` in canonical form.
 pub(crate) fn plan_query(
     id: String,
     ins: &InsertDef,

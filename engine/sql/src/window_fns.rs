@@ -2,7 +2,7 @@
 //! group items (Arroyo's form, issue 32 item 3). To DataFusion's planner they are scalar
 //! functions returning the window as `STRUCT<start TIMESTAMP, end TIMESTAMP>`, so that
 //! `window.start` plans in an outer SELECT; they are never evaluated: the window operator
-//! computes each row's windows from its event time (`runtime/window.rs`).
+//! computes each row's windows from its event time (`plan/src/window/`).
 
 use std::any::Any;
 use std::sync::Arc;

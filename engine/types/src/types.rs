@@ -260,10 +260,10 @@ impl SourceField {
 
 /// The declared shape of a table (Arroyo's `ConnectionSchema`, reduced).
 ///
-/// Built by hand (e.g. for a `PipelineGraph` (the SQL front end)):
+/// Built by hand (e.g. for a `PipelineGraph` of the SQL front end):
 ///
 /// ```
-/// use pubsub_engine::{ConnectionSchema, FieldType, SourceField};
+/// use pubsub_engine_types::{ConnectionSchema, FieldType, SourceField};
 /// let schema = ConnectionSchema::json(vec![
 ///     SourceField::new("seq", FieldType::Bigint),
 ///     SourceField::new("mid", FieldType::Text).not_null().metadata_from("message-id"),

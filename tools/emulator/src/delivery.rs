@@ -14,7 +14,7 @@
 //! one stream (always publish order here), and server-closed streams (the half-closing
 //! proxy of [`super::emulator_proxy`] and the TCP cutter do those).
 //!
-//! Give it a profile through the emulator's half-closing proxy
+//! Give it a subscriber client of the emulator's half-closing proxy
 //! ([`super::emulator_proxy`]): a stream whose connection just vanishes strands its
 //! leases in the emulator for minutes, nacks sent before the close included.
 //!

@@ -7,7 +7,7 @@ use pubsub_engine_types::TimestampFormat::Rfc3339;
 
 const DIR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/payloads/"
+    "/../../../shared/fixtures/payloads/"
 );
 
 fn fixture(name: &str) -> Vec<u8> {
