@@ -19,9 +19,21 @@ use tokio::task::JoinHandle;
 pub struct TcpCutter {
     pub port: u16,
     upstream: String,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    tasks: Arc<Mutex<Tasks>>,
+    /// A second handle on the listening socket: `cut` shuts it down at once, where
+    /// aborting the accept task closes the port only when the runtime next polls it.
+    listening: Mutex<Option<socket2::Socket>>,
     stalled: watch::Sender<bool>,
     upload: Arc<Mutex<Pace>>,
+}
+
+/// The tasks of the open port and its connections.
+#[derive(Default)]
+struct Tasks {
+    /// Counts cuts: an accept task that finds it moved on was cut while it accepted,
+    /// and drops that connection.
+    cuts: u64,
+    running: Vec<JoinHandle<()>>,
 }
 
 /// The upload limit, shared by every connection: a byte may leave only at its slot.
@@ -60,10 +72,11 @@ impl TcpCutter {
             port,
             upstream: upstream.to_string(),
             tasks: Default::default(),
+            listening: Mutex::new(None),
             stalled: watch::channel(false).0,
             upload: Default::default(),
         };
-        c.serve(listener);
+        c.serve(listener)?;
         Ok(c)
     }
 
@@ -72,8 +85,11 @@ impl TcpCutter {
         format!("127.0.0.1:{}", self.port)
     }
 
-    fn serve(&self, listener: TcpListener) {
+    fn serve(&self, listener: TcpListener) -> anyhow::Result<()> {
+        let second = std::os::fd::AsFd::as_fd(&listener).try_clone_to_owned()?;
+        *self.listening.lock().expect("cutter lock") = Some(socket2::Socket::from(second));
         let tasks = self.tasks.clone();
+        let cuts = tasks.lock().expect("cutter lock").cuts;
         let upstream = self.upstream.clone();
         let stalled = self.stalled.subscribe();
         let upload = self.upload.clone();
@@ -87,15 +103,28 @@ impl TcpCutter {
                         forward(down, up, stalled, upload).await;
                     }
                 });
-                tasks.lock().expect("cutter lock").push(conn);
+                let mut tasks = tasks.lock().expect("cutter lock");
+                if tasks.cuts != cuts {
+                    conn.abort();
+                    return;
+                }
+                tasks.running.push(conn);
             }
         });
-        self.tasks.lock().expect("cutter lock").push(accept);
+        self.tasks.lock().expect("cutter lock").running.push(accept);
+        Ok(())
     }
 
-    /// Drops every connection and closes the port.
+    /// Closes the port (a connect after this returns is refused) and drops every
+    /// connection (their ends close as soon as the runtime runs the aborted tasks).
     pub fn cut(&self) {
-        for t in self.tasks.lock().expect("cutter lock").drain(..) {
+        if let Some(listening) = self.listening.lock().expect("cutter lock").take() {
+            // Linux stops listening on a shutdown; the accept task then ends on its error.
+            let _ = listening.shutdown(std::net::Shutdown::Read);
+        }
+        let mut tasks = self.tasks.lock().expect("cutter lock");
+        tasks.cuts += 1;
+        for t in tasks.running.drain(..) {
             t.abort();
         }
     }
@@ -114,8 +143,7 @@ impl TcpCutter {
                 Err(e) => anyhow::bail!("cannot bind 127.0.0.1:{} again: {e}", self.port),
             }
         };
-        self.serve(listener);
-        Ok(())
+        self.serve(listener)
     }
 
     /// Stalls (`true`) or resumes (`false`) every connection, open and new: while
@@ -232,6 +260,22 @@ mod tests {
             "idle time is not saved up"
         );
         assert_eq!(pace.uploaded, 2250);
+    }
+
+    /// The port is closed when `cut` returns, before the runtime runs any task: a
+    /// caller that connects right after a cut must be refused (CI failure of stop 51,
+    /// where the aborted accept task still held the listener).
+    #[tokio::test]
+    async fn the_port_is_closed_when_cut_returns() {
+        let cutter = TcpCutter::start(&echo_server().await).await.unwrap();
+        for round in 0..20 {
+            let mut s = TcpStream::connect(cutter.endpoint()).await.unwrap();
+            assert_eq!(roundtrip(&mut s, b"up").await.unwrap(), b"up");
+            cutter.cut();
+            let refused = std::net::TcpStream::connect(cutter.endpoint());
+            assert!(refused.is_err(), "round {round}: connected after the cut");
+            cutter.restore().await.unwrap();
+        }
     }
 
     #[tokio::test]
