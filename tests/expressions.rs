@@ -428,6 +428,91 @@ async fn a_row_failure_follows_the_failure_policy_dead_letter_or_drop() {
     }
 }
 
+/// Issue 47, item 3: an integer into a narrower sink column (`BIGINT` into `INT`,
+/// `BIGINT UNSIGNED` into `BIGINT`) is planned as a checked conversion: the message whose
+/// value does not fit is dead-lettered whole, naming the column and its range, and every
+/// value that fits is written exactly (the ranges' edges included); nothing wraps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_integer_into_a_narrower_sink_column_is_checked_per_row() {
+    pubsub_emulator_tools::wire_log::enable();
+    let p = profile();
+    let t = topics("narrow", 60).await;
+    let dead = unique("narrow-dead");
+    let dead_sub = unique("narrow-dead-sub");
+    admin::create_topic(&p, &dead).await.unwrap();
+    admin::create_subscription(&p, &dead_sub, &dead, 60)
+        .await
+        .unwrap();
+    let values: [(&str, &str); 6] = [
+        ("2147483647", "9223372036854775807"),
+        ("2147483648", "1"),
+        ("-2147483648", "0"),
+        ("-2147483649", "2"),
+        ("5", "9223372036854775808"),
+        ("-7", "18446744073709551615"),
+    ];
+    let fits = [true, false, true, false, false, false];
+    let ids = admin::publish_all(
+        &p,
+        &t.input,
+        values
+            .iter()
+            .map(|(n, u)| format!("{{\"n\": {n}, \"u\": {u}}}").into_bytes())
+            .collect(),
+        10,
+    )
+    .await
+    .unwrap();
+    let sql = format!(
+        "CREATE TABLE src (n BIGINT, u BIGINT UNSIGNED, mid TEXT NOT NULL METADATA FROM 'message-id')
+         WITH ('connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+               'emulator-endpoint' = '{ep}', 'scan.deserialization-failure-policy' = 'dead-letter',
+               'scan.dead-letter.topic' = '{dead}', 'scan.dead-letter.emulator-endpoint' = '{ep}');
+         CREATE TABLE dst (n INT, u BIGINT, mid TEXT) WITH ('connector' = 'pubsub',
+               'project' = '{PROJECT}', 'topic' = '{out}', 'emulator-endpoint' = '{ep}');
+         INSERT INTO dst SELECT n, u, mid FROM src;",
+        sub = t.input_sub,
+        out = t.output,
+        ep = endpoint()
+    );
+    let (code, _stdout, stderr) = run_until_idle(&sql).await;
+    assert_eq!(code, 0, "{stderr}");
+    let rows = rows_by_mid(&t.output_sub, Some(2)).await;
+    assert_eq!(rows.len(), 2, "only the rows that fit: {rows:?}");
+    for (i, (n, u)) in values.iter().enumerate().filter(|(i, _)| fits[*i]) {
+        assert_eq!(rows[&ids[i]]["n"].to_string(), *n, "{}", ids[i]);
+        assert_eq!(rows[&ids[i]]["u"].to_string(), *u, "{}", ids[i]);
+    }
+    assert_all_acked(&t.input_sub);
+    let letters = admin::drain_messages(&p, &dead_sub, 1, Some(4), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut got: Vec<String> = letters
+        .iter()
+        .map(|m| m.attributes["dlq-message-id"].clone())
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = (0..values.len())
+        .filter(|i| !fits[*i])
+        .map(|i| ids[i].clone())
+        .collect();
+    want.sort();
+    assert_eq!(got, want, "the messages that do not fit, once each");
+    for m in &letters {
+        let error = &m.attributes["dlq-error"];
+        let id = &m.attributes["dlq-message-id"];
+        let column = if *id == ids[1] || *id == ids[3] {
+            "does not fit column 'n' of table 'dst' (INT: -2147483648 to 2147483647)"
+        } else {
+            "does not fit column 'u' of table 'dst' (BIGINT: -9223372036854775808 to 9223372036854775807)"
+        };
+        assert!(
+            error.contains(column) && error.contains("never wrapped"),
+            "{id}: {error}"
+        );
+    }
+}
+
 #[test]
 fn sql_that_is_not_implemented_is_refused_with_its_position() {
     let tables = "CREATE TABLE s (a BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');

@@ -135,11 +135,11 @@ fn sql_is_read_as_written() {
     assert!(e.contains("declares column 'first_name' twice"), "{e}");
     let e = plan_error(
         "CREATE TABLE o (n BIGINT) WITH ('connector' = 'pubsub', 'project' = 'p', 'subscription' = 's', 'emulator-endpoint' = '127.0.0.1:1');
-         CREATE TABLE d (n INT) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
+         CREATE TABLE d (n DOUBLE) WITH ('connector' = 'pubsub', 'project' = 'p', 'topic' = 't', 'emulator-endpoint' = '127.0.0.1:1');
          INSERT INTO d SELECT n FROM o;",
     );
     assert!(
-        e.contains("column 'n' (BIGINT) of 'o' cannot be written to column 'n' (INT)"),
+        e.contains("column 'n' (BIGINT) of 'o' cannot be written to column 'n' (DOUBLE)"),
         "{e}"
     );
 }

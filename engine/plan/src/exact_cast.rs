@@ -40,6 +40,24 @@ pub fn exact_cast(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<ExactCas
         expr: expr.clone(),
         to: to.clone(),
         try_,
+        into: None,
+    })
+}
+
+/// `expr` converted into a narrower integer sink column of Arrow type `to` (issue 47:
+/// `BIGINT` into `INT`, `BIGINT UNSIGNED` into `BIGINT`, a signed integer into an
+/// unsigned one): a value that does not fit fails its row, never wraps. `column` names
+/// the sink column for the error (`column 'n' of table 'dst'`).
+pub fn into_sink_column(
+    expr: Arc<dyn PhysicalExpr>,
+    to: DataType,
+    column: String,
+) -> Arc<dyn PhysicalExpr> {
+    Arc::new(ExactCast {
+        expr,
+        to,
+        try_: false,
+        into: Some(column),
     })
 }
 
@@ -56,6 +74,8 @@ pub struct ExactCast {
     expr: Arc<dyn PhysicalExpr>,
     to: DataType,
     try_: bool,
+    /// The sink column an INSERT converts into (see [`into_sink_column`]).
+    into: Option<String>,
 }
 
 impl ExactCast {
@@ -109,12 +129,27 @@ impl PhysicalExpr for ExactCast {
         let value = self.expr.evaluate(batch)?;
         let scalar = matches!(value, ColumnarValue::Scalar(_));
         let input = value.into_array(if scalar { 1 } else { batch.num_rows() })?;
+        // Into a sink column, a value out of range is NULL here and found below.
         let opts = CastOptions {
-            safe: self.try_,
+            safe: self.try_ || self.into.is_some(),
             ..CastOptions::default()
         };
         let mut out = cast_with_options(&input, &self.to, &opts)?;
         let changed = self.changed(&input, &out)?;
+        if let Some(column) = &self.into {
+            // Out of range: NULL from the lenient cast where the input has a value.
+            let lost = |i: usize| input.is_valid(i) && out.is_null(i);
+            if let Some(i) = (0..input.len()).find(|&i| changed.value(i) || lost(i)) {
+                return Err(DataFusionError::Execution(format!(
+                    "{} does not fit {column} ({}: {}); the INSERT converts {} into {} checked, never wrapped",
+                    array_value_to_string(&input, i).unwrap_or_default(),
+                    sql_type(&self.to),
+                    integer_range(&self.to),
+                    sql_type(input.data_type()),
+                    sql_type(&self.to),
+                )));
+            }
+        }
         if changed.true_count() > 0 {
             if self.try_ {
                 out = nullif(&out, &changed)?;
@@ -157,6 +192,22 @@ impl PhysicalExpr for ExactCast {
     }
 }
 
+/// The values an integer type holds, for errors.
+fn integer_range(t: &DataType) -> String {
+    use DataType::*;
+    match t {
+        Int8 => format!("{} to {}", i8::MIN, i8::MAX),
+        Int16 => format!("{} to {}", i16::MIN, i16::MAX),
+        Int32 => format!("{} to {}", i32::MIN, i32::MAX),
+        Int64 => format!("{} to {}", i64::MIN, i64::MAX),
+        UInt8 => format!("0 to {}", u8::MAX),
+        UInt16 => format!("0 to {}", u16::MAX),
+        UInt32 => format!("0 to {}", u32::MAX),
+        UInt64 => format!("0 to {}", u64::MAX),
+        other => sql_type(other),
+    }
+}
+
 impl fmt::Display for ExactCast {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = if self.try_ { "TRY_CAST" } else { "CAST" };
@@ -167,7 +218,10 @@ impl fmt::Display for ExactCast {
 // By hand, as DataFusion's own casts do (rust-lang/rust#78808 with `dyn` fields).
 impl PartialEq for ExactCast {
     fn eq(&self, other: &Self) -> bool {
-        self.expr.eq(&other.expr) && self.to == other.to && self.try_ == other.try_
+        self.expr.eq(&other.expr)
+            && self.to == other.to
+            && self.try_ == other.try_
+            && self.into == other.into
     }
 }
 
@@ -178,5 +232,6 @@ impl Hash for ExactCast {
         self.expr.hash(state);
         self.to.hash(state);
         self.try_.hash(state);
+        self.into.hash(state);
     }
 }

@@ -29,6 +29,8 @@ mod expr_tests;
 #[cfg(test)]
 mod late_tests;
 #[cfg(test)]
+mod narrowing_tests;
+#[cfg(test)]
 mod row_local_tests;
 #[cfg(test)]
 mod session_tests;

@@ -203,7 +203,7 @@ pub(crate) fn plan_query(
     let (projection, sink_schema) = sink_side(
         ins,
         what,
-        &select,
+        &mut select,
         &source.connection.schema,
         &sink,
         record_ids,
@@ -230,11 +230,12 @@ pub(crate) fn plan_query(
 
 /// Which select item fills each sink column (see [`PlannedQuery::projection`]), and the
 /// sink's Arrow schema: its columns, marked with the source metadata key that fills them,
-/// and the record id column when the sink stamps record ids.
+/// and the record id column when the sink stamps record ids. An item that fills a
+/// narrower integer column is converted in `select` itself ([`narrow_into_sink`]).
 fn sink_side(
     ins: &InsertDef,
     what: &str,
-    select: &SelectPlan,
+    select: &mut SelectPlan,
     source: &ConnectionSchema,
     sink: &PlannedTable,
     record_ids: bool,
@@ -263,12 +264,55 @@ fn sink_side(
         &column_of_source,
         &sink.connection.schema,
     )?;
+    narrow_into_sink(select, &projection, &sink.connection.schema, &ins.sink);
     let mut sink_schema =
         mark_source_metadata(&sink.connection.schema.arrow_schema(), &projection, &rows);
     if record_ids {
         sink_schema = with_column(&sink_schema, RECORD_ID_COLUMN);
     }
     Ok((projection, sink_schema))
+}
+
+/// Converts each select item that fills a narrower integer sink column (see
+/// [`is_checked_narrowing`]) into that column's type inside `select`, so that a value
+/// that does not fit is a row failure of the SELECT: a source checks it before it emits
+/// and sets the message aside under the table's policy (issue 17); in a window's output
+/// there is no message to set aside and the job fails. The item reads `CAST(x AS INT)`
+/// in errors, as if written.
+fn narrow_into_sink(
+    select: &mut SelectPlan,
+    projection: &[Option<usize>],
+    sink: &ConnectionSchema,
+    sink_name: &str,
+) {
+    for (to, from) in projection.iter().enumerate() {
+        let Some(i) = *from else { continue };
+        let (have, want) = (select.fields[i].field_type, sink.fields[to].field_type);
+        if !is_checked_narrowing(have, want) {
+            continue;
+        }
+        let column = format!("column '{}' of table '{sink_name}'", sink.fields[to].name);
+        let (expr, text) = &select.exprs[i];
+        select.exprs[i] = (
+            pubsub_engine_plan::into_sink_column(expr.clone(), want.arrow_type(), column),
+            format!("CAST({text} AS {})", want.sql_name()),
+        );
+        select.fields[i].field_type = want;
+        select.schema = retyped(&select.schema, i, want);
+        if let Some((key, schema)) = &select.carry {
+            select.carry = Some((*key, retyped(schema, i, want)));
+        }
+    }
+}
+
+/// `schema` with column `i` of type `to`.
+fn retyped(schema: &SchemaRef, i: usize, to: FieldType) -> SchemaRef {
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    fields[i] = Arc::new(fields[i].as_ref().clone().with_data_type(to.arrow_type()));
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
 }
 
 /// [`plan_query`] of a windowed aggregate (`super::aggregate`).
@@ -298,7 +342,7 @@ fn plan_windowed_query(
             ins.sink
         )));
     }
-    let (select, window) = super::aggregate::plan_windowed(
+    let (mut select, window) = super::aggregate::plan_windowed(
         &ins.query,
         &ins.source,
         &visible(schema),
@@ -306,7 +350,7 @@ fn plan_windowed_query(
         record_ids,
         what,
     )?;
-    let (projection, sink_schema) = sink_side(ins, what, &select, schema, &sink, record_ids)?;
+    let (projection, sink_schema) = sink_side(ins, what, &mut select, schema, &sink, record_ids)?;
     if let Some(key) = sink.connector.sink_key(&sink.connection) {
         return Err(SqlError(format!(
             "{what}: a windowed aggregate cannot write yet to table '{}', which routes its rows by column '{key}' (its ordering key): its rows are written by the worker owning their group key",
@@ -472,7 +516,9 @@ pub(crate) fn plan_projection(
             }
             continue; // a NULL of no type fits any column that may be NULL
         }
-        if !is_exact_cast(f.field_type, t.field_type) {
+        if !is_exact_cast(f.field_type, t.field_type)
+            && !is_checked_narrowing(f.field_type, t.field_type)
+        {
             return Err(SqlError(format!(
                 "{what}: column '{}' ({}) of '{}' cannot be written to column '{}' ({}): {}",
                 f.name,
@@ -517,13 +563,12 @@ fn column_list(s: &ConnectionSchema) -> String {
         .join(", ")
 }
 
-const CAST_RULE: &str = "only the same type and exact conversions are allowed (INT -> BIGINT, INT UNSIGNED -> BIGINT/BIGINT UNSIGNED, INT/INT UNSIGNED/FLOAT -> DOUBLE, any type but BYTEA -> TEXT, JSON -> TEXT); for another, write the CAST, which fails the row whose value does not fit";
+const CAST_RULE: &str = "only the same type, exact conversions (INT -> BIGINT, INT UNSIGNED -> BIGINT/BIGINT UNSIGNED, INT/INT UNSIGNED/FLOAT -> DOUBLE, any type but BYTEA -> TEXT, JSON -> TEXT) and integers into narrower integers (checked: a value that does not fit fails its row) are allowed; for another, write the CAST, which fails the row whose value does not fit";
 
 /// Conversions that never fail and never change a value: identity, integer widening,
 /// INT, INT UNSIGNED and FLOAT to DOUBLE (exact), and any type but BYTEA (not always
-/// UTF-8) to TEXT. BIGINT -> DOUBLE rounds beyond 2^53, a signed integer into an unsigned
-/// one may be negative, BIGINT UNSIGNED into BIGINT may be too large, and TEXT -> JSON
-/// may not be JSON: all refused.
+/// UTF-8) to TEXT. BIGINT -> DOUBLE rounds beyond 2^53 and TEXT -> JSON may not be JSON:
+/// refused. An integer into a narrower one is [`is_checked_narrowing`].
 fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
     use FieldType::*;
     from == to
@@ -538,6 +583,16 @@ fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
                 | (Json, Text)
         )
         || (to == Text && from != Bytea)
+}
+
+/// An integer into an integer column that does not hold all of its values (`BIGINT`
+/// into `INT`, `BIGINT UNSIGNED` into `BIGINT`, a signed integer into an unsigned one):
+/// allowed as Arroyo allows it, but checked, never wrapped (issue 47,
+/// [`narrow_into_sink`]).
+fn is_checked_narrowing(from: FieldType, to: FieldType) -> bool {
+    use FieldType::*;
+    let integer = |t| matches!(t, Int | Bigint | UInt | UBigint);
+    integer(from) && integer(to) && !is_exact_cast(from, to)
 }
 
 pub(crate) fn plan_table(
