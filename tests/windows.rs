@@ -312,6 +312,54 @@ async fn the_window_state_limit_fails_the_job_naming_the_flag_and_loses_nothing(
     assert_eq!(seen, expected);
 }
 
+/// Issue 47, item 3, in a window's output: aggregates (BIGINT) into INT columns are
+/// checked conversions. Every window whose values fit is written exactly (the oracle);
+/// a sum that does not fit INT fails the job (exit 2: a window row has no message to set
+/// aside), naming the value and the column, never wrapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windowed_aggregate_into_narrower_columns_is_checked() {
+    let narrow = |sql: String| {
+        let narrowed = sql
+            .replace("n BIGINT, total BIGINT,", "n INT, total INT,")
+            .replace("lo BIGINT, hi BIGINT)", "lo INT, hi INT)");
+        assert_eq!(narrowed.matches(" INT,").count(), 3, "{narrowed}");
+        narrowed
+    };
+    let t = topics("windows-narrow", 10).await;
+    let events = events(47, 200, BASE_MS);
+    let expected = oracle(&events);
+    publish(&t.input, &events).await;
+    let w = Workdir::new(&narrow(sql_bound(&t, TUMBLE, "10m")));
+    let out = w
+        .run_ok(&["--workers", "1", "--stop-when-idle", "3s", "--drain"])
+        .await;
+    assert!(!out.contains("rows late"), "{out}");
+    let mut seen = Windows::new();
+    for (k, v) in written(&t.output_sub, expected.len()).await {
+        if let Some(before) = seen.insert(k.clone(), v) {
+            assert_eq!(before, v, "{k:?} was written twice with different values");
+        }
+    }
+    assert_eq!(seen, expected);
+
+    let t = topics("windows-narrow-over", 10).await;
+    let big = 2_000_000_000;
+    let events: Vec<Event> = vec![
+        ("p0".into(), big, BASE_MS + 100),
+        ("p0".into(), big, BASE_MS + 200),
+        ("p1".into(), 1, BASE_MS + 300),
+    ];
+    publish(&t.input, &events).await;
+    let w = Workdir::new(&narrow(sql_bound(&t, TUMBLE, "10m")));
+    let child = w.spawn(&["--workers", "1", "--stop-when-idle", "3s", "--drain"]);
+    let (code, _, err) = finish(child, Duration::from_secs(60)).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("4000000000 does not fit column 'total' of table 'per_page' (INT: -2147483648 to 2147483647)"),
+        "{err}"
+    );
+}
+
 /// On a cluster of two processes (one worker each, under the `cluster` supervisor) the
 /// windows equal the oracle after process 1 is SIGKILLed and the cluster restarts from
 /// its last checkpoint: group keys and watermarks cross the processes, and the window

@@ -141,12 +141,11 @@ impl PhysicalExpr for ExactCast {
             let lost = |i: usize| input.is_valid(i) && out.is_null(i);
             if let Some(i) = (0..input.len()).find(|&i| changed.value(i) || lost(i)) {
                 return Err(DataFusionError::Execution(format!(
-                    "{} does not fit {column} ({}: {}); the INSERT converts {} into {} checked, never wrapped",
+                    "{} does not fit {column} ({}: {}); a {} written to it is checked, never wrapped",
                     array_value_to_string(&input, i).unwrap_or_default(),
                     sql_type(&self.to),
                     integer_range(&self.to),
                     sql_type(input.data_type()),
-                    sql_type(&self.to),
                 )));
             }
         }

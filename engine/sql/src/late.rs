@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::error::SqlError;
 use super::parse::InsertDef;
-use super::plan::{plan_query, LATE_ROWS_OPTION};
+use super::plan::{is_checked_narrowing, plan_query, LATE_ROWS_OPTION};
 use pubsub_engine_plan::{PlannedQuery, PlannedTable};
 use pubsub_engine_spi::ConnectionType;
 
@@ -68,6 +68,30 @@ pub(crate) fn plan_late_queries(
             .inserts
             .pop()
             .ok_or_else(|| e("the late rows' query did not parse".into()))?;
+        // A late row is written past the source's row checks (a window set it aside), so a
+        // value that does not fit a narrower column would fail the job, not the row:
+        // every column holds its source column exactly.
+        for f in &sink.connection.schema.fields {
+            let Some(from) = q
+                .source
+                .connection
+                .schema
+                .fields
+                .iter()
+                .find(|s| s.name == f.name)
+            else {
+                continue; // named by plan_query below
+            };
+            if is_checked_narrowing(from.field_type, f.field_type) {
+                return Err(e(format!(
+                    "column '{}' ({}) of '{source}' cannot be written to column '{}' ({}): the late-rows table takes the source's columns by name, each as a type that holds it exactly: change the column of '{table}' (there is no query to CAST in)",
+                    from.name,
+                    from.field_type.sql_name(),
+                    f.name,
+                    f.field_type.sql_name()
+                )));
+            }
+        }
         let what = format!("the late rows of '{source}' into '{table}'");
         let mut late = plan_query(
             format!("{}-late", q.id),

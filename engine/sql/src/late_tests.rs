@@ -121,6 +121,18 @@ fn a_bad_late_rows_table_is_refused_naming_the_option_and_its_value() {
         !e.contains("(line"),
         "no place in a query the user never wrote: {e}"
     );
+    // A narrower integer column, which a query's INSERT takes checked (issue 47), is
+    // refused: a late row has no message left to set aside when it does not fit.
+    let e = plan(
+        LATE,
+        &format!("CREATE TABLE late (page TEXT, v INT) WITH ({sink});"),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        e.contains("('late'): column 'v' (BIGINT) of 'src' cannot be written to column 'v' (INT): the late-rows table takes the source's columns by name, each as a type that holds it exactly"),
+        "{e}"
+    );
     // A misspelt option gets a did-you-mean like every other.
     let e = plan(", 'scan.late-row.table' = 'late'", "").err().unwrap();
     assert!(e.contains("did you mean 'scan.late-rows.table'"), "{e}");

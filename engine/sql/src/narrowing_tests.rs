@@ -95,7 +95,7 @@ fn a_value_that_does_not_fit_fails_its_row_and_never_wraps() {
         for (bad, want) in [
             (
                 (i64::from(i32::MAX) + 1, 1, 1),
-                "2147483648 does not fit column 'n' of table 'out' (INT: -2147483648 to 2147483647); the INSERT converts BIGINT into INT checked, never wrapped",
+                "2147483648 does not fit column 'n' of table 'out' (INT: -2147483648 to 2147483647); a BIGINT written to it is checked, never wrapped",
             ),
             (
                 (i64::from(i32::MIN) - 1, 1, 1),
@@ -104,6 +104,10 @@ fn a_value_that_does_not_fit_fails_its_row_and_never_wraps() {
             (
                 (1, i64::MAX as u64 + 1, 1),
                 "9223372036854775808 does not fit column 's' of table 'out' (BIGINT: -9223372036854775808 to 9223372036854775807)",
+            ),
+            (
+                (-1, 1, 1),
+                "-1 does not fit column 'q' of table 'out' (BIGINT UNSIGNED: 0 to 18446744073709551615)",
             ),
             (
                 (1, 1, -1),

@@ -589,7 +589,7 @@ fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
 /// into `INT`, `BIGINT UNSIGNED` into `BIGINT`, a signed integer into an unsigned one):
 /// allowed as Arroyo allows it, but checked, never wrapped (issue 47,
 /// [`narrow_into_sink`]).
-fn is_checked_narrowing(from: FieldType, to: FieldType) -> bool {
+pub(crate) fn is_checked_narrowing(from: FieldType, to: FieldType) -> bool {
     use FieldType::*;
     let integer = |t| matches!(t, Int | Bigint | UInt | UBigint);
     integer(from) && integer(to) && !is_exact_cast(from, to)
