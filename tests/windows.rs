@@ -125,6 +125,17 @@ async fn written(sub: &str, expected: usize) -> Vec<((i64, i64, String), (i64, i
         .collect()
 }
 
+/// The window rows written at least once: a row written again must have the same values.
+fn distinct(rows: Vec<((i64, i64, String), (i64, i64, i64, i64))>) -> Windows {
+    let mut seen = Windows::new();
+    for (k, v) in rows {
+        if let Some(before) = seen.insert(k.clone(), v) {
+            assert_eq!(before, v, "{k:?} was written twice with different values");
+        }
+    }
+    seen
+}
+
 pub(crate) const BASE_MS: i64 = 1_796_342_400_000; // 2026-12-04T00:00:00Z
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,14 +272,10 @@ async fn after_a_sigkill_every_window_writes_the_same_values() {
     assert!(!out.contains("rows late"), "{out}");
     // At least once at the sink: a window fired before the kill and not yet checkpointed
     // fires again, with the same values.
-    let got = written(&t.output_sub, expected.len()).await;
-    let mut seen = Windows::new();
-    for (k, v) in got {
-        if let Some(before) = seen.insert(k.clone(), v) {
-            assert_eq!(before, v, "{k:?} was written twice with different values");
-        }
-    }
-    assert_eq!(seen, expected);
+    assert_eq!(
+        distinct(written(&t.output_sub, expected.len()).await),
+        expected
+    );
 }
 
 /// Open windows over `--max-window-state-bytes` fail the job (exit 2: a restore brings
@@ -303,13 +310,10 @@ async fn the_window_state_limit_fails_the_job_naming_the_flag_and_loses_nothing(
         .run_ok(&["--workers", "2", "--stop-when-idle", "3s", "--drain"])
         .await;
     assert!(!out.contains("rows late"), "{out}");
-    let mut seen = Windows::new();
-    for (k, v) in written(&t.output_sub, expected.len()).await {
-        if let Some(before) = seen.insert(k.clone(), v) {
-            assert_eq!(before, v, "{k:?} was written twice with different values");
-        }
-    }
-    assert_eq!(seen, expected);
+    assert_eq!(
+        distinct(written(&t.output_sub, expected.len()).await),
+        expected
+    );
 }
 
 /// Issue 47, item 3, in a window's output: aggregates (BIGINT) into INT columns are
@@ -334,13 +338,10 @@ async fn a_windowed_aggregate_into_narrower_columns_is_checked() {
         .run_ok(&["--workers", "1", "--stop-when-idle", "3s", "--drain"])
         .await;
     assert!(!out.contains("rows late"), "{out}");
-    let mut seen = Windows::new();
-    for (k, v) in written(&t.output_sub, expected.len()).await {
-        if let Some(before) = seen.insert(k.clone(), v) {
-            assert_eq!(before, v, "{k:?} was written twice with different values");
-        }
-    }
-    assert_eq!(seen, expected);
+    assert_eq!(
+        distinct(written(&t.output_sub, expected.len()).await),
+        expected
+    );
 
     let t = topics("windows-narrow-over", 10).await;
     let big = 2_000_000_000;

@@ -47,7 +47,8 @@ pub fn exact_cast(e: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<ExactCas
 /// `expr` converted into a narrower integer sink column of Arrow type `to` (issue 47:
 /// `BIGINT` into `INT`, `BIGINT UNSIGNED` into `BIGINT`, a signed integer into an
 /// unsigned one): a value that does not fit fails its row, never wraps. `column` names
-/// the sink column for the error (`column 'n' of table 'dst'`).
+/// the sink column for the error (`column 'n' of table 'dst'`). `expr` is an integer:
+/// the check relies on a lenient cast between integers giving NULL out of range.
 pub fn into_sink_column(
     expr: Arc<dyn PhysicalExpr>,
     to: DataType,
@@ -129,17 +130,18 @@ impl PhysicalExpr for ExactCast {
         let value = self.expr.evaluate(batch)?;
         let scalar = matches!(value, ColumnarValue::Scalar(_));
         let input = value.into_array(if scalar { 1 } else { batch.num_rows() })?;
-        // Into a sink column, a value out of range is NULL here and found below.
         let opts = CastOptions {
             safe: self.try_ || self.into.is_some(),
             ..CastOptions::default()
         };
         let mut out = cast_with_options(&input, &self.to, &opts)?;
-        let changed = self.changed(&input, &out)?;
         if let Some(column) = &self.into {
-            // Out of range: NULL from the lenient cast where the input has a value.
-            let lost = |i: usize| input.is_valid(i) && out.is_null(i);
-            if let Some(i) = (0..input.len()).find(|&i| changed.value(i) || lost(i)) {
+            // Between integers a lenient cast keeps a value exactly or, out of range, gives
+            // NULL: a NULL the input did not have is the one check needed.
+            if out.null_count() > input.null_count() {
+                let i = (0..input.len())
+                    .find(|&i| input.is_valid(i) && out.is_null(i))
+                    .unwrap_or(0);
                 return Err(DataFusionError::Execution(format!(
                     "{} does not fit {column} ({}: {}); a {} written to it is checked, never wrapped",
                     array_value_to_string(&input, i).unwrap_or_default(),
@@ -148,7 +150,9 @@ impl PhysicalExpr for ExactCast {
                     sql_type(input.data_type()),
                 )));
             }
+            return columnar(out, scalar);
         }
+        let changed = self.changed(&input, &out)?;
         if changed.true_count() > 0 {
             if self.try_ {
                 out = nullif(&out, &changed)?;
@@ -163,11 +167,7 @@ impl PhysicalExpr for ExactCast {
                 )));
             }
         }
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
-        } else {
-            ColumnarValue::Array(out)
-        })
+        columnar(out, scalar)
     }
 
     fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
@@ -189,6 +189,15 @@ impl PhysicalExpr for ExactCast {
         self.expr.fmt_sql(f)?;
         write!(f, " AS {})", sql_type(&self.to))
     }
+}
+
+/// `out` as the value kind its input had: a one-row array back to a scalar.
+fn columnar(out: ArrayRef, scalar: bool) -> Result<ColumnarValue> {
+    Ok(if scalar {
+        ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+    } else {
+        ColumnarValue::Array(out)
+    })
 }
 
 /// The values an integer type holds, for errors.

@@ -126,3 +126,75 @@ fn a_value_that_does_not_fit_fails_its_row_and_never_wraps() {
         }
     }
 }
+
+/// The whole kind: every pair of integer column types where the sink's does not hold all
+/// of the source's values, at the source type's edges and around zero. A value within
+/// the sink type's range is written as it was; any other fails its row.
+#[test]
+fn every_narrowing_between_integer_types_keeps_or_refuses_each_value() {
+    use pubsub_engine_spi::FieldType::{self, Bigint, Int, UBigint, UInt};
+    let range = |t: FieldType| -> (i128, i128) {
+        match t {
+            Int => (i32::MIN.into(), i32::MAX.into()),
+            Bigint => (i64::MIN.into(), i64::MAX.into()),
+            UInt => (0, u32::MAX.into()),
+            _ => (0, u64::MAX.into()),
+        }
+    };
+    let array = |t: FieldType, v: i128| -> ArrayRef {
+        match t {
+            Int => Arc::new(Int32Array::from(vec![v as i32])),
+            Bigint => Arc::new(Int64Array::from(vec![v as i64])),
+            UInt => Arc::new(arrow::array::UInt32Array::from(vec![v as u32])),
+            _ => Arc::new(UInt64Array::from(vec![v as u64])),
+        }
+    };
+    let value = |a: &ArrayRef| -> i128 {
+        arrow::compute::cast(a, &arrow::datatypes::DataType::Decimal128(38, 0))
+            .unwrap()
+            .as_primitive::<arrow::datatypes::Decimal128Type>()
+            .value(0)
+    };
+    let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(Mem)];
+    let mut pairs = 0;
+    for from in [Int, Bigint, UInt, UBigint] {
+        for to in [Int, Bigint, UInt, UBigint] {
+            let ((lo, hi), (to_lo, to_hi)) = (range(from), range(to));
+            if to_lo <= lo && hi <= to_hi {
+                continue; // a widening: exact, not this test's
+            }
+            pairs += 1;
+            let sql = parse_pipeline(&format!(
+                "CREATE TABLE src (x {}) WITH ('connector' = 'mem', 'role' = 'source');
+                 CREATE TABLE out (x {}) WITH ('connector' = 'mem', 'role' = 'sink');
+                 INSERT INTO out SELECT x FROM src;",
+                from.sql_name(),
+                to.sql_name()
+            ))
+            .unwrap();
+            let p = plan_pipeline(&sql, &connectors).unwrap();
+            let q = &p.queries[0];
+            let schema = p.sources()[0].0.connection.schema.arrow_schema();
+            for v in [lo, lo.max(-1), 0, 1, hi] {
+                let b = RecordBatch::try_new(schema.clone(), vec![array(from, v)]).unwrap();
+                let case = format!("{} {v} into {}", from.sql_name(), to.sql_name());
+                match q.project(&b) {
+                    Ok(out) => {
+                        assert!(to_lo <= v && v <= to_hi, "{case}: written");
+                        assert_eq!(value(out.column(0)), v, "{case}");
+                        assert_eq!(out.column(0).null_count(), 0, "{case}");
+                    }
+                    Err(e) => {
+                        assert!(!(to_lo <= v && v <= to_hi), "{case}: {e:#}");
+                        let e = format!("{e:#}");
+                        assert!(
+                            e.contains(&format!("{v} does not fit column 'x' of table 'out'")),
+                            "{case}: {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(pairs, 9, "INT and BIGINT into the unsigned types, and back");
+}
