@@ -462,3 +462,59 @@ async fn failures_interleaved_with_good_messages_within_the_bound_pass() {
     assert_eq!(got, want);
     assert_all_acked(&s);
 }
+
+/// `'json.unstructured' = 'true'` (issue 47): a table without columns reads each payload
+/// as one `JSON` column `value` (canonical JSON: keys sorted, no spaces), which the JSON
+/// getters read; a payload that is not JSON is a row failure under the table's policy
+/// (dropped here, and acknowledged); a sink with it writes its `value` as the payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unstructured_json_table_reads_the_whole_payload_as_one_json_column() {
+    let (t, s, o, os) = pair("unstructured").await;
+    let (_, _, o2, os2) = pair("unstructured-copy").await;
+    publish_with_attributes(&t, fixture("logging-sink-auditlog.json"), HashMap::new()).await;
+    publish_with_attributes(&t, fixture("scheduler-plain-text.txt"), HashMap::new()).await;
+    publish_with_attributes(&t, b"[1, {\"b\": 2, \"a\": 1}]".to_vec(), HashMap::new()).await;
+    let sql = format!(
+        "CREATE TABLE logs WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{s}',
+            'emulator-endpoint' = '{e}', 'json.unstructured' = 'true',
+            'scan.deserialization-failure-policy' = 'drop');
+         CREATE TABLE methods (method TEXT, who TEXT) WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{o}',
+            'emulator-endpoint' = '{e}');
+         CREATE TABLE copies (value JSON) WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'topic' = '{o2}',
+            'emulator-endpoint' = '{e}', 'json.unstructured' = 'true');
+         INSERT INTO methods
+         SELECT json_get_str(value, 'protoPayload', 'methodName'),
+                json_get_str(value, 'protoPayload', 'authenticationInfo', 'principalEmail')
+         FROM logs;
+         INSERT INTO copies SELECT value FROM logs;",
+        e = endpoint()
+    );
+    let (code, stdout, stderr) = run_one_worker(&sql).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let mut got = rows(&os, 2).await;
+    got.sort_by_key(|v| v.to_string());
+    assert_eq!(
+        got,
+        vec![
+            json!({"method": "storage.setIamPermissions", "who": "user@example.com"}),
+            json!({}),
+        ],
+        "{stdout}"
+    );
+    let copies = admin::drain(&profile(), &os2, 1, Some(2), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut texts: Vec<String> = copies
+        .values()
+        .map(|v| String::from_utf8(v.clone()).unwrap())
+        .collect();
+    texts.sort();
+    assert_eq!(texts[0], "[1,{\"a\":1,\"b\":2}]");
+    let audit: Value = serde_json::from_slice(&fixture("logging-sink-auditlog.json")).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&texts[1]).unwrap(), audit);
+    assert!(stderr.contains("payload is not JSON"), "{stderr}");
+    assert_all_acked(&s);
+}

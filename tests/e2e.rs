@@ -30,5 +30,6 @@ mod source_limits;
 mod source_options;
 mod sql;
 mod supervisor;
+mod updating;
 mod windows;
 mod wizard;

@@ -34,6 +34,10 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
     let mut sql = pipeline::load(&pipeline_path)?;
     pipeline::use_emulator(&mut sql, &emu.endpoint());
     let windowed = sql.inserts.iter().any(|i| i.is_windowed());
+    let changelog = sql
+        .tables
+        .iter()
+        .any(|t| t.options.get("format") == Some("debezium_json"));
     let state =
         std::env::temp_dir().join(format!("pubsub-quickstart-state-{}", std::process::id()));
     let args = RunArgs {
@@ -78,6 +82,9 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         Duration::from_secs(10),
     )
     .await?;
+    if changelog {
+        return check_changelog(&profile, &out, published.len()).await;
+    }
     if windowed {
         return check_windows(&profile, &out, published.len()).await;
     }
@@ -160,6 +167,55 @@ async fn check_windows(
         left.len()
     );
     println!("quickstart ok: every bid was counted in exactly one window and acknowledged");
+    Ok(())
+}
+
+/// A changelog example (`examples/changelog.sql`) counts each auction's bids in column
+/// `bids` of its rows: only creates and updates (counts only grow), the last row of each
+/// auction (its highest count, whatever order the changes arrive in) sums to every bid
+/// published, and every bid was acknowledged.
+async fn check_changelog(
+    profile: &pubsub_schema::PubSubProfile,
+    out: &std::collections::HashMap<String, Vec<u8>>,
+    published: usize,
+) -> anyhow::Result<()> {
+    let mut last: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for payload in out.values() {
+        let v: serde_json::Value =
+            serde_json::from_slice(payload).context("an output message is not JSON")?;
+        let op = v.get("op").and_then(|x| x.as_str()).unwrap_or_default();
+        anyhow::ensure!(
+            op == "c" || op == "u",
+            "a change of op '{op}' in a changelog of counts that only grow: {v}"
+        );
+        let after = &v["after"];
+        let (auction, bids) = after
+            .get("auction")
+            .and_then(|x| x.as_u64())
+            .zip(after.get("bids").and_then(|x| x.as_u64()))
+            .context("a change has no auction or bids in its new row")?;
+        let e = last.entry(auction).or_default();
+        *e = (*e).max(bids);
+    }
+    let counted: u64 = last.values().sum();
+    let left = admin::drain(profile, "bids-sub", 2, None, Duration::from_secs(5)).await?;
+    println!(
+        "bids published: {published}, changes: {}, auctions: {}, bids counted in their last rows: {counted}",
+        out.len(),
+        last.len()
+    );
+    anyhow::ensure!(
+        counted == published as u64,
+        "the last rows counted {counted} bids of {published}"
+    );
+    anyhow::ensure!(
+        left.is_empty(),
+        "{} bids were not acknowledged on bids-sub",
+        left.len()
+    );
+    println!(
+        "quickstart ok: every auction's last row counts its bids, and every bid was acknowledged"
+    );
     Ok(())
 }
 

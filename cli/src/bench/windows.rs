@@ -9,7 +9,9 @@
 //! without `WATERMARK FOR`, gives what the watermarks cost the stateless pipeline. A
 //! fourth, the tumble on a `cluster` of 2 processes x 1 worker (keys routed between them),
 //! gives its throughput over twice the 1 x 1 tumble's: the fraction of 2 cores it reaches
-//! (the bench itself and the sampling share those cores).
+//! (the bench itself and the sampling share those cores). A fifth, the updating
+//! `count(*)` per auction into a Debezium changelog (issue 47), gives its throughput and
+//! CPU per bid over the stateless projection's and its state bytes per group.
 
 use super::{alternating, metrics_addr, per_1k, run_command, summary};
 use crate::bench::process::Watch;
@@ -25,6 +27,12 @@ const TUMBLE: &str = "CREATE TABLE out (auction BIGINT, bids BIGINT, max_price B
        SELECT TUMBLE(INTERVAL '10' SECOND) AS window, auction, count(*) AS bids,
               max(price) AS max_price
        FROM bids GROUP BY window, auction);";
+
+/// Issue 47: the updating aggregate (no window) writing a changelog of each auction's
+/// count, flushed every second.
+const UPDATING: &str = "CREATE TABLE out (auction BIGINT, bids BIGINT) \
+       WITH ('connector' = 'blackhole', 'format' = 'debezium_json');
+     INSERT INTO out SELECT auction, count(*) AS bids FROM bids GROUP BY auction;";
 
 /// One run's measures.
 struct Measured {
@@ -115,6 +123,7 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
     );
     let (mut ratio, mut cpu, mut stateless_cpu, mut per_group) = (vec![], vec![], vec![], vec![]);
     let (mut plain_cpu, mut watermark_cost, mut scaling) = (vec![], vec![], vec![]);
+    let (mut upd_ratio, mut upd_cpu, mut upd_bytes) = (vec![], vec![], vec![]);
     for r in 0..args.rounds {
         let (w, s) = alternating(
             r,
@@ -122,6 +131,17 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
             measure(args, "stateless", STATELESS, n, true, 1),
         )
         .await?;
+        // The updating count per auction, beside the same stateless projection.
+        let u = measure(args, "updating", UPDATING, n, true, 1).await?;
+        anyhow::ensure!(u.written > 0, "updating: no change was written");
+        println!(
+            "round {r}: updating count(*) per auction {:.0} bids/s, {:.4} s CPU per 1,000, \
+             {} changes, peak {} groups at {:.0} bytes each",
+            u.rate, u.cpu_1k, u.written, u.peak_groups, u.bytes_per_group
+        );
+        upd_ratio.push(u.rate / s.rate);
+        upd_cpu.push(u.cpu_1k / s.cpu_1k);
+        upd_bytes.push(u.bytes_per_group);
         // The same projection without WATERMARK FOR: what the watermarks cost.
         let plain = measure(args, "plain", STATELESS, n, false, 1).await?;
         // The windows on 2 processes of 1 worker: keys cross the processes.
@@ -185,6 +205,18 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
     println!(
         "{} bytes (window_state_bytes / window_groups at the peak)",
         summary("state per open group", &per_group, 0)
+    );
+    println!(
+        "{}",
+        summary("ratio throughput updating/stateless", &upd_ratio, 2)
+    );
+    println!(
+        "{}",
+        summary("ratio CPU per bid updating/stateless", &upd_cpu, 2)
+    );
+    println!(
+        "{} bytes (window_state_bytes / window_groups at the peak)",
+        summary("updating state per group", &upd_bytes, 0)
     );
     println!(
         "{} (throughput of tumble on 2 processes x 1 worker over twice 1 x 1: the fraction \

@@ -77,13 +77,21 @@ impl Encoder {
     /// cannot be written in its format, a column is missing): it fails the job.
     pub fn encode(&self, batch: &RecordBatch) -> anyhow::Result<Vec<Encoded>> {
         let payloads = self.serializer.serialize_rows(batch)?;
+        // A changelog's delete has no new row: its metadata comes from the old one.
+        let old = |i: usize| {
+            batch
+                .column_by_name(&pubsub_engine_spi::changelog::before_column(
+                    &self.schema.fields[i].name,
+                ))
+                .and_then(|c| c.as_string_opt::<i32>().cloned())
+        };
         let attrs = self
             .attributes
             .as_ref()
-            .map(|(i, name)| (batch.column(*i).as_string::<i32>().clone(), name));
+            .map(|(i, name)| (batch.column(*i).as_string::<i32>().clone(), old(*i), name));
         let keys = self
             .ordering_key
-            .map(|i| batch.column(i).as_string::<i32>().clone());
+            .map(|i| (batch.column(i).as_string::<i32>().clone(), old(i)));
         let ids = match &self.record_id {
             None => None,
             Some(name) => {
@@ -114,7 +122,14 @@ impl Encoder {
                         }
                     }
                 };
-                let attributes = match attrs.as_ref().filter(|(a, _)| a.is_valid(row)) {
+                let attributes = attrs.as_ref().and_then(|(a, before, name)| {
+                    let a = [Some(a), before.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .find(|a| a.is_valid(row))?;
+                    Some((a, name))
+                });
+                let attributes = match attributes {
                     Some((a, name)) => match parse_attributes(a.value(row)) {
                         Ok(m) => m,
                         Err(reason) => {
@@ -143,7 +158,12 @@ impl Encoder {
                 }
                 let ordering_key = keys
                     .as_ref()
-                    .filter(|k| k.is_valid(row))
+                    .and_then(|(k, before)| {
+                        [Some(k), before.as_ref()]
+                            .into_iter()
+                            .flatten()
+                            .find(|k| k.is_valid(row))
+                    })
                     .map(|k| k.value(row).to_string())
                     .unwrap_or_default();
                 Encoded::Message {

@@ -128,7 +128,7 @@ impl Deserializer {
             match payload.as_slice() {
                 [c] if c.name == "value" && c.ty == ty => Ok(c.out),
                 _ => anyhow::bail!(
-                    "format '{format}' needs exactly one non-metadata column: value {}",
+                    "{format} needs exactly one non-metadata column: value {}",
                     ty.sql_name()
                 ),
             }
@@ -138,9 +138,16 @@ impl Deserializer {
                 Some(ObjectDecoder::new(payload.clone(), schema.timestamp_format)),
                 0,
             ),
-            Format::RawString => (None, raw_column(FieldType::Text, "raw_string")?),
-            Format::RawBytes => (None, raw_column(FieldType::Bytea, "raw_bytes")?),
+            Format::RawString => (None, raw_column(FieldType::Text, "format 'raw_string'")?),
+            Format::RawBytes => (None, raw_column(FieldType::Bytea, "format 'raw_bytes'")?),
+            Format::JsonUnstructured => (
+                None,
+                raw_column(FieldType::Json, "'json.unstructured' = 'true'")?,
+            ),
             Format::Avro => (None, 0),
+            Format::DebeziumJson => anyhow::bail!(
+                "format 'debezium_json' is written by a sink only for now: reading a changelog is not supported yet"
+            ),
         };
         let avro = match schema.format {
             Format::Avro => payload,
@@ -288,6 +295,16 @@ impl Deserializer {
                 self.columns[self.raw_out].push_bytes(payload)?;
                 1
             }
+            Format::JsonUnstructured => {
+                let text = utf8()?;
+                let raw: &serde_json::value::RawValue =
+                    serde_json::from_str(text).map_err(|e| format!("payload is not JSON: {e}"))?;
+                let mut canonical = Vec::with_capacity(text.len());
+                super::canonical::canonicalize(raw.get(), &mut canonical)?;
+                let canonical = std::str::from_utf8(&canonical).expect("canonical JSON is UTF-8");
+                self.columns[self.raw_out].push_str(canonical)?;
+                1
+            }
             Format::Avro => {
                 let (w, encoding) = writer.ok_or_else(|| {
                     "format 'avro' decodes a message only with the schema revision it names"
@@ -296,6 +313,7 @@ impl Deserializer {
                 super::avro::decode_row(payload, w, encoding, &self.avro, &mut self.columns)?;
                 1
             }
+            Format::DebeziumJson => unreachable!("refused when the decoder is made"),
         };
         for (m, v) in self.meta.iter().zip(metadata) {
             let col = &mut self.columns[m.out];

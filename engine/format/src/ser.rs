@@ -53,14 +53,15 @@ impl Serializer {
         let needs = |ty: FieldType, format: &str| match columns.as_slice() {
             [c] if c.name == "value" && c.ty == ty => None,
             _ => Some(format!(
-                "format '{format}' needs exactly one non-metadata column: value {}",
+                "{format} needs exactly one non-metadata column: value {}",
                 ty.sql_name()
             )),
         };
         let unusable = match schema.format {
-            Format::Json => None,
-            Format::RawString => needs(FieldType::Text, "raw_string"),
-            Format::RawBytes => needs(FieldType::Bytea, "raw_bytes"),
+            Format::Json | Format::DebeziumJson => None,
+            Format::RawString => needs(FieldType::Text, "format 'raw_string'"),
+            Format::RawBytes => needs(FieldType::Bytea, "format 'raw_bytes'"),
+            Format::JsonUnstructured => needs(FieldType::Json, "'json.unstructured' = 'true'"),
             Format::Avro => Some(
                 "format 'avro' writes only under the topic's schema revision, which was not read"
                     .to_string(),
@@ -169,6 +170,24 @@ impl Serializer {
                     })
                     .collect()
             }
+            Format::JsonUnstructured => {
+                let s = arrays[0].as_string::<i32>();
+                (0..s.len())
+                    .map(|i| {
+                        if s.is_null(i) {
+                            return Ok(Vec::new());
+                        }
+                        let raw: &serde_json::value::RawValue = serde_json::from_str(s.value(i))
+                            .map_err(|e| {
+                                format!("column 'value' (JSON): value is not valid JSON: {e}")
+                            })?;
+                        let mut out = Vec::with_capacity(s.value(i).len());
+                        canonicalize(raw.get(), &mut out)
+                            .map_err(|e| format!("column 'value' (JSON): {e}"))?;
+                        Ok(out)
+                    })
+                    .collect()
+            }
             Format::RawBytes => {
                 let b = arrays[0].as_binary::<i32>();
                 (0..b.len())
@@ -186,26 +205,122 @@ impl Serializer {
                 (0..batch.num_rows())
                     .map(|row| {
                         let mut out = Vec::with_capacity(self.json_room(&arrays, row));
-                        out.push(b'{');
-                        for (c, a) in self.columns.iter().zip(&arrays) {
-                            if a.is_null(row) {
-                                continue;
-                            }
-                            if out.len() > 1 {
-                                out.push(b',');
-                            }
-                            out.extend_from_slice(&c.key);
-                            self.write_value(a, row, c.ty, &mut out, &mut scratch)
-                                .map_err(|e| {
-                                    format!("column '{}' ({}): {e}", c.name, c.ty.sql_name())
-                                })?;
-                        }
-                        out.push(b'}');
+                        self.write_object(&arrays, row, &mut out, &mut scratch)?;
                         Ok(out)
                     })
                     .collect()
             }
+            Format::DebeziumJson => self.changes(batch, &arrays)?,
         })
+    }
+
+    /// `format = 'debezium_json'`: one `{"before":..,"after":..,"op":..}` per row of a
+    /// changelog batch (see [`pubsub_engine_types::changelog`]). Errors (the batch's): an
+    /// old-row column missing or of another type, an operation other than c, u, d.
+    fn changes(
+        &self,
+        batch: &RecordBatch,
+        after: &[&ArrayRef],
+    ) -> anyhow::Result<Vec<Result<Vec<u8>, String>>> {
+        use pubsub_engine_types::changelog::{before_column, CREATE, DELETE, OP_COLUMN, UPDATE};
+        let ops = match batch.column_by_name(OP_COLUMN) {
+            None => None,
+            Some(a) => Some(a.as_string_opt::<i32>().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "column '{OP_COLUMN}' arrives as Arrow {}, expected Utf8",
+                    a.data_type()
+                )
+            })?),
+        };
+        let before = match ops {
+            None => Vec::new(),
+            Some(_) => self
+                .columns
+                .iter()
+                .map(|c| {
+                    let name = before_column(&c.name);
+                    let a = batch.column_by_name(&name).ok_or_else(|| {
+                        anyhow::anyhow!("the changes have no column '{name}' (the old row)")
+                    })?;
+                    anyhow::ensure!(
+                        a.data_type() == &c.ty.arrow_type(),
+                        "column '{name}' ({}) arrives as Arrow {}, expected {}",
+                        c.ty.sql_name(),
+                        a.data_type(),
+                        c.ty.arrow_type()
+                    );
+                    Ok(a)
+                })
+                .collect::<anyhow::Result<Vec<&ArrayRef>>>()?,
+        };
+        let mut scratch = String::new();
+        (0..batch.num_rows())
+            .map(|row| {
+                let op = match ops {
+                    None => CREATE,
+                    Some(o) if o.is_valid(row) => o.value(row),
+                    Some(_) => anyhow::bail!("row {row} of the changes has no operation"),
+                };
+                let (old, new) = match op {
+                    CREATE => (false, true),
+                    UPDATE => (true, true),
+                    DELETE => (true, false),
+                    other => anyhow::bail!(
+                        "row {row} of the changes has operation '{other}': expected c, u or d"
+                    ),
+                };
+                let mut out = Vec::with_capacity(
+                    32 + self.json_room(after, row)
+                        + if old { self.json_room(&before, row) } else { 0 },
+                );
+                let mut write = || -> Result<(), String> {
+                    out.extend_from_slice(b"{\"before\":");
+                    if old {
+                        self.write_object(&before, row, &mut out, &mut scratch)
+                            .map_err(|e| format!("before: {e}"))?;
+                    } else {
+                        out.extend_from_slice(b"null");
+                    }
+                    out.extend_from_slice(b",\"after\":");
+                    if new {
+                        self.write_object(after, row, &mut out, &mut scratch)?;
+                    } else {
+                        out.extend_from_slice(b"null");
+                    }
+                    out.extend_from_slice(b",\"op\":\"");
+                    out.extend_from_slice(op.as_bytes());
+                    out.extend_from_slice(b"\"}");
+                    Ok(())
+                };
+                Ok(write().map(|()| out))
+            })
+            .collect()
+    }
+
+    /// Writes row `row` of `arrays` (one per payload column) as a JSON object, NULL
+    /// columns omitted. Errors name the column.
+    fn write_object(
+        &self,
+        arrays: &[&ArrayRef],
+        row: usize,
+        out: &mut Vec<u8>,
+        scratch: &mut String,
+    ) -> Result<(), String> {
+        let start = out.len();
+        out.push(b'{');
+        for (c, a) in self.columns.iter().zip(arrays) {
+            if a.is_null(row) {
+                continue;
+            }
+            if out.len() > start + 1 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&c.key);
+            self.write_value(a, row, c.ty, out, scratch)
+                .map_err(|e| format!("column '{}' ({}): {e}", c.name, c.ty.sql_name()))?;
+        }
+        out.push(b'}');
+        Ok(())
     }
 
     /// Bytes to reserve for row `row` as JSON: enough for its text unless a string needs

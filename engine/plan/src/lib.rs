@@ -28,6 +28,6 @@ pub use check::{reject_failing, QueryChecks, RowCheck};
 pub use dedup::{dedup_columns, DedupColumns};
 pub use eval::RowFailure;
 pub use exact_cast::into_sink_column;
-pub use pipeline::{PlannedPipeline, PlannedQuery, PlannedTable};
+pub use pipeline::{ChangelogOptions, PlannedPipeline, PlannedQuery, PlannedTable};
 pub use select::SelectPlan;
 pub use window::{WindowKind, WindowPlan};

@@ -18,6 +18,30 @@ pub struct PlannedTable {
     /// A source table's `scan.late-rows.table`: the sink table its rows go to when they
     /// arrive late at a window, instead of being dropped.
     pub late_rows: Option<String>,
+    /// A changelog table (format `debezium_json`): how the updating queries writing it
+    /// flush their changes and how long they keep an idle group.
+    pub changelog: Option<ChangelogOptions>,
+}
+
+/// A changelog sink table's options for the updating aggregates writing it (issue 47,
+/// decision 0051).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangelogOptions {
+    /// `changelog.flush-interval`: how often the groups that changed write their change
+    /// (processing time; default 1 s, Arroyo's).
+    pub flush_interval: std::time::Duration,
+    /// `changelog.state-ttl`: a group no row reached for this long is forgotten
+    /// (processing time; default 24 h, Arroyo's `updating_ttl`).
+    pub state_ttl: std::time::Duration,
+}
+
+impl Default for ChangelogOptions {
+    fn default() -> Self {
+        ChangelogOptions {
+            flush_interval: std::time::Duration::from_secs(1),
+            state_ttl: std::time::Duration::from_secs(24 * 3600),
+        }
+    }
 }
 
 impl PlannedTable {
@@ -133,13 +157,93 @@ impl PlannedQuery {
 }
 
 impl PlannedQuery {
+    /// Whether this is an updating aggregate (writing a changelog).
+    pub fn is_updating(&self) -> bool {
+        self.window.as_ref().is_some_and(|w| w.window_at.is_none())
+    }
+
+    /// An updating aggregate's sink rows: the declared columns of the sink, without a
+    /// record id (what the changelog's `before` and `after` hold).
+    pub fn sink_row_schema(&self) -> SchemaRef {
+        let fields: Vec<_> = self.sink_schema.fields()[..self.projection.len()].to_vec();
+        Arc::new(arrow::datatypes::Schema::new(fields))
+    }
+
+    /// An updating aggregate's rows (`batch`, in its output schema) as sink rows: whether
+    /// each passes its HAVING / outer WHERE (every row when `having` is false), and the
+    /// sink rows of those that do, in order.
+    ///
+    /// Errors: as [`project`](Self::project)'s.
+    pub fn sink_rows(
+        &self,
+        batch: &RecordBatch,
+        having: bool,
+    ) -> anyhow::Result<(Vec<bool>, RecordBatch)> {
+        let having = match having {
+            true => self.window.as_ref().and_then(|w| w.having.as_ref()),
+            false => None,
+        };
+        let kept: Vec<bool> = match having {
+            None => vec![true; batch.num_rows()],
+            Some((f, text)) => {
+                let v = f
+                    .evaluate(batch)
+                    .and_then(|v| v.into_array(batch.num_rows()))
+                    .map_err(|e| anyhow::anyhow!("{}: {text}: {e}", self.text))?;
+                let b = v
+                    .as_boolean_opt()
+                    .ok_or_else(|| anyhow::anyhow!("{}: {text} is not a condition", self.text))?;
+                (0..b.len()).map(|i| b.is_valid(i) && b.value(i)).collect()
+            }
+        };
+        let passing = match having {
+            None => batch.clone(),
+            Some(_) => arrow::compute::filter_record_batch(
+                batch,
+                &arrow::array::BooleanArray::from(kept.clone()),
+            )?,
+        };
+        let rows = self.project(&passing)?;
+        let width = self.projection.len();
+        Ok((kept, rows.project(&(0..width).collect::<Vec<_>>())?))
+    }
+
+    /// An updating aggregate's changes as the sink takes them: with each change's record
+    /// id (from its record key) when the sink stamps them.
+    pub fn changes_for_sink(&self, changes: crate::window::Changes) -> anyhow::Result<RecordBatch> {
+        let Some(keys) = changes.record_keys else {
+            return Ok(changes.batch);
+        };
+        let keys: arrow::array::ArrayRef = Arc::new(arrow::array::StringArray::from(keys));
+        let ids = self.record_ids_of(&keys)?;
+        let mut fields: Vec<_> = changes.batch.schema().fields().iter().cloned().collect();
+        fields.push(Arc::new(arrow::datatypes::Field::new(
+            pubsub_engine_spi::record_id::RECORD_ID_COLUMN,
+            arrow::datatypes::DataType::Utf8,
+            false,
+        )));
+        let mut columns = changes.batch.columns().to_vec();
+        columns.push(ids);
+        Ok(RecordBatch::try_new(
+            Arc::new(arrow::datatypes::Schema::new(fields)),
+            columns,
+        )?)
+    }
+
     /// The record id of each row (see [`pubsub_engine_spi::record_id`]) from the record keys the
     /// SELECT carried as the last column of `selected`.
     fn record_ids(&self, selected: &RecordBatch) -> anyhow::Result<ArrayRef> {
         let keys = selected
             .columns()
             .last()
-            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| anyhow::anyhow!("{}: the rows carry no record key", self.text))?;
+        self.record_ids_of(keys)
+    }
+
+    /// The record id of each record key of `keys` (TEXT, never NULL).
+    fn record_ids_of(&self, keys: &ArrayRef) -> anyhow::Result<ArrayRef> {
+        let keys = keys
+            .as_string_opt::<i32>()
             .ok_or_else(|| anyhow::anyhow!("{}: the rows carry no record key", self.text))?;
         if keys.null_count() > 0 {
             anyhow::bail!("{}: a row has no record key", self.text);

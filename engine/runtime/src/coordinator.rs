@@ -387,6 +387,9 @@ pub async fn run_pipeline(
                     bytes: metrics.gauge(pubsub_engine_spi::WINDOW_STATE_BYTES, &id, g),
                     max_bytes: config.max_window_state_bytes,
                     coordinator: coord_tx.clone(),
+                    // Only the leader read the previous run's record; elsewhere a
+                    // restart is taken as unclean (an extra change per group at most).
+                    restarted: !first_run && !job_log.as_ref().is_some_and(|l| l.previous_clean),
                     id,
                 }
             });

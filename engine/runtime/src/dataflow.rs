@@ -61,6 +61,9 @@ pub(crate) struct WindowPlumbing {
     /// `RuntimeConfig::max_window_state_bytes`.
     pub max_bytes: u64,
     pub coordinator: UnboundedSender<CoordEvent>,
+    /// An earlier run of the job may have written changes after its last checkpoint: it
+    /// did not stop cleanly (or this process cannot tell).
+    pub restarted: bool,
 }
 
 /// One worker's ends of the control dataflow. Only the leader's worker 0 feeds
@@ -612,6 +615,11 @@ where
             let mut held: BTreeMap<u64, Capability<u64>> = BTreeMap::new();
             let mut requested: BTreeSet<u64> = BTreeSet::new();
             let mut watermarks = InputWatermarks::new(upstream);
+            // An updating aggregate flushes on processing time: wake for the next flush
+            // (at most one wake-up asked for at a time).
+            let timer = worker_ref.activator_for(info.address.clone());
+            // The flush time asked for (ms), and when the timer fires (monotonic).
+            let mut wake_at: Option<(i64, Instant)> = None;
             move |(input, frontier), output| {
                 input.for_each(|cap, data| {
                     let Some(&t) = cap.least() else { return };
@@ -678,6 +686,18 @@ where
                 if let Some(w) = window.as_mut() {
                     let f = frontier.frontier().first().copied();
                     w.step(f, &mut watermarks, &sink_tx);
+                    if let Some(next) = w.next_flush {
+                        // Re-armed once the timer asked for has fired (by the monotonic
+                        // clock: the wall clock may say it is early), or for an earlier
+                        // flush.
+                        let now = pubsub_engine_plan::window::now_ms();
+                        if wake_at.is_none_or(|(t, at)| Instant::now() >= at || next < t) {
+                            let after = u64::try_from(next.saturating_sub(now)).unwrap_or(0);
+                            let after = Duration::from_millis(after.clamp(1, 3_600_000));
+                            timer.activate_after(after);
+                            wake_at = Some((next, Instant::now() + after));
+                        }
+                    }
                     for (epoch, payload) in w.late_out.drain(..) {
                         // Held until this query's sink made the epoch durable, which it
                         // cannot do before the window took the epoch's input.
@@ -713,6 +733,18 @@ where
     .probe_with(probe)
 }
 
+/// A value no other run of the job uses (with overwhelming odds): the generation an
+/// updating aggregate writes into its record keys (decision 0051). Not derived from the
+/// checkpoint: two runs restoring one checkpoint must differ too.
+fn run_generation(subtask: usize) -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one((
+        SystemTime::now(),
+        std::process::id(),
+        subtask,
+    ))
+}
+
 /// A window subtask inside its query's sink operator (see [`sink_operator`]).
 struct WindowRun {
     plumbing: WindowPlumbing,
@@ -729,6 +761,10 @@ struct WindowRun {
     /// For the query writing late rows: the rows, in the late table's schema, by the
     /// epoch they arrived in, and the window's input watermark (the late table's).
     late_out: Vec<(u64, Payload)>,
+    /// An updating aggregate: when its next flush is due (ms of processing time).
+    pub next_flush: Option<i64>,
+    /// An updating aggregate: its sink stamps record ids.
+    record_ids: bool,
 }
 
 impl WindowRun {
@@ -740,6 +776,7 @@ impl WindowRun {
         start_epoch: u64,
     ) -> Self {
         let plan = query.window.clone().expect("a windowed query");
+        let record_ids = query.sink.connector.sink_record_ids(&query.sink.connection);
         let mut run = WindowRun {
             plumbing,
             query,
@@ -749,9 +786,12 @@ impl WindowRun {
             next: start_epoch,
             ended: false,
             late_out: Vec::new(),
+            next_flush: None,
+            record_ids,
         };
         let state = pubsub_engine_plan::window::WindowState::new(plan).and_then(|mut s| {
             s.restore(&run.plumbing.restore, subtask as u64, peers)?;
+            s.start_run(run_generation(subtask), run.plumbing.restarted);
             Ok(s)
         });
         match state {
@@ -768,6 +808,7 @@ impl WindowRun {
 
     fn fail(&mut self, e: anyhow::Error) {
         self.state = None;
+        self.next_flush = None;
         let _ = self.plumbing.coordinator.send(CoordEvent::TaskFailed {
             operator_id: self.plumbing.id.clone(),
             subtask: self.subtask,
@@ -803,13 +844,71 @@ impl WindowRun {
                 }
             }
         }
+        self.flush(f.is_none(), sink_tx);
         match f {
             Some(f) => self.snapshot_until(f),
             None => {
                 self.send_snapshot(self.next, true);
                 self.ended = true;
+                self.next_flush = None;
             }
         }
+    }
+
+    /// An updating aggregate: writes its changes when due, or whatever changed once the
+    /// input ended (`ended`), and notes when the next flush is due.
+    fn flush(&mut self, ended: bool, sink_tx: &UnboundedSender<SinkEvent>) {
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let now = pubsub_engine_plan::window::now_ms();
+        let Some((due, _)) = state.flush_due(now) else {
+            return;
+        };
+        if due || ended {
+            let query = &self.query;
+            let sink = query.sink_row_schema();
+            let changes = state
+                .flush(
+                    now,
+                    &sink,
+                    self.record_ids,
+                    &|rows, having| query.sink_rows(rows, having),
+                    ended,
+                )
+                .and_then(|c| match c {
+                    Some(c) => {
+                        if c.evicted > 0 {
+                            tracing::debug!(
+                                evicted = c.evicted,
+                                "{}: idle groups forgotten",
+                                query.text
+                            );
+                        }
+                        match c.batch.num_rows() {
+                            0 => Ok(None),
+                            _ => query.changes_for_sink(c).map(Some),
+                        }
+                    }
+                    None => Ok(None),
+                });
+            match changes {
+                Ok(Some(batch)) => {
+                    let _ = sink_tx.send(SinkEvent::Batch(Rows {
+                        batch,
+                        permits: Arc::new(Permits::none()),
+                    }));
+                }
+                Ok(None) => {}
+                Err(e) => return self.fail(e),
+            }
+            self.plumbing.groups.set(state.groups());
+            self.plumbing.bytes.set(state.bytes());
+        }
+        self.next_flush = state
+            .flush_due(now)
+            .map(|(_, next)| next)
+            .filter(|n| *n < i64::MAX);
     }
 
     fn take(
@@ -847,10 +946,16 @@ impl WindowRun {
                 let (bytes, max) = (state.bytes(), self.plumbing.max_bytes);
                 if bytes > max {
                     return Err(pubsub_engine_spi::PermanentError::wrap(anyhow::anyhow!(
-                        "{}: the open windows of worker {} hold about {bytes} bytes in {} groups, over the limit of {max} (max_window_state_bytes, `--max-window-state-bytes`): raise it, or make windows shorter or keys fewer",
+                        "{}: the {} of worker {} hold about {bytes} bytes in {} groups, over the limit of {max} (max_window_state_bytes, `--max-window-state-bytes`): raise it, or make {}",
                         self.query.window.as_ref().map_or("", |w| w.text.as_str()),
+                        if self.query.is_updating() { "groups of the updating aggregate" } else { "open windows" },
                         self.subtask,
-                        state.groups()
+                        state.groups(),
+                        if self.query.is_updating() {
+                            "keys fewer or 'changelog.state-ttl' shorter"
+                        } else {
+                            "windows shorter or keys fewer"
+                        }
                     )));
                 }
             }

@@ -18,6 +18,8 @@ pub(crate) struct JobLog {
     /// Until when a run before this one may still hold messages leased to it (see
     /// `JobRecord::leases_until_ms`).
     pub leases_until: Option<std::time::SystemTime>,
+    /// The previous run stopped cleanly (after its final checkpoint), or there was none.
+    pub previous_clean: bool,
 }
 
 impl JobLog {
@@ -50,6 +52,7 @@ impl JobLog {
             leases_until = Some(leases_until.map_or(until, |u| u.max(until)));
         }
         let leases_until = leases_until.filter(|u| *u > now);
+        let previous_clean = previous.as_ref().is_none_or(|r| r.clean_stop);
         let record = JobRecord {
             job_id: job_id.to_string(),
             started_at_ms: now,
@@ -66,6 +69,7 @@ impl JobLog {
             horizon,
             leases_until: leases_until
                 .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
+            previous_clean,
         })
     }
 

@@ -582,11 +582,13 @@ fn check_columns(schema: &ConnectionSchema) -> anyhow::Result<()> {
             f.name
         );
     }
-    if schema.format != Format::Json && schema.timestamp_format != TimestampFormat::default() {
+    if !matches!(schema.format, Format::Json | Format::DebeziumJson)
+        && schema.timestamp_format != TimestampFormat::default()
+    {
         // The option values, as SQL spells them (`raw_string`, `epoch-millis`).
         let spelled = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
         anyhow::bail!(
-            "json.timestamp-format '{}' applies to format 'json' only, but the format is '{}'",
+            "json.timestamp-format '{}' applies to formats 'json' and 'debezium_json' only, but the format is '{}'",
             spelled(serde_json::json!(schema.timestamp_format)),
             spelled(serde_json::json!(schema.format))
         );

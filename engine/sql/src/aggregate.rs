@@ -50,9 +50,17 @@ const ORDER_DEPENDENT: &[&str] = &[
     "approx_median",
 ];
 
-/// Whether `query` asks for the windowed planner: a GROUP BY, HAVING or a subquery in FROM
-/// anywhere in it.
+/// The default flush interval and state TTL of an updating aggregate, in ns.
+#[cfg(test)]
+pub(crate) const DEFAULT_UPDATING: (i64, i64) = (1_000_000_000, 86_400_000_000_000);
+
+/// Whether `query` asks for the aggregate planner: a GROUP BY, HAVING, a subquery in FROM
+/// or an aggregate function anywhere in it.
 pub(crate) fn is_windowed(query: &Query) -> bool {
+    super::select::calls_aggregate(query) || is_grouped(query)
+}
+
+fn is_grouped(query: &Query) -> bool {
     fn body(b: &SetExpr) -> bool {
         match b {
             SetExpr::Select(s) => {
@@ -88,6 +96,7 @@ pub(crate) fn plan_windowed(
     src: &ConnectionSchema,
     event_time: (usize, &str),
     record_key: bool,
+    updating: (i64, i64),
     what: &str,
 ) -> Result<(SelectPlan, WindowPlan), SqlError> {
     let catalog = Catalog::new([(source.to_string(), src.arrow_schema())]).with_windows();
@@ -147,7 +156,7 @@ pub(crate) fn plan_windowed(
 
     // The window and the keys.
     let mut kind = None;
-    let mut window_at = 0;
+    let mut window_at = None;
     let mut keys = Vec::new();
     for (i, g) in agg.group_expr.iter().enumerate() {
         if matches!(g, Expr::GroupingSet(_)) {
@@ -203,24 +212,16 @@ pub(crate) fn plan_windowed(
             },
             _ => unreachable!("window_call returns window functions only"),
         });
-        window_at = i;
+        window_at = Some(i);
     }
-    let Some(kind) = kind else {
-        let msg = format!(
-            "{what}: an aggregate over a stream needs a window in GROUP BY (TUMBLE(INTERVAL '1' MINUTE), HOP(slide, width) or SESSION(gap)): without one its groups never close (updating aggregates are not supported yet)"
-        );
-        let first = agg
-            .aggr_expr
-            .first()
-            .and_then(|a| match a.clone().unalias() {
-                Expr::AggregateFunction(f) => first_at(f.func.name()),
-                _ => None,
-            });
-        return Err(match first {
-            Some(l) => at(l, msg),
-            None => SqlError(msg),
-        });
-    };
+    // Without a window: an updating aggregate (its sink must take a changelog: the
+    // caller checks, where it knows the sink).
+    let kind = kind.unwrap_or(WindowKind::Updating {
+        interval: updating.0,
+        ttl: updating.1,
+    });
+    let is_updating = window_at.is_none();
+    let record_key = record_key && !is_updating;
 
     // Stage 1: WHERE, then [keys.., arguments.., event time].
     let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = Vec::new();
@@ -409,7 +410,7 @@ pub(crate) fn plan_windowed(
             .fields()
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i != window_at)
+            .filter(|(i, _)| Some(*i) != window_at)
             .filter_map(|(i, f)| {
                 let from_src = agg.group_expr.get(i).and_then(|g| match g {
                     Expr::Column(c) => src.fields.iter().find(|s| s.name == c.name),
@@ -444,6 +445,12 @@ pub(crate) fn plan_windowed(
             "HAVING / WHERE over the aggregate".to_string(),
         )),
         None => None,
+    };
+    // An updating aggregate decides per group whether its row stands (a delete when it
+    // no longer does): the condition runs apart from the select list.
+    let (post_filter, having) = match is_updating {
+        true => (None, post_filter),
+        false => (post_filter, None),
     };
     let mut pexprs = Vec::new();
     let mut pfields = Vec::new();
@@ -494,9 +501,17 @@ pub(crate) fn plan_windowed(
             aggregates,
             output,
             window_at,
+            having,
             text: what.to_string(),
         },
     ))
+}
+
+/// Where the first aggregate function of `plan` is written in `query`.
+pub(crate) fn first_aggregate_at(query: &Query, plan: &WindowPlan) -> Option<Location> {
+    plan.aggregates
+        .iter()
+        .find_map(|a| find_function(query, a.fun().name()))
 }
 
 /// The arguments of aggregate `k` of the first Aggregate in `written` (the plan before

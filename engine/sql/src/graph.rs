@@ -152,11 +152,14 @@ impl GraphTable {
         let connection = connector
             .from_config(&name, profile, table, &schema)
             .map_err(|x| e(format!("{x:#}")))?;
+        let changelog = (connection.schema.format == pubsub_engine_spi::Format::DebeziumJson)
+            .then(pubsub_engine_plan::ChangelogOptions::default);
         Ok(GraphTable {
             table: PlannedTable {
                 connector,
                 connection,
                 late_rows: None,
+                changelog,
             },
         })
     }
@@ -777,7 +780,7 @@ mod tests {
                 ConnectionSchema::new(Format::RawString, vec![col("value", FieldType::Text)])
                     .with_timestamp_format(TimestampFormat::EpochMillis)
             ),
-            "table 't': json.timestamp-format 'epoch-millis' applies to format 'json' only, but the format is 'raw_string'"
+            "table 't': json.timestamp-format 'epoch-millis' applies to formats 'json' and 'debezium_json' only, but the format is 'raw_string'"
         );
         assert_eq!(
             make(ConnectionSchema::json(vec![

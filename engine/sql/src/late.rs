@@ -40,6 +40,9 @@ pub(crate) fn plan_late_queries(
         let (Some(window), Some(table)) = (q.window.as_mut(), q.source.late_rows.clone()) else {
             continue;
         };
+        if window.window_at.is_none() {
+            continue; // An updating aggregate has no window: no row is ever late.
+        }
         let source = &q.source.connection.name;
         let e = |m: String| {
             SqlError(format!(

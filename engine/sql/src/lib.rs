@@ -41,6 +41,10 @@ mod test_mem;
 #[cfg(test)]
 mod unsigned_tests;
 #[cfg(test)]
+mod unstructured_tests;
+#[cfg(test)]
+mod updating_tests;
+#[cfg(test)]
 mod window_oracle_tests;
 #[cfg(test)]
 mod window_tests;

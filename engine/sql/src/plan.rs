@@ -342,20 +342,60 @@ fn plan_windowed_query(
             ins.sink
         )));
     }
+    let changelog = sink.changelog.unwrap_or_default();
+    let ns = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     let (mut select, window) = super::aggregate::plan_windowed(
         &ins.query,
         &ins.source,
         &visible(schema),
         (event_time.0, &event_time.1),
         record_ids,
+        (ns(changelog.flush_interval), ns(changelog.state_ttl)),
         what,
     )?;
-    let (projection, sink_schema) = sink_side(ins, what, &mut select, schema, &sink, record_ids)?;
+    let updating = window.window_at.is_none();
+    if updating && sink.changelog.is_none() {
+        let msg = format!(
+            "{what}: an aggregate without a window is an updating aggregate: its rows change as rows arrive, which only a changelog can carry, and table '{}' has format '{}': declare it with 'format' = 'debezium_json' (or group by a window: TUMBLE(INTERVAL '1' MINUTE), HOP(slide, width) or SESSION(gap))",
+            ins.sink,
+            sink.connection.schema.format.name()
+        );
+        return Err(
+            match super::aggregate::first_aggregate_at(&ins.query, &window) {
+                Some(l) => super::clauses::at(l, msg),
+                None => SqlError(msg),
+            },
+        );
+    }
+    // An updating aggregate's changes get their record ids from their group and change,
+    // not from the rows' record keys.
+    let (projection, sink_schema) = sink_side(
+        ins,
+        what,
+        &mut select,
+        schema,
+        &sink,
+        record_ids && !updating,
+    )?;
     if let Some(key) = sink.connector.sink_key(&sink.connection) {
-        return Err(SqlError(format!(
-            "{what}: a windowed aggregate cannot write yet to table '{}', which routes its rows by column '{key}' (its ordering key): its rows are written by the worker owning their group key",
-            ins.sink
-        )));
+        // Each group's changes are written by the worker owning it, in order: an
+        // ordering key made of the group key alone keeps them in order for a consumer.
+        let from_group_key = updating
+            && sink_schema
+                .index_of(&key)
+                .ok()
+                .and_then(|j| projection[j])
+                .is_some_and(|i| {
+                    datafusion_physical_expr::utils::collect_columns(&select.exprs[i].0)
+                        .iter()
+                        .all(|c| c.index() < window.keys)
+                });
+        if !from_group_key {
+            return Err(SqlError(format!(
+                "{what}: a windowed aggregate cannot write yet to table '{}', which routes its rows by column '{key}' (its ordering key): its rows are written by the worker owning their group key (an updating aggregate can, when the ordering key is made of its GROUP BY columns alone)",
+                ins.sink
+            )));
+        }
     }
     Ok(PlannedQuery {
         id,
@@ -600,13 +640,14 @@ pub(crate) fn plan_table(
     connectors: &[Arc<dyn ErasedConnector>],
 ) -> Result<PlannedTable, SqlError> {
     let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
-    if t.fields.is_empty() {
+    let (connector, mut options, schema) = table_head(t, connectors)?;
+    if schema.fields.is_empty() {
         return Err(e(
-            "declares no columns (only a table of format 'avro' on a topic with a schema derives them)".into(),
+            "declares no columns (only a table of format 'avro' on a topic with a schema derives them, and one with 'json.unstructured' = 'true' has the one column `value JSON`)".into(),
         ));
     }
-    let (connector, mut options, schema) = table_head(t, connectors)?;
     let late_rows = late_rows_option(t, &mut options)?;
+    let changelog = changelog_options(t, schema.format, &mut options)?;
     let connection = connector
         .from_options(&t.name, &mut options, &schema)
         .map_err(|x| e(format!("{x:#}")))?;
@@ -631,12 +672,20 @@ pub(crate) fn plan_table(
         "connector",
         "format",
         "json.timestamp-format",
+        UNSTRUCTURED_OPTION,
         "event_time_field",
         "watermark_field",
         LATE_ROWS_OPTION,
+        FLUSH_INTERVAL_OPTION,
+        STATE_TTL_OPTION,
     ];
     known.extend_from_slice(connector.known_options());
     options.finish(&known).map_err(|x| e(x.to_string()))?;
+    if changelog.is_some() && connection.connection_type == ConnectionType::Source {
+        return Err(e(
+            "format 'debezium_json' is written by a sink only for now: reading a changelog is not supported yet".into(),
+        ));
+    }
     if late_rows.is_some() && connection.connection_type == ConnectionType::Sink {
         return Err(e(format!(
             "is a sink: option '{}' applies to a table that is read",
@@ -647,7 +696,63 @@ pub(crate) fn plan_table(
         connector,
         connection,
         late_rows,
+        changelog,
     })
+}
+
+/// A changelog table's option: how often an updating query writes its changes.
+pub const FLUSH_INTERVAL_OPTION: &str = "changelog.flush-interval";
+/// A changelog table's option: how long an updating query keeps a group no row reaches.
+pub const STATE_TTL_OPTION: &str = "changelog.state-ttl";
+
+/// The changelog options of a table of format `debezium_json` (defaults for those not
+/// given), `None` for another format. Errors name the table, the option and the value:
+/// an option on another format, a duration that does not parse or is zero.
+fn changelog_options(
+    t: &TableDef,
+    format: Format,
+    options: &mut pubsub_engine_spi::ConnectorOptions,
+) -> Result<Option<pubsub_engine_plan::ChangelogOptions>, SqlError> {
+    let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
+    if format == Format::DebeziumJson {
+        use pubsub_engine_spi::changelog::{BEFORE_PREFIX, OP_COLUMN};
+        if let Some(f) = t
+            .fields
+            .iter()
+            .find(|f| f.name == OP_COLUMN || f.name.starts_with(BEFORE_PREFIX))
+        {
+            return Err(e(format!(
+                "column name '{}' is reserved in a changelog (format 'debezium_json': '{OP_COLUMN}' and names starting '{BEFORE_PREFIX}' carry each change's operation and old row); rename the column",
+                f.name
+            )));
+        }
+    }
+    let mut out = pubsub_engine_plan::ChangelogOptions::default();
+    for (key, slot) in [
+        (FLUSH_INTERVAL_OPTION, &mut out.flush_interval),
+        (STATE_TTL_OPTION, &mut out.state_ttl),
+    ] {
+        let raw = options.get(key).map(str::to_string);
+        let Some(d) = options
+            .pull_opt_duration(key)
+            .map_err(|x| e(x.to_string()))?
+        else {
+            continue;
+        };
+        let raw = raw.unwrap_or_default();
+        if format != Format::DebeziumJson {
+            return Err(e(format!(
+                "option '{key}' applies to format 'debezium_json' only (a changelog), was '{raw}'"
+            )));
+        }
+        if d < std::time::Duration::from_millis(1) {
+            return Err(e(format!(
+                "option '{key}' is invalid: must be at least 1 ms, was '{raw}'"
+            )));
+        }
+        *slot = d;
+    }
+    Ok((format == Format::DebeziumJson).then_some(out))
 }
 
 /// The table's connector, its options less `connector`, `format` and
@@ -687,7 +792,8 @@ pub(crate) fn table_head(
         None => Format::Json,
         Some(f) => Format::parse(&f).ok_or_else(|| {
             e(format!(
-                "option 'format' is invalid: must be json, raw_string, raw_bytes or avro, was '{f}'"
+                "option 'format' is invalid: must be {}, was '{f}'",
+                Format::VALUES
             ))
         })?,
     };
@@ -697,9 +803,9 @@ pub(crate) fn table_head(
     {
         None => TimestampFormat::default(),
         Some(v) => {
-            if format != Format::Json {
+            if !matches!(format, Format::Json | Format::DebeziumJson) {
                 return Err(e(format!(
-                    "option 'json.timestamp-format' applies to format 'json' only, was '{v}'"
+                    "option 'json.timestamp-format' applies to formats 'json' and 'debezium_json' only, was '{v}'"
                 )));
             }
             TimestampFormat::parse(&v).ok_or_else(|| {
@@ -710,16 +816,52 @@ pub(crate) fn table_head(
             })?
         }
     };
+    let (format, fields) = unstructured(t, format, &mut options)?;
     let event_time =
-        super::watermark::event_time(&t.name, &t.fields, t.watermark.as_ref(), &mut options)?;
+        super::watermark::event_time(&t.name, &fields, t.watermark.as_ref(), &mut options)?;
     let schema = ConnectionSchema {
         format,
         timestamp_format,
         bad_data: BadData::Fail,
-        fields: t.fields.clone(),
+        fields,
         event_time,
     };
     Ok((connector, options, schema))
+}
+
+/// A `json` table's option: the whole payload in one JSON column `value`.
+pub const UNSTRUCTURED_OPTION: &str = "json.unstructured";
+
+/// Applies [`UNSTRUCTURED_OPTION`]: with `'true'` on a `json` table, format
+/// `JsonUnstructured` and the columns `value JSON` when none are declared (the declared
+/// ones otherwise: the decoder then checks for exactly one payload column `value JSON`).
+/// Errors name the table, the option and the value: not a boolean, or on another format.
+fn unstructured(
+    t: &TableDef,
+    format: Format,
+    options: &mut pubsub_engine_spi::ConnectorOptions,
+) -> Result<(Format, Vec<SourceField>), SqlError> {
+    let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
+    let raw = options.get(UNSTRUCTURED_OPTION).map(str::to_string);
+    let on = options
+        .pull_opt_bool(UNSTRUCTURED_OPTION)
+        .map_err(|x| e(x.to_string()))?;
+    match on {
+        Some(true) if format != Format::Json => Err(e(format!(
+            "option '{UNSTRUCTURED_OPTION}' applies to format 'json' only, was '{}' with format '{}'",
+            raw.unwrap_or_default(),
+            format.name()
+        ))),
+        Some(true) => {
+            let fields = if t.fields.is_empty() {
+                vec![SourceField::new("value", FieldType::Json)]
+            } else {
+                t.fields.clone()
+            };
+            Ok((Format::JsonUnstructured, fields))
+        }
+        _ => Ok((format, t.fields.clone())),
+    }
 }
 
 /// A source table's option naming the sink table its late rows go to (decision 0045).

@@ -380,6 +380,29 @@ fn shape(plan: &LogicalPlan, what: &str) -> Result<(Option<Expr>, Vec<Expr>, DFS
     Ok((filter, proj.expr.clone(), input))
 }
 
+/// Whether `query` calls an aggregate function (not as a window function, `OVER`)
+/// anywhere: without GROUP BY, an aggregate over the whole stream.
+pub(crate) fn calls_aggregate(query: &Query) -> bool {
+    struct Find(bool);
+    impl Visitor for Find {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &SqlExpr) -> std::ops::ControlFlow<()> {
+            if let SqlExpr::Function(f) = e {
+                if f.over.is_none()
+                    && AGGREGATES.contains(&f.name.to_string().to_lowercase().as_str())
+                {
+                    self.0 = true;
+                    return std::ops::ControlFlow::Break(());
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let mut f = Find(false);
+    let _ = query.visit(&mut f);
+    f.0
+}
+
 /// Aggregates, window functions and subqueries, refused before name resolution so that
 /// the error says "not supported yet", not "unknown function".
 fn refuse_stateful(query: &Query, what: &str) -> Result<(), SqlError> {

@@ -167,6 +167,7 @@ fn windowed(select: &str) -> (SelectPlan, Arc<WindowPlan>) {
         &src(),
         (3, "__event_time"),
         false,
+        crate::aggregate::DEFAULT_UPDATING,
         "INSERT INTO out",
     )
     .unwrap();

@@ -3,6 +3,7 @@
 //! task identity), durations and data sizes in option values, stable record ids and the
 //! redaction of URLs in messages. Plain data: no runtime, no SQL, no formats.
 
+pub mod changelog;
 pub mod duration;
 pub mod record_id;
 pub mod redact;

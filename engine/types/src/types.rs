@@ -96,9 +96,21 @@ pub enum Format {
     /// schema revision it names (attributes `googclient_schema*`), a sink encodes under
     /// the topic's schema settings; columns match schema fields by name.
     Avro,
+    /// A changelog in Debezium's JSON envelope: one `{"before": {..} | null, "after":
+    /// {..} | null, "op": "c" | "u" | "d"}` object per change, `before` and `after` being
+    /// rows of the declared columns (see [`changelog`](crate::changelog)). Written by an
+    /// updating query (issue 47); an append-only query writes every row as `"c"`.
+    DebeziumJson,
+    /// Format `json` with `'json.unstructured' = 'true'`: the whole payload, any JSON
+    /// value, in one `JSON` column named `value` (canonical text; a payload that is not
+    /// JSON fails to decode); a sink writes that column's value as the payload.
+    JsonUnstructured,
 }
 
 impl Format {
+    /// Every accepted `format` value, for messages.
+    pub const VALUES: &'static str = "json, raw_string, raw_bytes, avro or debezium_json";
+
     /// Parses the `format` option value.
     pub fn parse(value: &str) -> Option<Format> {
         match value {
@@ -106,7 +118,20 @@ impl Format {
             "raw_string" => Some(Format::RawString),
             "raw_bytes" => Some(Format::RawBytes),
             "avro" => Some(Format::Avro),
+            "debezium_json" => Some(Format::DebeziumJson),
             _ => None,
+        }
+    }
+
+    /// The `format` option value of this format.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::RawString => "raw_string",
+            Format::RawBytes => "raw_bytes",
+            Format::Avro => "avro",
+            Format::DebeziumJson => "debezium_json",
+            Format::JsonUnstructured => "json",
         }
     }
 }

@@ -14,6 +14,7 @@
 mod fixed;
 mod session;
 mod stage;
+mod updating;
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -30,6 +31,17 @@ use base64::Engine as _;
 
 use pubsub_engine_spi::OperatorState;
 pub use stage::{WindowKind, WindowPlan};
+pub use updating::{changelog_schema, Changes, SinkRows};
+
+/// An updating aggregate's snapshot: the sink columns its written rows are encoded for.
+const SINK_COLUMNS: &str = "sink_columns";
+
+/// Processing time in milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// The subtask (of `peers`) that owns group key `key` (Arrow row bytes): every process
 /// of the same binary computes the same.
@@ -84,6 +96,7 @@ pub struct WindowState {
 enum Store {
     Fixed(fixed::Bins),
     Session(session::Sessions),
+    Updating(updating::Groups),
 }
 
 /// What both kinds of window keep alike.
@@ -111,6 +124,9 @@ impl WindowState {
     pub fn new(plan: Arc<WindowPlan>) -> anyhow::Result<Self> {
         let store = match plan.kind {
             WindowKind::Session { gap } => Store::Session(session::Sessions::new(gap)),
+            WindowKind::Updating { interval, ttl } => {
+                Store::Updating(updating::Groups::new(interval, ttl))
+            }
             _ => Store::Fixed(fixed::Bins::default()),
         };
         Ok(WindowState {
@@ -131,6 +147,7 @@ impl WindowState {
         match &self.store {
             Store::Fixed(b) => b.groups(),
             Store::Session(s) => s.groups(),
+            Store::Updating(u) => u.groups(),
         }
     }
 
@@ -140,6 +157,7 @@ impl WindowState {
         match &self.store {
             Store::Fixed(b) => b.bytes(),
             Store::Session(s) => s.bytes(),
+            Store::Updating(u) => u.bytes(),
         }
     }
 
@@ -162,6 +180,12 @@ impl WindowState {
     /// Errors: an aggregate failed on the rows, or a row has no event time (a bug guard:
     /// the source refuses such rows).
     pub fn update(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
+        self.update_at(batch, now_ms())
+    }
+
+    /// [`update`](Self::update) at processing time `now` (ms since the Unix epoch): when
+    /// an updating aggregate's groups were last reached, for their TTL.
+    pub fn update_at(&mut self, batch: &RecordBatch, now: i64) -> anyhow::Result<()> {
         if let Some(rows) = &mut self.shared.late_rows {
             rows.clear();
         }
@@ -172,6 +196,7 @@ impl WindowState {
         match &mut self.store {
             Store::Fixed(b) => b.update(&mut self.shared, &input),
             Store::Session(s) => s.update(&mut self.shared, &input),
+            Store::Updating(u) => u.update(&self.shared, &input, now),
         }
     }
 
@@ -189,6 +214,42 @@ impl WindowState {
         match &mut self.store {
             Store::Fixed(b) => b.advance(&self.shared, w),
             Store::Session(s) => s.advance(&self.shared, w),
+            // Its changes are written by `flush`, at an interval.
+            Store::Updating(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// An updating aggregate: whether its changes are due (`interval` passed since the
+    /// last [`flush`](Self::flush) and a group changed), and when the next one is, in ms
+    /// of processing time. `None` for a window.
+    pub fn flush_due(&self, now_ms: i64) -> Option<(bool, i64)> {
+        match &self.store {
+            Store::Updating(u) => Some(u.due(now_ms)),
+            _ => None,
+        }
+    }
+
+    /// An updating aggregate: writes the change of every group whose row changed since
+    /// the last flush, when the interval passed or with `force` (see [`updating`]), and
+    /// forgets groups idle longer than the TTL when a look for them is due;
+    /// `None` when nothing changed (and always for a window). `sink_rows` turns rows of
+    /// the aggregate's output into the sink table's rows (`sink`, without a record id;
+    /// see [`SinkRows`]). With `record_keys`, each change also gets its record key.
+    ///
+    /// Errors (permanent): a result does not fit its column, or `sink_rows` failed.
+    pub fn flush(
+        &mut self,
+        now_ms: i64,
+        sink: &arrow::datatypes::SchemaRef,
+        record_keys: bool,
+        sink_rows: updating::SinkRows<'_>,
+        force: bool,
+    ) -> anyhow::Result<Option<updating::Changes>> {
+        match &mut self.store {
+            Store::Updating(u) => {
+                u.flush(&self.shared, now_ms, sink, record_keys, sink_rows, force)
+            }
+            _ => Ok(None),
         }
     }
 
@@ -200,9 +261,18 @@ impl WindowState {
         state
             .values
             .insert("watermark".into(), serde_json::json!(self.shared.watermark));
+        if let Some(c) = match &self.store {
+            Store::Updating(u) => u.columns(),
+            _ => None,
+        } {
+            state
+                .values
+                .insert(SINK_COLUMNS.into(), serde_json::json!(c));
+        }
         let (name, batch) = match &mut self.store {
             Store::Fixed(b) => (fixed::STATE, b.snapshot(&self.shared)?),
             Store::Session(s) => (session::STATE, s.snapshot(&self.shared)?),
+            Store::Updating(u) => (updating::STATE, u.snapshot(&self.shared)?),
         };
         if let Some(batch) = batch {
             state
@@ -210,6 +280,16 @@ impl WindowState {
                 .insert(name.into(), serde_json::json!(encode(&batch)?));
         }
         Ok(state)
+    }
+
+    /// An updating aggregate starts a run: `generation` (a value no other run of the job
+    /// uses) goes into its record keys, and with `restarted` (a run before may have
+    /// written changes after its last checkpoint) every group's next flush writes its row
+    /// (see [`updating`]). Call after [`restore`](Self::restore).
+    pub fn start_run(&mut self, generation: u64, restarted: bool) {
+        if let Store::Updating(u) = &mut self.store {
+            u.start_run(generation, restarted);
+        }
     }
 
     /// Restores the groups this subtask (`subtask` of `peers`) owns from the snapshots of
@@ -224,8 +304,15 @@ impl WindowState {
         let name = match &self.store {
             Store::Fixed(_) => fixed::STATE,
             Store::Session(_) => session::STATE,
+            Store::Updating(_) => updating::STATE,
         };
         for s in states {
+            if let (Store::Updating(u), Some(c)) = (
+                &mut self.store,
+                s.values.get(SINK_COLUMNS).and_then(|v| v.as_str()),
+            ) {
+                u.restore_columns(c);
+            }
             if let Some(w) = s.values.get("watermark").and_then(|v| v.as_i64()) {
                 let c = &mut self.shared.watermark;
                 *c = Some(c.map_or(w, |c| c.min(w)));
@@ -244,6 +331,7 @@ impl WindowState {
                 match &mut self.store {
                     Store::Fixed(b) => b.merge_state(&self.shared, &batch, mine)?,
                     Store::Session(s) => s.merge_state(&self.shared, &batch, mine)?,
+                    Store::Updating(u) => u.merge_state(&self.shared, &batch, mine)?,
                 }
             }
         }
@@ -310,7 +398,8 @@ impl Shared {
         v: ArrayRef,
         window: impl Fn() -> String,
     ) -> anyhow::Result<ArrayRef> {
-        let field = self.plan.output.field(self.plan.keys + 1 + k);
+        let at = usize::from(self.plan.window_at.is_some());
+        let field = self.plan.output.field(self.plan.keys + at + k);
         if v.data_type() == field.data_type() {
             return Ok(v);
         }
@@ -348,9 +437,10 @@ impl Shared {
         let out = &self.plan.output;
         let mut columns: Vec<ArrayRef> = Vec::new();
         let mut key_columns = key_columns.into_iter();
-        for i in 0..self.plan.keys + 1 {
-            if i == self.plan.window_at {
-                let t = out.field(self.plan.window_at).data_type();
+        let window = usize::from(self.plan.window_at.is_some());
+        for i in 0..self.plan.keys + window {
+            if Some(i) == self.plan.window_at {
+                let t = out.field(i).data_type();
                 columns.push(window_column(t, &starts, &ends)?);
             } else {
                 columns.push(key_columns.next().expect("one column per key"));

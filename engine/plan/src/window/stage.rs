@@ -22,6 +22,11 @@ pub enum WindowKind {
     /// first row's time to its last row's time plus `gap` (Flink's and Arroyo's session
     /// window). Windows merge when a row bridges them.
     Session { gap: i64 },
+    /// No window: an updating aggregate (issue 47). Each group's row is kept up to date
+    /// and every `interval` (ns, processing time) the groups that changed write their
+    /// change (see [`updating`](super::updating)); a group no row reached for `ttl` (ns,
+    /// processing time) is forgotten.
+    Updating { interval: i64, ttl: i64 },
 }
 
 impl WindowKind {
@@ -31,18 +36,20 @@ impl WindowKind {
         let (slide, width) = match *self {
             WindowKind::Tumble { width } => (width, width),
             WindowKind::Hop { slide, width } => (slide, width),
-            WindowKind::Session { .. } => (1, 0),
+            WindowKind::Session { .. } | WindowKind::Updating { .. } => (1, 0),
         };
         let last = t.div_euclid(slide) * slide;
         let n = width / slide;
         (0..n).rev().map(move |k| last - k * slide)
     }
 
-    /// A window's length; for a session window, the gap (its shortest length).
+    /// A window's length; for a session window, the gap (its shortest length); for an
+    /// updating aggregate, its interval.
     pub fn width(&self) -> i64 {
         match *self {
             WindowKind::Tumble { width } | WindowKind::Hop { width, .. } => width,
             WindowKind::Session { gap } => gap,
+            WindowKind::Updating { interval, .. } => interval,
         }
     }
 }
@@ -60,9 +67,18 @@ pub struct WindowPlan {
     pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
     /// The rows a firing window writes: the group items in GROUP BY order (the window,
     /// `STRUCT<start, end>`, at `window_at`), then the aggregates, then the record key
-    /// (`__record_key`, TEXT) when the sink stamps record ids.
+    /// (`__record_key`, TEXT) when the sink stamps record ids (never for an updating
+    /// aggregate: its changes are keyed by group and change).
     pub output: SchemaRef,
-    pub window_at: usize,
+    /// Where the window is among the group items; `None` for an updating aggregate.
+    pub window_at: Option<usize>,
+    /// An updating aggregate's HAVING and outer WHERE, on `output`'s rows: a group whose
+    /// row fails it has no row in the changelog (a delete when it had one). A windowed
+    /// aggregate folds them into the query's SELECT instead.
+    pub having: Option<(
+        std::sync::Arc<dyn datafusion_physical_expr::PhysicalExpr>,
+        String,
+    )>,
     /// The query's statement text, for errors.
     pub text: String,
 }
