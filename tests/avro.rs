@@ -364,7 +364,7 @@ async fn columns_come_from_the_topic_schema_when_a_table_declares_none() {
         "",
         &with(&e, &format!("'subscription' = '{input_sub}'")),
         &dst,
-        "table 's': declares no columns (only a table of format 'avro' on a topic with a schema derives them)",
+        "table 's': declares no columns (only a table of format 'avro' on a topic with a schema derives them;",
     )
     .await;
     // A topic without a schema.

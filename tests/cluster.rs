@@ -334,9 +334,12 @@ async fn sigkill_of_one_process_restarts_the_cluster_from_the_last_checkpoint_in
         .filter_map(|l| number_after(l, "checkpoint ").filter(|_| l.contains(" completed")))
         .max()
         .expect("checkpoints completed before the kill");
-    assert_eq!(
-        restored, last_before,
-        "the restart restores exactly the last checkpoint process 0 completed: {stderr}"
+    // Process 0 writes the `latest` pointer, then logs the completion: when it notices
+    // the dead peer in between (seen once in 2026-12), the checkpoint is complete (its
+    // pointer is durable) but never logged, and the restart rightly restores it.
+    assert!(
+        restored == last_before || restored == last_before + 1,
+        "the restart restores the last checkpoint process 0 completed ({last_before}, or the next if its pointer was written as the peer died), restored {restored}: {stderr}"
     );
     assert!(
         all[..restart]

@@ -490,3 +490,42 @@ async fn a_failed_job_releases_what_other_tables_streams_had_buffered() {
         ids.len()
     );
 }
+
+/// A sink table declared without columns takes the name and type of each select item
+/// of the INSERT writing it (issue 47): the JSON rows carry exactly those keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_without_columns_writes_the_select_lists_columns() {
+    let t = topics("derived", 60).await;
+    publish_seq(&t.input, 0..50).await;
+    let sql = format!(
+        "CREATE TABLE src (seq BIGINT, mid TEXT NOT NULL METADATA FROM 'message-id') WITH (
+            'connector' = 'pubsub', 'project' = '{PROJECT}', 'subscription' = '{sub}',
+            'emulator-endpoint' = '{ep}');
+         CREATE TABLE out WITH ('connector' = 'pubsub', 'project' = '{PROJECT}',
+            'topic' = '{out}', 'emulator-endpoint' = '{ep}');
+         INSERT INTO out SELECT seq, seq * 2 AS twice, mid FROM src;",
+        sub = t.input_sub,
+        out = t.output,
+        ep = endpoint()
+    );
+    let wd = Workdir::new(&sql);
+    wd.run_ok(&["--checkpoint-interval", "1s", "--stop-when-idle", "3s"])
+        .await;
+    let rows = pubsub_connector_core::admin::drain(
+        &profile(),
+        &t.output_sub,
+        1,
+        Some(50),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 50);
+    for payload in rows.values() {
+        let v: serde_json::Value = serde_json::from_slice(payload).unwrap();
+        let seq = v["seq"].as_i64().unwrap();
+        assert_eq!(v["twice"].as_i64(), Some(2 * seq), "{v}");
+        assert!(v["mid"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert_eq!(v.as_object().unwrap().len(), 3, "{v}");
+    }
+}

@@ -10,6 +10,7 @@
 mod aggregate;
 mod catalog;
 mod clauses;
+mod derive;
 mod dialect;
 mod error;
 pub mod graph;
@@ -24,6 +25,8 @@ mod views;
 mod watermark;
 mod window_fns;
 
+#[cfg(test)]
+mod derive_tests;
 #[cfg(test)]
 mod expr_tests;
 #[cfg(test)]

@@ -20,8 +20,25 @@ pub fn plan_pipeline(
     connectors: &[Arc<dyn ErasedConnector>],
 ) -> Result<PlannedPipeline, SqlError> {
     let mut tables = Vec::new();
+    let mut from_queries = Vec::new();
     for t in &sql.tables {
+        if super::derive::takes_query_columns(t, sql) {
+            from_queries.push(t);
+            continue;
+        }
         tables.push((t.name.clone(), plan_table(t, connectors)?));
+    }
+    // Sink tables without columns: the columns of the query writing each, planned over
+    // the sources as they will be (with their event time).
+    if !from_queries.is_empty() {
+        let mut sources = tables.clone();
+        for ins in &sql.inserts {
+            give_event_time(&mut sources, ins)?;
+        }
+        for t in from_queries {
+            let t = super::derive::with_query_columns(t, sql, &sources)?;
+            tables.push((t.name.clone(), plan_table(&t, connectors)?));
+        }
     }
     for ins in &sql.inserts {
         give_record_keys(&mut tables, &ins.source, &ins.sink)?;

@@ -128,7 +128,7 @@ pub(crate) fn record_key_index(schema: &ConnectionSchema) -> Option<usize> {
 }
 
 /// The columns SQL sees: every column but the hidden record key and event time.
-fn visible(schema: &ConnectionSchema) -> ConnectionSchema {
+pub(crate) fn visible(schema: &ConnectionSchema) -> ConnectionSchema {
     ConnectionSchema {
         fields: schema
             .fields
@@ -315,6 +315,16 @@ fn retyped(schema: &SchemaRef, i: usize, to: FieldType) -> SchemaRef {
     ))
 }
 
+/// The column a windowed query reads its event time from (index and name): the
+/// `WATERMARK FOR` column, or the hidden one the table gives its rows.
+pub(crate) fn event_time_of(schema: &ConnectionSchema) -> Option<(usize, String)> {
+    match &schema.event_time {
+        Some(et) => schema.fields.iter().position(|f| f.name == et.column),
+        None => event_time_index(schema),
+    }
+    .map(|i| (i, schema.fields[i].name.clone()))
+}
+
 /// [`plan_query`] of a windowed aggregate (`super::aggregate`).
 fn plan_windowed_query(
     id: String,
@@ -325,12 +335,7 @@ fn plan_windowed_query(
     record_ids: bool,
 ) -> Result<PlannedQuery, SqlError> {
     let schema = &source.connection.schema;
-    let event_time = match &schema.event_time {
-        Some(et) => schema.fields.iter().position(|f| f.name == et.column),
-        None => event_time_index(schema),
-    }
-    .map(|i| (i, schema.fields[i].name.clone()))
-    .ok_or_else(|| {
+    let event_time = event_time_of(schema).ok_or_else(|| {
         SqlError(format!(
             "{what}: table '{}' gives its rows no event time (plan its tables with plan_pipeline)",
             ins.source
@@ -643,7 +648,7 @@ pub(crate) fn plan_table(
     let (connector, mut options, schema) = table_head(t, connectors)?;
     if schema.fields.is_empty() {
         return Err(e(
-            "declares no columns (only a table of format 'avro' on a topic with a schema derives them, and one with 'json.unstructured' = 'true' has the one column `value JSON`)".into(),
+            "declares no columns (only a table of format 'avro' on a topic with a schema derives them; one with 'json.unstructured' = 'true' has the one column `value JSON`; a sink of format 'json' or 'debezium_json' takes those of the SELECT writing it)".into(),
         ));
     }
     let late_rows = late_rows_option(t, &mut options)?;

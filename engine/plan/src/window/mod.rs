@@ -488,6 +488,35 @@ fn ns_text(ns: i64) -> String {
         .to_string()
 }
 
+/// Aggregate `a`'s partial state in `acc` (DataFusion's `state()`, which may drain the
+/// accumulator: the state is merged back into a fresh one, which replaces it).
+fn take_state(
+    acc: &mut Box<dyn datafusion_expr::Accumulator>,
+    a: &datafusion_physical_expr::aggregate::AggregateFunctionExpr,
+) -> anyhow::Result<Vec<datafusion_common::ScalarValue>> {
+    let state = acc.state()?;
+    let arrays = state
+        .iter()
+        .map(|v| v.to_array())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut again = a.create_accumulator()?;
+    again.merge_batch(&arrays)?;
+    *acc = again;
+    Ok(state)
+}
+
+/// One column per position of `rows` (rows of scalars, all of one width).
+fn scalar_columns(rows: &[Vec<datafusion_common::ScalarValue>]) -> anyhow::Result<Vec<ArrayRef>> {
+    let width = rows.first().map_or(0, |r| r.len());
+    (0..width)
+        .map(|c| {
+            Ok(datafusion_common::ScalarValue::iter_to_array(
+                rows.iter().map(|r| r[c].clone()),
+            )?)
+        })
+        .collect()
+}
+
 /// A batch of `columns` (named `c0`, `c1`, ...).
 fn state_batch(columns: Vec<ArrayRef>) -> anyhow::Result<RecordBatch> {
     let schema = Arc::new(Schema::new(

@@ -16,7 +16,7 @@ use arrow::compute::{concat, take};
 use datafusion_common::ScalarValue;
 use datafusion_expr::Accumulator;
 
-use super::{ns_text, state_batch, Input, Shared};
+use super::{ns_text, scalar_columns, state_batch, take_state, Input, Shared};
 
 /// The key of the state in a snapshot: rows `[start, end, key, states..]`.
 pub(super) const STATE: &str = "sessions";
@@ -229,16 +229,7 @@ impl Sessions {
                 .expect("indexed");
             let mut row = Vec::new();
             for (acc, a) in session.accumulators.iter_mut().zip(&shared.plan.aggregates) {
-                // `state` drains: merge it back into a fresh accumulator.
-                let s = acc.state()?;
-                let mut again = a.create_accumulator()?;
-                let arrays = s
-                    .iter()
-                    .map(|v| v.to_array())
-                    .collect::<Result<Vec<_>, _>>()?;
-                again.merge_batch(&arrays)?;
-                *acc = again;
-                row.extend(s);
+                row.extend(take_state(acc, a)?);
             }
             starts.push(*start);
             ends.push(*end);
@@ -250,11 +241,7 @@ impl Sessions {
             std::sync::Arc::new(Int64Array::from(ends)),
             std::sync::Arc::new(BinaryArray::from(keys)),
         ];
-        for c in 0..states[0].len() {
-            columns.push(ScalarValue::iter_to_array(
-                states.iter().map(|r| r[c].clone()),
-            )?);
-        }
+        columns.extend(scalar_columns(&states)?);
         Ok(Some(state_batch(columns)?))
     }
 

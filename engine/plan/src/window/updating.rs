@@ -27,7 +27,7 @@ use datafusion_common::ScalarValue;
 use datafusion_expr::Accumulator;
 use pubsub_engine_spi::changelog::{before_column, CREATE, DELETE, OP_COLUMN, UPDATE};
 
-use super::{state_batch, Input, Shared};
+use super::{scalar_columns, state_batch, take_state, Input, Shared};
 
 /// The key of the state in a snapshot: rows `[key, rows, seq, touched, written, dirty,
 /// born, states..]`.
@@ -493,16 +493,7 @@ impl Groups {
             let group = self.groups.get_mut(key).expect("listed");
             let mut row = Vec::new();
             for (acc, a) in group.accumulators.iter_mut().zip(&shared.plan.aggregates) {
-                // `state` may drain: merge it back into a fresh accumulator.
-                let s = acc.state()?;
-                let mut again = a.create_accumulator()?;
-                let arrays = s
-                    .iter()
-                    .map(|v| v.to_array())
-                    .collect::<Result<Vec<_>, _>>()?;
-                again.merge_batch(&arrays)?;
-                *acc = again;
-                row.extend(s);
+                row.extend(take_state(acc, a)?);
             }
             rows.push(group.rows);
             seqs.push(group.seq);
@@ -521,11 +512,7 @@ impl Groups {
             Arc::new(BooleanArray::from(dirty)),
             Arc::new(Int64Array::from(born)),
         ];
-        for c in 0..states[0].len() {
-            columns.push(ScalarValue::iter_to_array(
-                states.iter().map(|r| r[c].clone()),
-            )?);
-        }
+        columns.extend(scalar_columns(&states)?);
         Ok(Some(state_batch(columns)?))
     }
 
@@ -610,16 +597,13 @@ fn evaluate(
     if !a.is_distinct() && EVALUATE_IN_PLACE.contains(&a.fun().name()) {
         return Ok(acc.evaluate()?);
     }
-    let state = acc.state()?;
+    let state = take_state(acc, a)?;
     let arrays = state
         .iter()
         .map(|v| v.to_array())
         .collect::<Result<Vec<_>, _>>()?;
-    let mut again = a.create_accumulator()?;
-    again.merge_batch(&arrays)?;
     let mut copy = a.create_accumulator()?;
     copy.merge_batch(&arrays)?;
-    *acc = again;
     Ok(copy.evaluate()?)
 }
 

@@ -1,0 +1,102 @@
+//! A sink table declared without columns takes them from the query that writes it
+//! (issue 47, item 3; Arroyo's): the name and type of each select item, in order, NULL
+//! allowed where the item may be NULL. For the formats that write declared columns
+//! (`json`, `debezium_json`); `avro` takes them from the topic's schema
+//! (`schemas.rs`), `raw_*` and `json.unstructured` have their one `value` column.
+
+use pubsub_engine_plan::PlannedTable;
+use pubsub_engine_spi::{ConnectionType, SourceField};
+
+use super::error::SqlError;
+use super::parse::{PipelineSql, TableDef};
+use super::plan::{event_time_of, visible, UNSTRUCTURED_OPTION};
+
+/// Whether `t` takes its columns from the query writing it: it declares no payload
+/// column (only `METADATA FROM` ones, or none), an INSERT writes it, and its format
+/// writes declared columns.
+pub(crate) fn takes_query_columns(t: &TableDef, sql: &PipelineSql) -> bool {
+    let format = t.options.get("format").unwrap_or("json");
+    let unstructured = t
+        .options
+        .get(UNSTRUCTURED_OPTION)
+        .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "yes"));
+    t.fields.iter().all(|f| f.metadata_key.is_some())
+        && matches!(format, "json" | "debezium_json")
+        && !unstructured
+        && sql.inserts.iter().any(|i| i.sink == t.name)
+}
+
+/// `t` with the columns of the first INSERT writing it (its other INSERTs must then fit
+/// them, as into any table), before its declared metadata columns. `tables`: the planned
+/// source tables, with their event time given.
+///
+/// Errors, naming the table: an INSERT with a column list (there is nothing to list),
+/// a source that is not a planned source table, and every error planning the SELECT has.
+pub(crate) fn with_query_columns(
+    t: &TableDef,
+    sql: &PipelineSql,
+    tables: &[(String, PlannedTable)],
+) -> Result<TableDef, SqlError> {
+    let ins = sql
+        .inserts
+        .iter()
+        .find(|i| i.sink == t.name)
+        .expect("takes_query_columns found an INSERT");
+    let what = format!("INSERT INTO {}", ins.sink);
+    if ins.columns.is_some() {
+        return Err(SqlError(format!(
+            "{what}: table '{}' declares no columns, so it takes the select list's names and types: write the INSERT without a column list, or declare the columns",
+            t.name
+        )));
+    }
+    let source = tables
+        .iter()
+        .find(|(n, p)| {
+            *n == ins.source && p.connection.connection_type == ConnectionType::Source
+        })
+        .map(|(_, p)| p)
+        .ok_or_else(|| {
+            SqlError(format!(
+                "{what}: table '{}' declares no columns, and its SELECT reads '{}', which is not a source table of the pipeline",
+                t.name, ins.source
+            ))
+        })?;
+    let schema = &source.connection.schema;
+    let select = if super::aggregate::is_windowed(&ins.query) {
+        let event_time = event_time_of(schema).ok_or_else(|| {
+            SqlError(format!(
+                "{what}: table '{}' gives its rows no event time",
+                ins.source
+            ))
+        })?;
+        // The flush options do not change the columns.
+        let updating = (1_000_000_000, 86_400_000_000_000);
+        super::aggregate::plan_windowed(
+            &ins.query,
+            &ins.source,
+            &visible(schema),
+            (event_time.0, &event_time.1),
+            false,
+            updating,
+            &what,
+        )?
+        .0
+    } else {
+        super::select::plan_select(&ins.query, &ins.source, &visible(schema), &what)?
+    };
+    let mut fields: Vec<SourceField> = select
+        .fields
+        .iter()
+        .map(|f| SourceField {
+            name: f.name.clone(),
+            field_type: f.field_type,
+            required: f.required,
+            metadata_key: None,
+        })
+        .collect();
+    fields.extend(t.fields.iter().cloned());
+    Ok(TableDef {
+        fields,
+        ..t.clone()
+    })
+}
