@@ -27,8 +27,10 @@ pub(crate) fn takes_query_columns(t: &TableDef, sql: &PipelineSql) -> bool {
 }
 
 /// `t` with the columns of the first INSERT writing it (its other INSERTs must then fit
-/// them, as into any table), before its declared metadata columns. `tables`: the planned
-/// source tables, with their event time given.
+/// them, as into any table), in select order: an item named like a declared metadata
+/// column fills it (`ok TEXT METADATA FROM 'ordering-key'` and `... AS ok`), declared
+/// columns no item names follow. `tables`: the planned source tables, with their event
+/// time given.
 ///
 /// Errors, naming the table: an INSERT with a column list (there is nothing to list),
 /// a source that is not a planned source table, and every error planning the SELECT has.
@@ -84,17 +86,27 @@ pub(crate) fn with_query_columns(
     } else {
         super::select::plan_select(&ins.query, &ins.source, &visible(schema), &what)?
     };
+    // In select order; an item named like a declared (metadata) column fills that one,
+    // and declared columns no item names follow.
     let mut fields: Vec<SourceField> = select
         .fields
         .iter()
-        .map(|f| SourceField {
-            name: f.name.clone(),
-            field_type: f.field_type,
-            required: f.required,
-            metadata_key: None,
+        .map(|f| match t.fields.iter().find(|d| d.name == f.name) {
+            Some(declared) => declared.clone(),
+            None => SourceField {
+                name: f.name.clone(),
+                field_type: f.field_type,
+                required: f.required,
+                metadata_key: None,
+            },
         })
         .collect();
-    fields.extend(t.fields.iter().cloned());
+    fields.extend(
+        t.fields
+            .iter()
+            .filter(|d| !select.fields.iter().any(|f| f.name == d.name))
+            .cloned(),
+    );
     Ok(TableDef {
         fields,
         ..t.clone()

@@ -111,3 +111,21 @@ fn a_column_list_is_refused_and_a_second_insert_must_fit() {
     .unwrap();
     assert!(e.contains("declares no columns"), "{e}");
 }
+
+#[test]
+fn an_item_named_like_a_declared_metadata_column_fills_it() {
+    let p = plan(&format!(
+        "{SRC}
+         CREATE TABLE out (k TEXT METADATA FROM 'id') WITH ('connector' = 'mem', 'role' = 'sink', 'format' = 'debezium_json');
+         INSERT INTO out SELECT page, upper(page) AS k, count(*) AS n FROM src GROUP BY page"
+    ))
+    .unwrap();
+    assert_eq!(
+        sink_fields(&p),
+        vec![
+            field("page", FieldType::Text, false),
+            SourceField::new("k", FieldType::Text).metadata_from("id"),
+            field("n", FieldType::Bigint, true),
+        ]
+    );
+}
