@@ -30,6 +30,6 @@ CREATE TABLE per_auction (
 );
 
 INSERT INTO per_auction
-SELECT auction, count(*), max(price), CAST(auction AS TEXT)
+SELECT auction, count(*), max(price), CAST(auction AS TEXT) AS k
 FROM bids
 GROUP BY auction;
