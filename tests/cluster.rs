@@ -225,6 +225,33 @@ async fn watch_peaks(addrs: Vec<String>, peaks: Arc<Mutex<Vec<u64>>>) {
 /// The number right after `label` in `line`.
 /// The pid of process 1 of a 2-process `cluster`, once its start line is among `lines`
 /// (the supervisor's stderr).
+/// Runs `cluster` on `w` with `args` (which must end it), SIGKILLs process 1 once it is
+/// up and three checkpoints completed, and waits for the supervisor (300 s at most).
+/// Asserts it succeeded after restarting from a checkpoint; returns (stdout, stderr).
+pub(crate) async fn run_killing_process_1(w: &Workdir, args: &[&str]) -> (String, String) {
+    let mut sup = w.spawn_cluster(args);
+    let lines = collect_lines(sup.stderr.take().unwrap());
+    let pid_of_1 = || pid_of_process_1(&lines);
+    wait_until(
+        "process 1 and three checkpoints",
+        Duration::from_secs(120),
+        || pid_of_1().is_some() && w.checkpoint_epoch().is_some_and(|e| e >= 3),
+    )
+    .await;
+    sigkill(pid_of_1().unwrap());
+    let out = tokio::time::timeout(Duration::from_secs(300), sup.wait_with_output())
+        .await
+        .expect("the supervisor ends")
+        .unwrap();
+    let stderr = lines.lock().unwrap().join("\n");
+    assert!(out.status.success(), "supervisor failed: {stderr}");
+    assert!(
+        stderr.contains("restoring from checkpoint"),
+        "the cluster restarted from a checkpoint: {stderr}"
+    );
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
 pub(crate) fn pid_of_process_1(lines: &Mutex<Vec<String>>) -> Option<u64> {
     lines
         .lock()

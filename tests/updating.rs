@@ -167,35 +167,20 @@ async fn two_processes_end_the_changelog_in_the_same_state_after_one_is_sigkille
     let expected = oracle(&events);
     publish(&t.input, &events).await;
     let w = Workdir::new(&sql(&t, 400));
-    let mut sup = w.spawn_cluster(&[
-        "--processes",
-        "2",
-        "--workers",
-        "1",
-        "--checkpoint-interval",
-        "500ms",
-        "--stop-when-idle",
-        "15s",
-    ]);
-    let lines = collect_lines(sup.stderr.take().unwrap());
-    let pid_of_1 = || crate::cluster::pid_of_process_1(&lines);
-    wait_until(
-        "process 1 and three checkpoints",
-        Duration::from_secs(120),
-        || pid_of_1().is_some() && w.checkpoint_epoch().is_some_and(|e| e >= 3),
+    crate::cluster::run_killing_process_1(
+        &w,
+        &[
+            "--processes",
+            "2",
+            "--workers",
+            "1",
+            "--checkpoint-interval",
+            "500ms",
+            "--stop-when-idle",
+            "15s",
+        ],
     )
     .await;
-    crate::cluster::sigkill(pid_of_1().unwrap());
-    let out = tokio::time::timeout(Duration::from_secs(300), sup.wait_with_output())
-        .await
-        .expect("the supervisor ends")
-        .unwrap();
-    let stderr = lines.lock().unwrap().join("\n");
-    assert!(out.status.success(), "supervisor failed: {stderr}");
-    assert!(
-        stderr.contains("restoring from checkpoint"),
-        "the cluster restarted from a checkpoint: {stderr}"
-    );
     let (got, _) = apply(&t.output_sub, false).await;
     assert_eq!(got, expected);
 }

@@ -375,37 +375,21 @@ async fn two_processes_write_the_windows_after_one_is_sigkilled() {
     publish(&t.input, &events).await;
     let w = Workdir::new(&sql_bound(&t, TUMBLE, "10m"));
     // Past the input's 10 s ack deadline: the killed run's messages come back first.
-    let mut sup = w.spawn_cluster(&[
-        "--processes",
-        "2",
-        "--workers",
-        "1",
-        "--checkpoint-interval",
-        "500ms",
-        "--stop-when-idle",
-        "15s",
-        "--drain",
-    ]);
-    let lines = collect_lines(sup.stderr.take().unwrap());
-    let pid_of_1 = || crate::cluster::pid_of_process_1(&lines);
-    wait_until(
-        "process 1 and three checkpoints",
-        Duration::from_secs(120),
-        || pid_of_1().is_some() && w.checkpoint_epoch().is_some_and(|e| e >= 3),
+    let (stdout, stderr) = crate::cluster::run_killing_process_1(
+        &w,
+        &[
+            "--processes",
+            "2",
+            "--workers",
+            "1",
+            "--checkpoint-interval",
+            "500ms",
+            "--stop-when-idle",
+            "15s",
+            "--drain",
+        ],
     )
     .await;
-    crate::cluster::sigkill(pid_of_1().unwrap());
-    let out = tokio::time::timeout(Duration::from_secs(300), sup.wait_with_output())
-        .await
-        .expect("the supervisor ends")
-        .unwrap();
-    let stderr = lines.lock().unwrap().join("\n");
-    assert!(out.status.success(), "supervisor failed: {stderr}");
-    assert!(
-        stderr.contains("restoring from checkpoint"),
-        "the cluster restarted from a checkpoint: {stderr}"
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         !stderr.contains("rows late") && !stdout.contains("rows late"),
         "{stdout}\n{stderr}"
