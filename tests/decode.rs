@@ -469,6 +469,7 @@ async fn failures_interleaved_with_good_messages_within_the_bound_pass() {
 /// (dropped here, and acknowledged); a sink with it writes its `value` as the payload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unstructured_json_table_reads_the_whole_payload_as_one_json_column() {
+    pubsub_emulator_tools::wire_log::enable();
     let (t, s, o, os) = pair("unstructured").await;
     let (_, _, o2, os2) = pair("unstructured-copy").await;
     publish_with_attributes(&t, fixture("logging-sink-auditlog.json"), HashMap::new()).await;

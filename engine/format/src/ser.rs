@@ -171,19 +171,21 @@ impl Serializer {
                     .collect()
             }
             Format::JsonUnstructured => {
-                let s = arrays[0].as_string::<i32>();
-                (0..s.len())
-                    .map(|i| {
-                        if s.is_null(i) {
-                            return Ok(Vec::new());
-                        }
-                        let raw: &serde_json::value::RawValue = serde_json::from_str(s.value(i))
-                            .map_err(|e| {
-                                format!("column 'value' (JSON): value is not valid JSON: {e}")
-                            })?;
-                        let mut out = Vec::with_capacity(s.value(i).len());
-                        canonicalize(raw.get(), &mut out)
+                // The `value` column as a JSON column's value is written, as the payload.
+                let mut scratch = String::new();
+                (0..batch.num_rows())
+                    .map(|row| {
+                        let mut out = Vec::new();
+                        if arrays[0].is_valid(row) {
+                            self.write_value(
+                                arrays[0],
+                                row,
+                                FieldType::Json,
+                                &mut out,
+                                &mut scratch,
+                            )
                             .map_err(|e| format!("column 'value' (JSON): {e}"))?;
+                        }
                         Ok(out)
                     })
                     .collect()

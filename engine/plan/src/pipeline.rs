@@ -162,14 +162,8 @@ impl PlannedQuery {
         self.window.as_ref().is_some_and(|w| w.window_at.is_none())
     }
 
-    /// An updating aggregate's sink rows: the declared columns of the sink, without a
-    /// record id (what the changelog's `before` and `after` hold).
-    pub fn sink_row_schema(&self) -> SchemaRef {
-        let fields: Vec<_> = self.sink_schema.fields()[..self.projection.len()].to_vec();
-        Arc::new(arrow::datatypes::Schema::new(fields))
-    }
-
-    /// An updating aggregate's rows (`batch`, in its output schema) as sink rows: whether
+    /// An updating aggregate's rows (`batch`, in its output schema) as sink rows (in
+    /// `sink_schema`, the declared columns: the changelog's `before` and `after`): whether
     /// each passes its HAVING / outer WHERE (every row when `having` is false), and the
     /// sink rows of those that do, in order.
     ///
@@ -203,9 +197,9 @@ impl PlannedQuery {
                 &arrow::array::BooleanArray::from(kept.clone()),
             )?,
         };
-        let rows = self.project(&passing)?;
-        let width = self.projection.len();
-        Ok((kept, rows.project(&(0..width).collect::<Vec<_>>())?))
+        // An updating query's `sink_schema` has no record id column (its changes get
+        // theirs from `changes_for_sink`): these are the sink's declared columns.
+        Ok((kept, self.project(&passing)?))
     }
 
     /// An updating aggregate's changes as the sink takes them: with each change's record

@@ -867,7 +867,7 @@ impl WindowRun {
         };
         if due || ended {
             let query = &self.query;
-            let sink = query.sink_row_schema();
+            let sink = query.sink_schema.clone();
             let changes = state
                 .flush(
                     now,
