@@ -8,6 +8,7 @@ mod support;
 mod alignment;
 mod avro;
 mod backlog;
+mod changelog_source;
 mod cluster;
 mod credentials;
 mod dead_letter;

@@ -736,6 +736,87 @@ async fn a_saved_profile_is_used_by_name_in_sql_with_the_same_data_dir() {
     assert!(stderr.contains("cannot both be set"), "{stderr}");
 }
 
+/// `POST /v1/pipelines/validate` (issue 47): a pipeline planned with this server's saved
+/// profiles (its own --data-dir, not the default one), a sink table without columns shown
+/// with those of its query, errors with their position, and no key file path in any
+/// reply. Needs no emulator: nothing is contacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_is_validated_showing_the_columns_a_sink_takes_from_its_query() {
+    let s = Server::start().await;
+    let secret = "/very/secret/validate-key.json";
+    let keyed = json!({"name": "prod", "connector": "pubsub",
+        "config": {"project": "p", "authentication": {"type": "service-account-key-file", "path": secret}}});
+    let (code, saved) = s.post("/v1/connection_profiles", &keyed).await;
+    assert_eq!(code, 200, "{saved}");
+    let (code, saved) = s
+        .post(
+            "/v1/connection_profiles",
+            &profile_body("local", &format!("127.0.0.1:{}", closed_port())),
+        )
+        .await;
+    assert_eq!(code, 200, "{saved}");
+    let query = "CREATE TABLE bids (auction BIGINT NOT NULL, price BIGINT,
+            mid TEXT NOT NULL METADATA FROM 'message-id')
+        WITH ('connector' = 'pubsub', 'connection-profile' = 'prod', 'subscription' = 'bids-sub');
+        CREATE TABLE out WITH ('connector' = 'pubsub', 'connection-profile' = 'local',
+            'topic' = 'out', 'format' = 'json');
+        INSERT INTO out SELECT auction, price * 2 AS doubled, mid FROM bids;";
+    let (code, v) = s
+        .post("/v1/pipelines/validate", &json!({ "query": query }))
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let out = &v["tables"][1];
+    assert_eq!(
+        (&out["name"], &out["role"], &out["derived"]),
+        (&json!("out"), &json!("sink"), &json!(true)),
+        "{v}"
+    );
+    assert_eq!(
+        out["fields"],
+        json!([
+            {"name": "auction", "type": "BIGINT", "nullable": false},
+            {"name": "doubled", "type": "BIGINT", "nullable": true},
+            {"name": "mid", "type": "TEXT", "nullable": false}
+        ]),
+        "{v}"
+    );
+    assert_eq!(v["tables"][0]["derived"], false, "{v}");
+    assert_eq!(v["queries"][0]["id"], "q0", "{v}");
+    assert!(!v.to_string().contains("secret"), "{v}");
+
+    // Invalid: the planner's text with its position, at /query; no path in it.
+    let bad = query.replace("price * 2", "nope * 2");
+    let (code, e) = s
+        .post("/v1/pipelines/validate", &json!({ "query": bad }))
+        .await;
+    assert_eq!((code, e["field"].as_str()), (400, Some("/query")), "{e}");
+    let error = e["error"].as_str().unwrap();
+    assert!(
+        error.contains("column 'nope' does not exist") && error.contains("(line 6, column"),
+        "{e}"
+    );
+    let (code, e) = s
+        .post(
+            "/v1/pipelines/validate",
+            &json!({ "query": "CREATE TABLE t (a BIGINT) WITH ('connector' = 'pubsub',\n 'topic' 'x');" }),
+        )
+        .await;
+    assert_eq!(code, 400, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("Line: 2"), "{e}");
+    let (code, e) = s
+        .post(
+            "/v1/pipelines/validate",
+            &json!({ "query": query.replace("'bids-sub'", "'bids-sub', 'nope' = '1'") }),
+        )
+        .await;
+    assert_eq!(code, 400, "{e}");
+    assert!(!e.to_string().contains("secret"), "{e}");
+    let (code, e) = s
+        .post("/v1/pipelines/validate", &json!({ "sql": query }))
+        .await;
+    assert_eq!((code, e["field"].as_str()), (400, Some("/query")), "{e}");
+}
+
 // ---------------------------------------------------------------------------------------
 // Who may use `serve` (issue 16): Host, Origin, Sec-Fetch-Site, the bearer token.
 

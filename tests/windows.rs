@@ -399,3 +399,40 @@ async fn two_processes_write_the_windows_after_one_is_sigkilled() {
     let got: Windows = got.into_iter().collect();
     assert_eq!(got, expected);
 }
+
+/// A memory table (`CREATE TABLE` without `WITH`, issue: Arroyo's memory tables) written
+/// by one INSERT and read by another, the reader first in the file, writes what the same
+/// pipeline written with a view writes: the oracle's windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_table_writes_what_the_same_view_writes() {
+    const AGGREGATE: &str = "SELECT TUMBLE(INTERVAL '10' SECOND) AS window, page, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi FROM clicks GROUP BY window, page";
+    let memory = format!(
+        "CREATE TABLE counted (ws TIMESTAMP, we TIMESTAMP, page TEXT, n BIGINT, total BIGINT,
+            lo BIGINT, hi BIGINT);
+         INSERT INTO per_page SELECT ws, we, page, n, total, lo, hi FROM counted;
+         INSERT INTO counted
+         SELECT window.start, window.end, page, n, total, lo, hi FROM ({AGGREGATE});"
+    );
+    let view = format!(
+        "CREATE VIEW counted AS
+         SELECT window.start AS ws, window.end AS we, page, n, total, lo, hi FROM ({AGGREGATE});
+         INSERT INTO per_page SELECT ws, we, page, n, total, lo, hi FROM counted;"
+    );
+    let events = events(53, 150, BASE_MS);
+    let expected = oracle(&events);
+    let mut got = Vec::new();
+    for (name, statements) in [("windows-memory", &memory), ("windows-memory-view", &view)] {
+        let t = topics(name, 10).await;
+        publish(&t.input, &events).await;
+        let tables = sql_bound(&t, TUMBLE, "10m");
+        let tables = &tables[..tables.find("INSERT INTO per_page").unwrap()];
+        let w = Workdir::new(&format!("{tables}{statements}"));
+        let out = w
+            .run_ok(&["--workers", "1", "--stop-when-idle", "3s", "--drain"])
+            .await;
+        assert!(!out.contains("rows late"), "{out}");
+        got.push(distinct(written(&t.output_sub, expected.len()).await));
+    }
+    assert_eq!(got[0], got[1]);
+    assert_eq!(got[0], expected);
+}

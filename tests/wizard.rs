@@ -3,7 +3,8 @@
 //! (WebDriver, through `fantoccini`) the way a person uses it: fill the profile form,
 //! test and save it, fill the table form (autocomplete lists the subscription and topic),
 //! fill the columns, run the table test (a decoded sample row and the bad message's
-//! decode error), create the table and read the `CREATE TABLE` statement. Bad values the
+//! decode error), create the table and read the `CREATE TABLE` statement, then check a
+//! pipeline using it (a sink without columns shows those of its query). Bad values the
 //! server refuses show its error next to their field. Screenshots are kept in
 //! `target/wizard-artifacts/`.
 //!
@@ -512,4 +513,55 @@ async fn steps(c: &Client, port: u16, topic: &str, sub: &str, good: &Value) {
     println!("copy: {copied}");
     let shot = screenshot(c, "wizard.png").await;
     println!("final page: {}", shot.display());
+
+    // 7. Check a pipeline: the created table read into a sink declared without columns,
+    // which takes those of its query; the saved profile is named, as in `run`.
+    let out = format!("{table_name}_out");
+    let pipeline = format!(
+        "{sql}\nCREATE TABLE {out} WITH ('connector' = 'pubsub', 'connection-profile' = '{profile_name}', 'topic' = '{topic}', 'format' = 'json');\nINSERT INTO {out} SELECT name, upper(post_abbr) AS abbr FROM {table_name};"
+    );
+    fill(c, "#pipeline-sql", &pipeline).await;
+    click(c, "#pipeline-validate").await;
+    let outcome = wait_js(
+        c,
+        "the pipeline check's outcome",
+        "return document.querySelector('#pipeline-result').getAttribute('data-outcome')",
+    )
+    .await;
+    let shown = text(c, "#pipeline-result").await;
+    println!("pipeline check:\n{shown}");
+    assert_eq!(outcome, json!("succeeded"), "pipeline check: {shown}");
+    let columns = c
+        .execute(
+            &format!(
+                "return Array.from(document.querySelectorAll(\"[data-table='{out}'] [data-testid=pipeline-column]\")).map(r => [r.dataset.column, r.dataset.type, r.dataset.derived])"
+            ),
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        columns,
+        json!([["name", "TEXT", "true"], ["abbr", "TEXT", "true"]]),
+        "{shown}"
+    );
+    assert!(shown.contains("from the query"), "{shown}");
+    screenshot(c, "wizard-pipeline-check.png").await;
+    // A pipeline that does not plan: the planner's error.
+    fill(
+        c,
+        "#pipeline-sql",
+        &format!("{sql}\nINSERT INTO nowhere SELECT name FROM {table_name};"),
+    )
+    .await;
+    click(c, "#pipeline-validate").await;
+    wait_js(
+        c,
+        "the pipeline check's refusal",
+        "return document.querySelector('#pipeline-result').getAttribute('data-outcome') === 'failed'",
+    )
+    .await;
+    let refusal = text(c, "[data-testid=pipeline-error]").await;
+    println!("pipeline refused: {refusal}");
+    assert!(refusal.contains("nowhere"), "{refusal}");
 }

@@ -219,7 +219,23 @@ impl pubsub_engine_spi::Connector for PubSubConnector {
     ) -> anyhow::Result<Connection> {
         let written = options.clone();
         let profile = profile_from_options(options)?;
-        let table = table_from_options(options)?;
+        let mut table = table_from_options(options)?;
+        // A changelog keeps each row's changes in order: one stream per subscription
+        // reads it (`per-key`), the default for the format.
+        if let PubSubTable::Source(config) = &mut table {
+            if schema.format == Format::DebeziumJson {
+                match written.get(pubsub_table_options::ORDERING_MODE) {
+                    None => config.ordering_mode = pubsub_schema::OrderingMode::PerKey,
+                    Some(v) if config.ordering_mode != pubsub_schema::OrderingMode::PerKey => {
+                        anyhow::bail!(
+                            "option '{}' is invalid: must be 'per-key' (the default) with 'format' = 'debezium_json': the changes of one row must be read in order, was '{v}'",
+                            pubsub_table_options::ORDERING_MODE
+                        )
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
         // Every rule lives in the builders; for SQL their rejection names the key and
         // the value as written.
         match &table {
@@ -248,6 +264,11 @@ impl pubsub_engine_spi::Connector for PubSubConnector {
             PubSubTable::Source(config) => {
                 PubSubSource::from_config(profile.clone(), config.clone())?;
                 check_event_time(config, schema)?;
+                anyhow::ensure!(
+                    schema.format != Format::DebeziumJson
+                        || config.ordering_mode == pubsub_schema::OrderingMode::PerKey,
+                    "a source of format 'debezium_json' reads with ordering mode 'per-key': the changes of one row must be read in order"
+                );
             }
             PubSubTable::Sink(config) => {
                 PubSubSink::from_config(profile.clone(), config.clone())?;
@@ -471,6 +492,48 @@ mod tests {
         };
         let e = PubSubSource::from_config(profile, config).unwrap_err();
         sql_error_as_written(e, &written).to_string()
+    }
+
+    #[test]
+    fn a_changelog_source_reads_per_key_and_refuses_another_ordering_mode() {
+        use pubsub_engine_spi::{Connector, SourceField};
+        let schema = ConnectionSchema::new(
+            Format::DebeziumJson,
+            vec![SourceField::new("id", FieldType::Bigint).not_null()],
+        );
+        let table = |extra: &[(&str, &str)]| {
+            let mut pairs = vec![("project", "p"), ("subscription", "s")];
+            pairs.extend_from_slice(extra);
+            let mut o =
+                ConnectorOptions::new(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            Connector::from_options(&PubSubConnector, "cdc", &mut o, &schema)
+        };
+        let c = table(&[]).unwrap();
+        let PubSubTable::Source(config) =
+            serde_json::from_value(c.config["table"].clone()).unwrap()
+        else {
+            panic!("a source")
+        };
+        assert_eq!(config.ordering_mode, pubsub_schema::OrderingMode::PerKey);
+        let e = format!(
+            "{:#}",
+            table(&[("scan.ordering-mode", "none")]).unwrap_err()
+        );
+        assert!(
+            e.contains("option 'scan.ordering-mode' is invalid: must be 'per-key' (the default) with 'format' = 'debezium_json'")
+                && e.ends_with("was 'none'"),
+            "{e}"
+        );
+        // Built from a config, the rule holds too.
+        let mut o = ConnectorOptions::new(
+            [("project", "p"), ("subscription", "s")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        let profile = profile_from_options(&mut o).unwrap();
+        let t = table_from_options(&mut o).unwrap();
+        let e = Connector::check_config(&PubSubConnector, &profile, &t, &schema).unwrap_err();
+        assert!(e.to_string().contains("ordering mode 'per-key'"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 // The connection wizard of `pubsub-connector serve`: pick connector -> profile (test, save
 // or pick a saved one) -> table (autocomplete) -> columns -> test (server-sent events) ->
-// create -> the CREATE TABLE statement. The forms are rendered from the JSON Schemas of
+// create -> the CREATE TABLE statement; beside them, "Check a pipeline" (its SQL planned by
+// the server, each table's columns shown). The forms are rendered from the JSON Schemas of
 // GET /v1/connectors by json-editor (vendor/jsoneditor.js, a global `JSONEditor`); the
 // REST API is docs/rest-api.md. No network beyond this server, no build step.
 
@@ -814,6 +815,79 @@ async function copySql () {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Check a pipeline (beside the steps): the server plans its SQL as `run` would and answers
+// each table's columns (POST /v1/pipelines/validate).
+
+async function checkPipeline () {
+  const out = $('#pipeline-result')
+  out.innerHTML = ''
+  out.removeAttribute('data-outcome')
+  const btn = $('#pipeline-validate')
+  busy(btn, true)
+  const r = await call('POST', '/pipelines/validate', { query: $('#pipeline-sql').value })
+  busy(btn, false)
+  if (!r.ok) {
+    const div = document.createElement('div')
+    div.className = 'pipeline-error'
+    div.setAttribute('role', 'alert')
+    div.setAttribute('data-testid', 'pipeline-error')
+    div.textContent = (r.body && r.body.error) || 'the server refused the pipeline'
+    out.appendChild(div)
+    out.setAttribute('data-outcome', 'failed')
+    div.scrollIntoView({ block: 'nearest' })
+    return
+  }
+  for (const t of r.body.tables || []) out.appendChild(pipelineTable(t))
+  out.setAttribute('data-outcome', 'succeeded')
+  out.scrollIntoView({ block: 'nearest' })
+}
+
+/** One table of the reply: a heading (role, connector, format) and its columns. */
+function pipelineTable (t) {
+  const box = document.createElement('div')
+  box.setAttribute('data-testid', 'pipeline-table')
+  box.setAttribute('data-table', t.name)
+  box.setAttribute('data-derived', String(!!t.derived))
+  const h = document.createElement('h3')
+  h.append(`${t.name} `)
+  const what = document.createElement('span')
+  what.className = 'badge'
+  what.textContent = [t.role, t.connector, t.format].filter(Boolean).join(' · ')
+  h.appendChild(what)
+  if (t.derived) {
+    const d = document.createElement('span')
+    d.className = 'badge derived'
+    d.textContent = 'columns from the query'
+    h.append(' ', d)
+  }
+  box.appendChild(h)
+  const table = document.createElement('table')
+  table.className = 'rows'
+  const head = table.createTHead().insertRow()
+  for (const k of ['column', 'type', 'null', 'from']) {
+    const th = document.createElement('th')
+    th.textContent = k
+    head.appendChild(th)
+  }
+  const body = table.createTBody()
+  for (const f of t.fields || []) {
+    const tr = body.insertRow()
+    // A derived table's metadata columns are the declared ones; the rest came from the query.
+    const derived = !!t.derived && !f.metadataKey
+    tr.setAttribute('data-testid', 'pipeline-column')
+    tr.setAttribute('data-column', f.name)
+    tr.setAttribute('data-type', f.type)
+    tr.setAttribute('data-derived', String(derived))
+    const from = f.metadataKey ? `METADATA FROM '${f.metadataKey}'` : derived ? 'from the query' : 'declared'
+    for (const v of [f.name, f.type, f.nullable ? 'NULL' : 'NOT NULL', from]) {
+      tr.insertCell().textContent = v
+    }
+  }
+  box.appendChild(table)
+  return box
+}
+
 function wire () {
   for (const b of $$('[data-goto]')) b.addEventListener('click', () => {
     clearErrors()
@@ -845,6 +919,7 @@ function wire () {
   $('#table-test').addEventListener('click', testTable)
   $('#table-create').addEventListener('click', createTable)
   $('#sql-copy').addEventListener('click', copySql)
+  $('#pipeline-validate').addEventListener('click', checkPipeline)
   $('#another-table').addEventListener('click', async () => {
     clearErrors()
     $('#table-name').value = ''

@@ -13,9 +13,11 @@ use serde::{Deserialize, Serialize};
 pub struct Columns {
     /// How a message payload maps to a row: `json` (one object per row, keys matched to
     /// column names), `raw_string` (the payload as one TEXT column `value`),
-    /// `raw_bytes` (one BYTEA column `value`) or `avro` (the Avro schema of the topic,
+    /// `raw_bytes` (one BYTEA column `value`), `avro` (the Avro schema of the topic,
     /// fields matched to column names; `POST /v1/connection_tables/schema` reads its
-    /// columns). Default `json`.
+    /// columns) or `debezium_json` (a sink only: a changelog of `{"before", "after",
+    /// "op"}` objects whose rows are the columns, written by an updating aggregate).
+    /// Default `json`.
     #[serde(default)]
     #[schemars(title = "Format")]
     pub format: ColumnFormat,
@@ -33,6 +35,7 @@ pub enum ColumnFormat {
     RawString,
     RawBytes,
     Avro,
+    DebeziumJson,
 }
 
 /// One column.
@@ -150,6 +153,7 @@ impl Columns {
             ColumnFormat::RawString => Format::RawString,
             ColumnFormat::RawBytes => Format::RawBytes,
             ColumnFormat::Avro => Format::Avro,
+            ColumnFormat::DebeziumJson => Format::DebeziumJson,
         };
         let fields = self
             .fields
@@ -171,6 +175,7 @@ impl Columns {
             ColumnFormat::RawString => "raw_string",
             ColumnFormat::RawBytes => "raw_bytes",
             ColumnFormat::Avro => "avro",
+            ColumnFormat::DebeziumJson => "debezium_json",
         }
     }
 

@@ -7,6 +7,7 @@ pub mod columns;
 mod derive;
 pub mod error;
 pub mod guard;
+mod pipelines;
 mod profiles;
 mod redact;
 pub mod sql;
@@ -70,6 +71,7 @@ pub fn router(state: AppState, access: Access) -> Router {
             post(tables::create).get(tables::list),
         )
         .route("/v1/connection_tables/{id}", delete(tables::remove))
+        .route("/v1/pipelines/validate", post(pipelines::validate))
         .route("/", get(assets::index))
         .route("/assets/{*path}", get(assets::asset))
         .with_state(state)
@@ -94,11 +96,56 @@ pub async fn serve(
     Ok(())
 }
 
+thread_local! {
+    /// The store `'connection-profile' = 'name'` resolves against while this server plans
+    /// a pipeline on this thread ([`with_profiles_of`]): its own, whatever directory the
+    /// process-wide resolver was made for.
+    static PLANNING_STORE: std::cell::RefCell<Option<Arc<Store>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (synchronous planning) with `'connection-profile' = 'name'` resolved against
+/// `store`, as `run --data-dir` resolves it against the same directory. Installs the
+/// process-wide resolver first when none is (it answers only inside this call); a
+/// resolver installed before that is not [`profile_resolver`]'s would ignore `store`.
+pub(crate) fn with_profiles_of<R>(store: &Arc<Store>, f: impl FnOnce() -> R) -> R {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        pubsub_table_options::set_profile_resolver(Box::new(|name: &str| {
+            match PLANNING_STORE.with(|s| s.borrow().clone()) {
+                Some(store) => saved_profile(&store, name),
+                None => Err("saved connection profiles are not available here".into()),
+            }
+        }))
+    });
+    struct Reset(Option<Arc<Store>>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            PLANNING_STORE.with(|s| *s.borrow_mut() = self.0.take());
+        }
+    }
+    let _reset = Reset(PLANNING_STORE.with(|s| s.borrow_mut().replace(store.clone())));
+    f()
+}
+
+/// The profile saved as `name` in `store`, for the resolver.
+fn saved_profile(store: &Store, name: &str) -> Result<pubsub_schema::PubSubProfile, String> {
+    let record = store.profile_named(name).map_err(|_| {
+        "no saved connection profile of that name on this server (save it in the wizard, or see GET /v1/connection_profiles)".to_string()
+    })?;
+    serde_json::from_value(record.config)
+        .map_err(|e| format!("the saved profile cannot be read: {e}"))
+}
+
 /// Resolves `'connection-profile' = 'name'` from the store under `data_dir`, for `run`.
 /// The store is opened at each lookup (a table or two per pipeline), so a pipeline
-/// without saved profiles never touches the directory.
+/// without saved profiles never touches the directory. While this server plans a
+/// pipeline ([`with_profiles_of`]), its own store answers instead.
 pub fn profile_resolver(data_dir: PathBuf) -> Box<pubsub_table_options::ProfileResolver> {
     Box::new(move |name: &str| {
+        if let Some(store) = PLANNING_STORE.with(|s| s.borrow().clone()) {
+            return saved_profile(&store, name);
+        }
         // A lookup reads; it never creates the directory or the file.
         if !data_dir.join(store::FILE).is_file() {
             return Err(format!(

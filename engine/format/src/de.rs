@@ -66,8 +66,12 @@ pub struct Deserializer {
     schema: SchemaRef,
     /// One buffer per output column, in schema order.
     columns: Vec<Column>,
-    /// `json`: the payload columns; raw formats: the `value` column's position.
+    /// `json`: the payload columns; raw formats: the `value` column's position;
+    /// `debezium_json`: the payload columns of the new row (`after`).
     json: Option<ObjectDecoder>,
+    /// `debezium_json`: the payload columns of the old row (`before`), and the position
+    /// of the operation column.
+    changelog: Option<(ObjectDecoder, usize)>,
     /// `avro`: the payload columns, matched to schema fields by name.
     avro: Vec<ColumnSpec>,
     raw_out: usize,
@@ -133,8 +137,9 @@ impl Deserializer {
                 ),
             }
         };
+        let width = schema.fields.len();
         let (json, raw_out) = match schema.format {
-            Format::Json => (
+            Format::Json | Format::DebeziumJson => (
                 Some(ObjectDecoder::new(payload.clone(), schema.timestamp_format)),
                 0,
             ),
@@ -145,10 +150,22 @@ impl Deserializer {
                 raw_column(FieldType::Json, "'json.unstructured' = 'true'")?,
             ),
             Format::Avro => (None, 0),
-            Format::DebeziumJson => anyhow::bail!(
-                "format 'debezium_json' is written by a sink only for now: reading a changelog is not supported yet"
-            ),
         };
+        // A changelog's rows: every column as the new row, then as the old row, then the
+        // operation (`ConnectionSchema::rows_schema`).
+        let changelog = (schema.format == Format::DebeziumJson).then(|| {
+            let before = payload
+                .iter()
+                .map(|c| ColumnSpec {
+                    out: c.out + width,
+                    ..c.clone()
+                })
+                .collect();
+            (
+                ObjectDecoder::new(before, schema.timestamp_format),
+                2 * width,
+            )
+        });
         let avro = match schema.format {
             Format::Avro => payload,
             _ => Vec::new(),
@@ -169,15 +186,22 @@ impl Deserializer {
                 Some((at, e.column.clone()))
             }
         };
+        let rows_schema = schema.rows_schema();
+        let mut columns: Vec<Column> = schema
+            .fields
+            .iter()
+            .map(|f| Column::new(f.field_type))
+            .collect();
+        if changelog.is_some() {
+            columns.extend(schema.fields.iter().map(|f| Column::new(f.field_type)));
+            columns.push(Column::new(FieldType::Text));
+        }
         Ok(Deserializer {
             format: schema.format,
-            schema: schema.arrow_schema(),
-            columns: schema
-                .fields
-                .iter()
-                .map(|f| Column::new(f.field_type))
-                .collect(),
+            schema: rows_schema,
+            columns,
             json,
+            changelog,
             avro,
             raw_out,
             meta,
@@ -313,41 +337,150 @@ impl Deserializer {
                 super::avro::decode_row(payload, w, encoding, &self.avro, &mut self.columns)?;
                 1
             }
-            Format::DebeziumJson => unreachable!("refused when the decoder is made"),
+            Format::DebeziumJson => self.decode_change(utf8()?)?,
+        };
+        // A change's old row carries its message's metadata too.
+        let (images, width) = match &self.changelog {
+            Some((_, op)) => (2, op / 2),
+            None => (1, 0),
         };
         for (m, v) in self.meta.iter().zip(metadata) {
-            let col = &mut self.columns[m.out];
-            for row in 0..rows {
-                match (m.ty, v) {
-                    (_, FieldValue::Null) if m.required => {
-                        return Err(format!(
-                            "metadata column '{}' ({}) is NOT NULL but the message has no '{}'",
-                            m.name,
-                            m.ty.sql_name(),
-                            m.key
-                        ))
-                    }
-                    (_, FieldValue::Null) => col.push_null(),
-                    (FieldType::Text | FieldType::Json, FieldValue::String(s)) => {
-                        col.push_str(s)?
-                    }
-                    (FieldType::Text, FieldValue::RowKey(key)) => {
-                        col.push_str(&pubsub_engine_types::record_id::row_key(key, row))?
-                    }
-                    (FieldType::Timestamp, FieldValue::TimestampNanos(t)) => col.push_i64(*t),
-                    (FieldType::Bigint, FieldValue::Int64(t)) => col.push_i64(*t),
-                    (ty, v) => {
-                        return Err(format!(
-                            "metadata column '{}' ({}) cannot hold {v:?} from '{}'",
-                            m.name,
-                            ty.sql_name(),
-                            m.key
-                        ))
+            for image in 0..images {
+                let col = &mut self.columns[m.out + image * width];
+                for row in 0..rows {
+                    match (m.ty, v) {
+                        (_, FieldValue::Null) if m.required => {
+                            return Err(format!(
+                                "metadata column '{}' ({}) is NOT NULL but the message has no '{}'",
+                                m.name,
+                                m.ty.sql_name(),
+                                m.key
+                            ))
+                        }
+                        (_, FieldValue::Null) => col.push_null(),
+                        (FieldType::Text | FieldType::Json, FieldValue::String(s)) => {
+                            col.push_str(s)?
+                        }
+                        (FieldType::Text, FieldValue::RowKey(key)) => {
+                            col.push_str(&pubsub_engine_types::record_id::row_key(key, row))?
+                        }
+                        (FieldType::Timestamp, FieldValue::TimestampNanos(t)) => col.push_i64(*t),
+                        (FieldType::Bigint, FieldValue::Int64(t)) => col.push_i64(*t),
+                        (ty, v) => {
+                            return Err(format!(
+                                "metadata column '{}' ({}) cannot hold {v:?} from '{}'",
+                                m.name,
+                                ty.sql_name(),
+                                m.key
+                            ))
+                        }
                     }
                 }
             }
         }
         Ok(rows)
+    }
+
+    /// One Debezium change event (`{"before", "after", "op"}`, or that object as the
+    /// `payload` of Kafka Connect's schema envelope) into one row: `c` and `r` (a
+    /// snapshot read, written as `c`) need `after`, `d` needs `before`, `u` both; the
+    /// other image must be null or absent. Each image is decoded as a JSON row of the
+    /// table's columns.
+    fn decode_change(&mut self, text: &str) -> Result<usize, String> {
+        use pubsub_engine_types::changelog::{CREATE, DELETE, READ, UPDATE};
+        #[derive(serde::Deserialize)]
+        struct Change<'a> {
+            #[serde(borrow, default)]
+            before: Option<&'a serde_json::value::RawValue>,
+            #[serde(borrow, default)]
+            after: Option<&'a serde_json::value::RawValue>,
+            #[serde(default)]
+            op: Option<String>,
+            #[serde(borrow, default)]
+            payload: Option<&'a serde_json::value::RawValue>,
+        }
+        fn parse(t: &str) -> Result<Change<'_>, String> {
+            serde_json::from_str(t).map_err(|e| {
+                format!("payload is not a Debezium change event (an object with before, after and op): {e}")
+            })
+        }
+        if !text.trim_start().starts_with('{') {
+            return Err(
+                "payload is not a Debezium change event (a JSON object with before, after and op)"
+                    .into(),
+            );
+        }
+        let mut change = parse(text)?;
+        if change.op.is_none() {
+            if let Some(p) = change.payload {
+                change = parse(p.get())?;
+            }
+        }
+        let null = |v: Option<&serde_json::value::RawValue>| v.is_none_or(|v| v.get() == "null");
+        let op = change
+            .op
+            .as_deref()
+            .ok_or_else(|| "the change event has no 'op' (c, r, u or d)".to_string())?;
+        let (needs_before, needs_after, written) = match op {
+            CREATE | READ => (false, true, CREATE),
+            UPDATE => (true, true, UPDATE),
+            DELETE => (true, false, DELETE),
+            other => {
+                return Err(format!(
+                    "the change event's op is {}: only c, r, u and d change rows (a truncate 't' or message 'm' has no row to apply)",
+                    serde_json::Value::String(other.to_string())
+                ))
+            }
+        };
+        for (name, image, needed) in [
+            ("before", change.before, needs_before),
+            ("after", change.after, needs_after),
+        ] {
+            match (needed, null(image)) {
+                (true, true) => {
+                    return Err(format!(
+                        "the change event (op '{op}') has no '{name}' row{}",
+                        if name == "before" {
+                            ": the source database must log whole old rows (PostgreSQL: REPLICA IDENTITY FULL; MySQL: binlog_row_image=FULL)"
+                        } else {
+                            ""
+                        }
+                    ))
+                }
+                (false, false) => {
+                    return Err(format!(
+                        "the change event (op '{op}') has a '{name}' row, which op '{op}' does not have"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        let (before, at) = self.changelog.as_mut().expect("a changelog decoder");
+        let op_at = *at;
+        let decode = |d: &mut ObjectDecoder,
+                      image: Option<&serde_json::value::RawValue>,
+                      name: &str,
+                      bufs: &mut [Column]|
+         -> Result<(), String> {
+            match image.filter(|v| v.get() != "null") {
+                None => {
+                    d.cols.iter().for_each(|c| bufs[c.out].push_null());
+                    Ok(())
+                }
+                Some(v) => d
+                    .decode_payload(v.get(), bufs)
+                    .and_then(|rows| match rows {
+                        1 => Ok(()),
+                        _ => Err("not one object".to_string()),
+                    })
+                    .map_err(|e| format!("'{name}': {e}")),
+            }
+        };
+        decode(before, change.before, "before", &mut self.columns)?;
+        let after = self.json.as_mut().expect("the after decoder");
+        decode(after, change.after, "after", &mut self.columns)?;
+        self.columns[op_at].push_str(written)?;
+        Ok(1)
     }
 
     /// The greatest event time (ns) of the last message decoded without error, from the

@@ -56,7 +56,7 @@ pub fn reject_failing(
         let rest = batch.slice(from, if one_by_one { 1 } else { n - from });
         let failures: Vec<_> = checks
             .iter()
-            .filter_map(|c| c.select.evaluate(&rest).err().map(|f| (f, &c.text)))
+            .filter_map(|c| check(&c.select, &rest).err().map(|f| (f, &c.text)))
             .collect();
         if let Some((f, text)) = failures.iter().find(|(f, _)| f.internal && !one_by_one) {
             tracing::error!("{text}: {f}; checking the rest of the batch a row at a time");
@@ -89,4 +89,12 @@ pub fn reject_failing(
     let kept = filter_record_batch(&batch, &BooleanArray::from(keep))
         .expect("a mask of the batch's own length");
     (kept, rejected)
+}
+
+/// `select` on source rows, or on both images of a changelog's changes.
+fn check(select: &SelectPlan, rows: &RecordBatch) -> Result<(), crate::RowFailure> {
+    if crate::changelog::is_changes(rows) {
+        return crate::changelog::check_images(select, rows);
+    }
+    select.evaluate(rows).map(|_| ())
 }

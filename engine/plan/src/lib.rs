@@ -9,6 +9,7 @@
 //! accumulators, never its SQL planner.
 
 mod calendar;
+pub mod changelog;
 mod check;
 pub mod coercion;
 mod dedup;

@@ -107,12 +107,33 @@ impl PlannedQuery {
     ///
     /// Errors: a row failure (a [`RowFailure`](super::RowFailure), marked permanent: a
     /// replay would fail the same way), naming the row's message and the expression.
+    ///
+    /// The rows of a changelog source (format `debezium_json`) give the changes they make
+    /// to the rows the SELECT writes, in the changelog layout (see [`crate::changelog`]).
     pub fn project(&self, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
-        let batch = &self.select.evaluate(batch).map_err(|f| {
+        let fail = |f: crate::RowFailure| {
             pubsub_engine_spi::PermanentError::wrap(
                 anyhow::Error::new(f).context(format!("{}: row failure", self.text)),
             )
-        })?;
+        };
+        if crate::changelog::is_changes(batch) {
+            let declared =
+                self.sink_schema.fields().len() - usize::from(self.select.carry.is_some());
+            return crate::changelog::project_changes(
+                &self.select,
+                batch,
+                declared,
+                &|rows| self.to_sink(rows),
+                &fail,
+            );
+        }
+        let batch = &self.select.evaluate(batch).map_err(fail)?;
+        self.to_sink(batch)
+    }
+
+    /// The select list's rows (`batch`, with the carried record key) cast and renamed into
+    /// the sink's schema.
+    fn to_sink(&self, batch: &RecordBatch) -> anyhow::Result<RecordBatch> {
         let columns = self
             .projection
             .iter()

@@ -269,7 +269,7 @@ pub async fn run_pipeline(
             let (control_tx, control_rx) = mpsc::unbounded_channel();
             let (source_tx, source_rx) = std::sync::mpsc::channel();
             let source_activator: ActivatorSlot = Arc::new(Mutex::new(None));
-            let out_schema = table.connection.schema.arrow_schema();
+            let out_schema = table.connection.schema.rows_schema();
             let pull_state = Arc::new(PullState::default());
             local.pull_states.push(pull_state.clone());
             let port: Arc<dyn SourceOutput> = Arc::new(SourcePort {

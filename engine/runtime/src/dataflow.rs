@@ -547,7 +547,7 @@ fn before(
     w: &pubsub_engine_plan::WindowPlan,
     batch: &RecordBatch,
 ) -> anyhow::Result<RecordBatch> {
-    w.before.evaluate(batch).map_err(|f| {
+    w.first_stage(batch).map_err(|f| {
         pubsub_engine_spi::PermanentError::wrap(
             anyhow::Error::new(f).context(format!("{}: row failure", query.text)),
         )

@@ -56,7 +56,24 @@ pub(crate) fn split_by_key(
     peers: u64,
     own: u64,
 ) -> anyhow::Result<Vec<(u64, RecordBatch)>> {
-    let column = batch.column(key);
+    // A change's key is its new row's, or its old row's for a delete (a changelog's
+    // rows, see `pubsub_engine_spi::changelog`): each key's changes go to one subtask.
+    let after = batch.column(key);
+    let before = batch.column_by_name(&pubsub_engine_spi::changelog::before_column(
+        batch.schema().field(key).name(),
+    ));
+    let column = match before {
+        Some(b) if after.null_count() > 0 => {
+            let valid = arrow::array::BooleanArray::from(
+                (0..after.len())
+                    .map(|i| after.is_valid(i))
+                    .collect::<Vec<_>>(),
+            );
+            arrow::compute::kernels::zip::zip(&valid, after, b)?
+        }
+        _ => after.clone(),
+    };
+    let column = &column;
     let strings = column.as_any().downcast_ref::<StringArray>();
     let mut by_target: Vec<Vec<u32>> = vec![Vec::new(); peers as usize];
     for row in 0..batch.num_rows() {

@@ -250,7 +250,7 @@ impl SourceCollector {
     }
 
     /// Sets up message decoding for table `schema` (its format, `json.timestamp-format`
-    /// and columns; the rows' schema is `schema.arrow_schema()`), with metadata columns
+    /// and columns; the rows' schema is `schema.rows_schema()`), with metadata columns
     /// filled from the values passed to `deserialize_slice`. `batch_size` rows or `linger`
     /// time, whichever comes first, make `should_flush` true.
     ///
@@ -262,7 +262,7 @@ impl SourceCollector {
         linger: Duration,
     ) -> anyhow::Result<()> {
         anyhow::ensure!(
-            schema.arrow_schema().fields() == self.out_schema.fields(),
+            schema.rows_schema().fields() == self.out_schema.fields(),
             "the table's declared columns do not match the source's output schema"
         );
         self.deserializer = Some(Deserializer::new(schema)?);

@@ -503,6 +503,7 @@ pub(crate) fn plan_windowed(
             window_at,
             having,
             text: what.to_string(),
+            retracting: false,
         },
     ))
 }

@@ -69,6 +69,11 @@ const NOT_YET: &str = " yet";
 pub(crate) fn check_create_table(ct: &CreateTable, st: &StatementTokens) -> Result<(), SqlError> {
     // The parser always fills `hive_formats`, with nothing in it when none was written.
     let no_hive = Some(HiveFormat::default());
+    // A plain `PRIMARY KEY (cols)` is taken (`parse::primary_key`); any other constraint not.
+    let mut ct = ct.clone();
+    ct.constraints
+        .retain(|c| super::parse::plain_primary_key(c).is_none());
+    let ct = &ct;
     let rebuilt = CreateTableBuilder::new(ct.name.clone())
         .columns(ct.columns.clone())
         .table_options(ct.table_options.clone())
@@ -660,9 +665,9 @@ mod tests {
                 "REPLACE",
             ),
             (
-                "CREATE TABLE t (a BIGINT, PRIMARY KEY (a)) WITH ('x' = 'y');",
+                "CREATE TABLE t (a BIGINT, UNIQUE (a)) WITH ('x' = 'y');",
                 "table constraint",
-                "PRIMARY",
+                "UNIQUE",
             ),
             (
                 "CREATE TABLE t (a BIGINT) PARTITION BY RANGE (a);",

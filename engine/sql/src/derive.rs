@@ -8,7 +8,7 @@ use pubsub_engine_plan::PlannedTable;
 use pubsub_engine_spi::{ConnectionType, SourceField};
 
 use super::error::SqlError;
-use super::parse::{PipelineSql, TableDef};
+use super::parse::{InsertDef, PipelineSql, TableDef};
 use super::plan::{event_time_of, visible, UNSTRUCTURED_OPTION};
 
 /// Whether `t` takes its columns from the query writing it: it declares no payload
@@ -63,29 +63,7 @@ pub(crate) fn with_query_columns(
                 t.name, ins.source
             ))
         })?;
-    let schema = &source.connection.schema;
-    let select = if super::aggregate::is_windowed(&ins.query) {
-        let event_time = event_time_of(schema).ok_or_else(|| {
-            SqlError(format!(
-                "{what}: table '{}' gives its rows no event time",
-                ins.source
-            ))
-        })?;
-        // The flush options do not change the columns.
-        let updating = (1_000_000_000, 86_400_000_000_000);
-        super::aggregate::plan_windowed(
-            &ins.query,
-            &ins.source,
-            &visible(schema),
-            (event_time.0, &event_time.1),
-            false,
-            updating,
-            &what,
-        )?
-        .0
-    } else {
-        super::select::plan_select(&ins.query, &ins.source, &visible(schema), &what)?
-    };
+    let select = select_of(ins, source, &what)?;
     // In select order; an item named like a declared (metadata) column fills that one,
     // and declared columns no item names follow.
     let mut fields: Vec<SourceField> = select
@@ -111,4 +89,35 @@ pub(crate) fn with_query_columns(
         fields,
         ..t.clone()
     })
+}
+
+/// The SELECT of `ins` planned over `source` (windowed or not) for its output columns
+/// only: what a table taking its columns from that query gets. `what` names the INSERT.
+pub(crate) fn select_of(
+    ins: &InsertDef,
+    source: &PlannedTable,
+    what: &str,
+) -> Result<pubsub_engine_plan::SelectPlan, SqlError> {
+    let schema = &source.connection.schema;
+    if !super::aggregate::is_windowed(&ins.query) {
+        return super::select::plan_select(&ins.query, &ins.source, &visible(schema), what);
+    }
+    let event_time = event_time_of(schema).ok_or_else(|| {
+        SqlError(format!(
+            "{what}: table '{}' gives its rows no event time",
+            ins.source
+        ))
+    })?;
+    // The flush options do not change the columns.
+    let updating = (1_000_000_000, 86_400_000_000_000);
+    Ok(super::aggregate::plan_windowed(
+        &ins.query,
+        &ins.source,
+        &visible(schema),
+        (event_time.0, &event_time.1),
+        false,
+        updating,
+        what,
+    )?
+    .0)
 }

@@ -15,6 +15,7 @@ mod dialect;
 mod error;
 pub mod graph;
 mod late;
+mod memory;
 mod parse;
 mod pipeline;
 mod plan;
@@ -26,11 +27,15 @@ mod watermark;
 mod window_fns;
 
 #[cfg(test)]
+mod changelog_source_tests;
+#[cfg(test)]
 mod derive_tests;
 #[cfg(test)]
 mod expr_tests;
 #[cfg(test)]
 mod late_tests;
+#[cfg(test)]
+mod memory_tests;
 #[cfg(test)]
 mod narrowing_tests;
 #[cfg(test)]
@@ -61,3 +66,22 @@ pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};
 pub use sample::plan_sample_select;
 pub use schemas::resolve_schemas;
 pub use watermark::{WatermarkDef, DEFAULT_DELAY as DEFAULT_OUT_OF_ORDERNESS};
+
+/// Whether table `name` of `sql` takes its columns from the query writing it (a sink
+/// declared without payload columns, of a format that writes declared columns; see
+/// `derive.rs`): for a UI that marks those columns. False for a name `sql` does not
+/// declare.
+pub fn takes_query_columns(sql: &PipelineSql, name: &str) -> bool {
+    sql.tables
+        .iter()
+        .find(|t| t.name == name)
+        .is_some_and(|t| derive::takes_query_columns(t, sql))
+}
+
+/// The columns of a planned table's schema that SQL sees: without the hidden ones
+/// planning adds (record key, event time, deduplication).
+pub fn visible_columns(
+    schema: &pubsub_engine_spi::ConnectionSchema,
+) -> pubsub_engine_spi::ConnectionSchema {
+    plan::visible(schema)
+}

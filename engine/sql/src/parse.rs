@@ -26,6 +26,9 @@ pub struct TableDef {
     pub options: ConnectorOptions,
     /// `WATERMARK FOR col [AS ...]`, if written (checked when the table is planned).
     pub watermark: Option<super::watermark::WatermarkDef>,
+    /// `PRIMARY KEY (cols)` or columns declared `PRIMARY KEY`, in key order: the columns
+    /// identifying a changelog source's rows (checked when the table is planned).
+    pub primary_key: Vec<String>,
 }
 
 /// `INSERT INTO sink [(columns)] SELECT ... FROM source [WHERE ...]`: one per SELECT of
@@ -40,6 +43,10 @@ pub struct InsertDef {
     /// The SELECT, one table and no clause `clauses.rs` refuses; positions in its AST are
     /// those of the pipeline file.
     pub query: Box<Query>,
+    /// The memory tables inlined in `query` (`CREATE TABLE name (columns)` without
+    /// `WITH`), a table after those its own query reads: kept for planning to check
+    /// their columns (`memory.rs`).
+    pub(crate) memory: Vec<super::memory::MemoryTable>,
 }
 
 impl InsertDef {
@@ -78,6 +85,7 @@ impl InsertDef {
             columns: None,
             source: source.to_string(),
             query,
+            memory: Vec::new(),
         })
     }
 }
@@ -116,6 +124,8 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
     let syntax = |e: sqlparser::parser::ParserError| SqlError(format!("SQL syntax error: {e}"));
     let mut out = PipelineSql::default();
     let mut views = super::views::Views::default();
+    let mut memory = super::memory::MemoryTables::default();
+    let mut pending = Vec::new();
     loop {
         while parser.consume_token(&Token::SemiColon) {}
         if parser.peek_token().token == Token::EOF {
@@ -153,6 +163,12 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                         format!("table '{}': the name is already a view's", table.name),
                     ));
                 }
+                if memory.contains(&table.name) {
+                    return Err(at(
+                        tokens.start(),
+                        format!("table '{}' is defined twice", table.name),
+                    ));
+                }
                 // Its clause: the next one, if it lies within this statement (one that
                 // lies before it was refused above).
                 let end = tokens.tokens.last().map(|t| t.span.end);
@@ -165,17 +181,28 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
                     }
                     table.watermark = Some(w);
                 }
-                out.tables.push(table);
+                if super::memory::is_memory(&ct) {
+                    memory.create(table, &tokens)?;
+                } else {
+                    out.tables.push(table);
+                }
             }
             Statement::Insert(mut ins) => {
                 check_insert(&ins, &tokens)?;
                 if let Some(q) = ins.source.as_mut() {
                     views.inline(&mut q.body)?;
                 }
-                out.inserts.extend(inserts(&ins, &tokens)?);
+                // Checked now, made once the memory tables are known (below).
+                inserts(&ins, &tokens)?;
+                pending.push(super::memory::PendingInsert { ins, tokens });
             }
             view @ Statement::CreateView { .. } => {
-                let tables: Vec<String> = out.tables.iter().map(|t| t.name.clone()).collect();
+                let tables: Vec<String> = out
+                    .tables
+                    .iter()
+                    .map(|t| t.name.clone())
+                    .chain(memory.names().map(String::from))
+                    .collect();
                 views.create(&view, &tokens, &tables)?;
             }
             other => {
@@ -193,6 +220,27 @@ pub fn parse_pipeline(sql: &str) -> Result<PipelineSql, SqlError> {
             w.at,
             "WATERMARK FOR belongs inside a CREATE TABLE's column list".into(),
         ));
+    }
+    // Memory tables: each inlined where it is read, its writing INSERT kept for planning.
+    let resolved = memory.resolve(pending)?;
+    let mut tables = Vec::new();
+    for (table, p, definition) in resolved.writers {
+        let writer = inserts(&p.ins, &p.tokens)?
+            .pop()
+            .expect("a memory table is written by one SELECT");
+        tables.push(super::memory::MemoryTable {
+            name: table.name,
+            fields: table.fields,
+            writer,
+            writer_at: p.tokens.start(),
+            definition,
+        });
+    }
+    for p in resolved.readers {
+        for mut ins in inserts(&p.ins, &p.tokens)? {
+            ins.memory = super::memory::read_by(&ins.query, &tables);
+            out.inserts.push(ins);
+        }
     }
     Ok(out)
 }
@@ -212,6 +260,12 @@ fn create_table(ct: &CreateTable, tables: &[TableDef]) -> Result<TableDef, SqlEr
             return err(format!("table '{name}' declares column '{}' twice", f.name));
         }
     }
+    let primary_key = primary_key(&name, ct, &fields)?;
+    let mut fields = fields;
+    for f in &mut fields {
+        // A key column is NOT NULL, as in SQL.
+        f.required |= primary_key.contains(&f.name);
+    }
     let options = match &ct.table_options {
         CreateTableOptions::With(opts) => table_options(&name, opts)?,
         CreateTableOptions::None => ConnectorOptions::default(),
@@ -226,7 +280,90 @@ fn create_table(ct: &CreateTable, tables: &[TableDef]) -> Result<TableDef, SqlEr
         fields,
         options,
         watermark: None,
+        primary_key,
     })
+}
+
+/// The primary key: a table constraint `PRIMARY KEY (a, b)` of plain column names, or the
+/// columns declared `PRIMARY KEY`; not both. Errors name the table and the column.
+fn primary_key(
+    table: &str,
+    ct: &CreateTable,
+    fields: &[SourceField],
+) -> Result<Vec<String>, SqlError> {
+    let mut key = Vec::new();
+    for c in &ct.columns {
+        if c.options.iter().any(|o| is_primary_option(&o.option)) {
+            key.push(c.name.value.clone());
+        }
+    }
+    for constraint in &ct.constraints {
+        let Some(columns) = plain_primary_key(constraint) else {
+            continue;
+        };
+        if !key.is_empty() {
+            return err(format!(
+                "table '{table}' declares its primary key twice (a PRIMARY KEY constraint and a column declared PRIMARY KEY)"
+            ));
+        }
+        for c in columns {
+            if !fields.iter().any(|f| f.name == c) {
+                return err(format!(
+                    "table '{table}': PRIMARY KEY names column '{c}', which the table does not declare"
+                ));
+            }
+            if key.contains(&c) {
+                return err(format!(
+                    "table '{table}': PRIMARY KEY names column '{c}' twice"
+                ));
+            }
+            key.push(c);
+        }
+    }
+    Ok(key)
+}
+
+/// `PRIMARY KEY` as a column option (without characteristics).
+pub(crate) fn is_primary_option(o: &ColumnOption) -> bool {
+    matches!(
+        o,
+        ColumnOption::Unique {
+            is_primary: true,
+            characteristics: None
+        }
+    )
+}
+
+/// The columns of a table constraint `PRIMARY KEY (a, b)` written without a name, index
+/// or option, each a plain column name; `None` for any other constraint.
+pub(crate) fn plain_primary_key(c: &sqlparser::ast::TableConstraint) -> Option<Vec<String>> {
+    let sqlparser::ast::TableConstraint::PrimaryKey {
+        name: None,
+        index_name: None,
+        index_type: None,
+        columns,
+        index_options,
+        characteristics: None,
+    } = c
+    else {
+        return None;
+    };
+    if !index_options.is_empty() {
+        return None;
+    }
+    columns
+        .iter()
+        .map(
+            |c| match (&c.column.expr, &c.operator_class, &c.column.with_fill) {
+                (Expr::Identifier(i), None, None)
+                    if c.column.options.asc.is_none() && c.column.options.nulls_first.is_none() =>
+                {
+                    Some(i.value.clone())
+                }
+                _ => None,
+            },
+        )
+        .collect()
 }
 
 /// One [`InsertDef`] per `SELECT` of the INSERT's query (`UNION ALL` of several selects
@@ -268,6 +405,7 @@ fn inserts(ins: &Insert, st: &StatementTokens) -> Result<Vec<InsertDef>, SqlErro
                     format_clause: None,
                     pipe_operators: vec![],
                 }),
+                memory: Vec::new(),
             })
         })
         .collect()
@@ -398,6 +536,8 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
         }
         nullability = nullability.or(says);
         match &opt.option {
+            // Collected by `primary_key`; a key column is NOT NULL.
+            o if is_primary_option(o) => required = true,
             ColumnOption::NotNull => required = true,
             ColumnOption::Null => required = false,
             ColumnOption::DialectSpecific(tokens) => match tokens.last() {

@@ -28,6 +28,9 @@ pub fn plan_pipeline(
         }
         tables.push((t.name.clone(), plan_table(t, connectors)?));
     }
+    // Memory tables: their columns checked against the queries writing them.
+    let prepared = super::memory::prepare(sql, &tables)?;
+    let sql = prepared.as_ref().unwrap_or(sql);
     // Sink tables without columns: the columns of the query writing each, planned over
     // the sources as they will be (with their event time).
     if !from_queries.is_empty() {

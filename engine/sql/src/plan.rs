@@ -178,6 +178,9 @@ pub(crate) fn plan_query(
     if super::aggregate::is_windowed(&ins.query) {
         return plan_windowed_query(id, ins, what, source, sink, record_ids);
     }
+    if is_changelog_source(&source) && sink.changelog.is_none() {
+        return Err(refuse_changes_into(ins, what, &sink));
+    }
     let mut select = plan_select(
         &ins.query,
         &ins.source,
@@ -349,7 +352,7 @@ fn plan_windowed_query(
     }
     let changelog = sink.changelog.unwrap_or_default();
     let ns = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-    let (mut select, window) = super::aggregate::plan_windowed(
+    let (mut select, mut window) = super::aggregate::plan_windowed(
         &ins.query,
         &ins.source,
         &visible(schema),
@@ -359,6 +362,22 @@ fn plan_windowed_query(
         what,
     )?;
     let updating = window.window_at.is_none();
+    if is_changelog_source(&source) {
+        if !updating {
+            let msg = format!(
+                "{what}: table '{}' is a changelog (format 'debezium_json'), which windows do not read yet: aggregate it without a window (an updating aggregate retracts each change's old row)",
+                ins.source
+            );
+            return Err(match from_at(&ins.query) {
+                Some(l) => super::clauses::at(l, msg),
+                None => SqlError(msg),
+            });
+        }
+        if sink.changelog.is_none() {
+            return Err(refuse_changes_into(ins, what, &sink));
+        }
+        window.retracting = true;
+    }
     if updating && sink.changelog.is_none() {
         let msg = format!(
             "{what}: an aggregate without a window is an updating aggregate: its rows change as rows arrive, which only a changelog can carry, and table '{}' has format '{}': declare it with 'format' = 'debezium_json' (or group by a window: TUMBLE(INTERVAL '1' MINUTE), HOP(slide, width) or SESSION(gap))",
@@ -614,7 +633,7 @@ const CAST_RULE: &str = "only the same type, exact conversions (INT -> BIGINT, I
 /// INT, INT UNSIGNED and FLOAT to DOUBLE (exact), and any type but BYTEA (not always
 /// UTF-8) to TEXT. BIGINT -> DOUBLE rounds beyond 2^53 and TEXT -> JSON may not be JSON:
 /// refused. An integer into a narrower one is [`is_checked_narrowing`].
-fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
+pub(crate) fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
     use FieldType::*;
     from == to
         || matches!(
@@ -686,11 +705,7 @@ pub(crate) fn plan_table(
     ];
     known.extend_from_slice(connector.known_options());
     options.finish(&known).map_err(|x| e(x.to_string()))?;
-    if changelog.is_some() && connection.connection_type == ConnectionType::Source {
-        return Err(e(
-            "format 'debezium_json' is written by a sink only for now: reading a changelog is not supported yet".into(),
-        ));
-    }
+    check_primary_key(t, &connection)?;
     if late_rows.is_some() && connection.connection_type == ConnectionType::Sink {
         return Err(e(format!(
             "is a sink: option '{}' applies to a table that is read",
@@ -703,6 +718,83 @@ pub(crate) fn plan_table(
         late_rows,
         changelog,
     })
+}
+
+/// A changelog source (format `debezium_json`) needs a primary key and takes neither
+/// metadata columns (a change's old row would carry the metadata of the message that
+/// replaced it) nor an event time (no window reads a changelog); no other table takes a
+/// primary key. Errors name the table.
+fn check_primary_key(
+    t: &TableDef,
+    connection: &pubsub_engine_spi::Connection,
+) -> Result<(), SqlError> {
+    let e = |m: String| SqlError(format!("table '{}': {m}", t.name));
+    let changelog = connection.schema.format == Format::DebeziumJson;
+    let source = connection.connection_type == ConnectionType::Source;
+    if !(changelog && source) {
+        if !t.primary_key.is_empty() {
+            return Err(e(format!(
+                "PRIMARY KEY ({}) applies to a changelog source (a table read with 'format' = 'debezium_json'){}",
+                t.primary_key.join(", "),
+                if changelog {
+                    ": a changelog sink orders each key's changes with 'sink.ordering-key'"
+                } else {
+                    ""
+                }
+            )));
+        }
+        return Ok(());
+    }
+    if t.primary_key.is_empty() {
+        return Err(e(
+            "a changelog source (format 'debezium_json') needs a primary key: declare the columns identifying a row, e.g. `id BIGINT PRIMARY KEY` or `PRIMARY KEY (id)`".into(),
+        ));
+    }
+    if let Some(f) = t.fields.iter().find(|f| f.metadata_key.is_some()) {
+        return Err(e(format!(
+            "column '{}' reads metadata, which a changelog source (format 'debezium_json') does not take: a change's old row would carry the metadata of the message replacing it",
+            f.name
+        )));
+    }
+    if connection.schema.event_time.is_some() {
+        return Err(e(
+            "a changelog source (format 'debezium_json') has no event time: windows do not read changelogs yet (an aggregate without a window does)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `table` is read as a changelog (format `debezium_json`): its rows are changes.
+fn is_changelog_source(table: &PlannedTable) -> bool {
+    table.connection.connection_type == ConnectionType::Source
+        && table.connection.schema.format == Format::DebeziumJson
+}
+
+/// Where `query` reads its table (the FROM's table name), for errors.
+fn from_at(query: &sqlparser::ast::Query) -> Option<sqlparser::tokenizer::Location> {
+    use sqlparser::ast::{SetExpr, Spanned, TableFactor};
+    let SetExpr::Select(s) = query.body.as_ref() else {
+        return None;
+    };
+    match &s.from.first()?.relation {
+        TableFactor::Table { name, .. } => Some(name.span().start),
+        TableFactor::Derived { subquery, .. } => from_at(subquery),
+        _ => None,
+    }
+}
+
+/// A changelog's rows into a table that is no changelog: refused, with the way on.
+fn refuse_changes_into(ins: &InsertDef, what: &str, sink: &PlannedTable) -> SqlError {
+    let msg = format!(
+        "{what}: table '{}' is a changelog (format 'debezium_json'): its rows are changes (creates, updates and deletes), which only a changelog can carry, and table '{}' has format '{}': declare it with 'format' = 'debezium_json'",
+        ins.source,
+        ins.sink,
+        sink.connection.schema.format.name()
+    );
+    match from_at(&ins.query) {
+        Some(l) => super::clauses::at(l, msg),
+        None => SqlError(msg),
+    }
 }
 
 /// A changelog table's option: how often an updating query writes its changes.

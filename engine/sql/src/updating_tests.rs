@@ -590,7 +590,7 @@ INSERT INTO out SELECT page FROM src",
     .unwrap()
     .0;
     assert!(
-        e.contains("reading a changelog is not supported yet"),
+        e.contains("a changelog source (format 'debezium_json') needs a primary key"),
         "{e}"
     );
 }

@@ -6,6 +6,10 @@
 //! record id column. Every column of such a batch may be NULL.
 //!
 //! A batch without [`OP_COLUMN`] (an append-only query) is all creates.
+//!
+//! A changelog source (format `debezium_json`) emits the same layout over all of its
+//! columns, hidden ones included ([`crate::ConnectionSchema::rows_schema`]): a `u` holds
+//! both rows, and a query reading it evaluates its SELECT on each row apart.
 
 /// The column holding each change's operation: [`CREATE`], [`UPDATE`] or [`DELETE`].
 pub const OP_COLUMN: &str = "__op";
@@ -17,6 +21,8 @@ pub const CREATE: &str = "c";
 pub const UPDATE: &str = "u";
 /// A row that no longer exists: `after` is NULL.
 pub const DELETE: &str = "d";
+/// Debezium's snapshot read of an existing row: read as a create.
+pub const READ: &str = "r";
 
 /// The name of the column holding the old value of declared column `name`.
 pub fn before_column(name: &str) -> String {

@@ -353,6 +353,36 @@ impl ConnectionSchema {
         std::sync::Arc::new(Schema::new(fields))
     }
 
+    /// The Arrow schema of the rows a source of this table emits: [`arrow_schema`](Self::arrow_schema),
+    /// except for a changelog (`debezium_json`): every column as the change's new row,
+    /// then each again as its old row, then the operation (see [`crate::changelog`]);
+    /// every column may then be NULL (the new row of a delete, the old row of a create).
+    pub fn rows_schema(&self) -> SchemaRef {
+        if self.format != Format::DebeziumJson {
+            return self.arrow_schema();
+        }
+        let image = |prefix: &str| -> Vec<Field> {
+            self.fields
+                .iter()
+                .map(|f| {
+                    Field::new(
+                        format!("{prefix}{}", f.name),
+                        f.field_type.arrow_type(),
+                        true,
+                    )
+                })
+                .collect()
+        };
+        let mut fields = image("");
+        fields.extend(image(crate::changelog::BEFORE_PREFIX));
+        fields.push(Field::new(
+            crate::changelog::OP_COLUMN,
+            DataType::Utf8,
+            false,
+        ));
+        std::sync::Arc::new(Schema::new(fields))
+    }
+
     /// The metadata columns as `(column, key)` pairs.
     pub fn metadata_fields(&self) -> Vec<MetadataField> {
         self.fields

@@ -1,5 +1,6 @@
 //! Decoder and encoder tests on real payloads and per-type value tables.
 
+mod debezium;
 mod fixtures;
 mod messages;
 mod numbers;

@@ -12,6 +12,7 @@
 //! the rows of the epochs it covers.
 
 mod fixed;
+mod retract;
 mod session;
 mod stage;
 mod updating;
@@ -118,6 +119,8 @@ struct Input {
     times: Vec<i64>,
     keys: Rows,
     args: Vec<Vec<ArrayRef>>,
+    /// A retracting plan's rows: true for a row to retract (a change's old row).
+    retract: Option<Vec<bool>>,
 }
 
 impl WindowState {
@@ -372,10 +375,24 @@ impl Shared {
             })
             .collect::<datafusion_common::Result<_>>()
             .with_context(|| format!("{}: the aggregates' arguments", self.plan.text))?;
+        let retract = match self.plan.retracting {
+            false => None,
+            true => {
+                let r = batch
+                    .column(batch.num_columns() - 2)
+                    .as_boolean_opt()
+                    .filter(|r| r.null_count() == 0)
+                    .ok_or_else(|| {
+                        anyhow!("{}: the rows do not say which retract", self.plan.text)
+                    })?;
+                Some(r.iter().map(|v| v == Some(true)).collect())
+            }
+        };
         Ok(Input {
             times: ts.values().to_vec(),
             keys,
             args,
+            retract,
         })
     }
 
@@ -492,14 +509,14 @@ fn ns_text(ns: i64) -> String {
 /// accumulator: the state is merged back into a fresh one, which replaces it).
 fn take_state(
     acc: &mut Box<dyn datafusion_expr::Accumulator>,
-    a: &datafusion_physical_expr::aggregate::AggregateFunctionExpr,
+    make: impl Fn() -> datafusion_common::Result<Box<dyn datafusion_expr::Accumulator>>,
 ) -> anyhow::Result<Vec<datafusion_common::ScalarValue>> {
     let state = acc.state()?;
     let arrays = state
         .iter()
         .map(|v| v.to_array())
         .collect::<Result<Vec<_>, _>>()?;
-    let mut again = a.create_accumulator()?;
+    let mut again = make()?;
     again.merge_batch(&arrays)?;
     *acc = again;
     Ok(state)

@@ -229,7 +229,7 @@ impl Sessions {
                 .expect("indexed");
             let mut row = Vec::new();
             for (acc, a) in session.accumulators.iter_mut().zip(&shared.plan.aggregates) {
-                row.extend(take_state(acc, a)?);
+                row.extend(take_state(acc, || a.create_accumulator())?);
             }
             starts.push(*start);
             ends.push(*end);

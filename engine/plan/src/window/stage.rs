@@ -81,6 +81,24 @@ pub struct WindowPlan {
     )>,
     /// The query's statement text, for errors.
     pub text: String,
+    /// Its source is a changelog (format `debezium_json`): its first stage's rows carry
+    /// [`RETRACT_COLUMN`](crate::changelog::RETRACT_COLUMN) before the event time, and
+    /// the aggregates retract (see [`updating`](super::updating)).
+    pub retracting: bool,
+}
+
+impl WindowPlan {
+    /// The first stage on a source batch (`before`; on both images of a changelog's
+    /// changes, see [`crate::changelog::first_stage`]).
+    pub fn first_stage(
+        &self,
+        batch: &arrow::array::RecordBatch,
+    ) -> Result<arrow::array::RecordBatch, crate::RowFailure> {
+        if crate::changelog::is_changes(batch) {
+            return crate::changelog::first_stage(&self.before, batch);
+        }
+        self.before.evaluate(batch)
+    }
 }
 
 impl std::fmt::Debug for WindowPlan {

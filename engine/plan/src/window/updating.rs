@@ -27,7 +27,7 @@ use datafusion_common::ScalarValue;
 use datafusion_expr::Accumulator;
 use pubsub_engine_spi::changelog::{before_column, CREATE, DELETE, OP_COLUMN, UPDATE};
 
-use super::{scalar_columns, state_batch, take_state, Input, Shared};
+use super::{retract, scalar_columns, state_batch, take_state, Input, Shared};
 
 /// The key of the state in a snapshot: rows `[key, rows, seq, touched, written, dirty,
 /// born, states..]`.
@@ -105,6 +105,8 @@ pub(super) struct Groups {
     /// The sink's columns as the rows last written were encoded, from the checkpoint
     /// restored: rows written under other columns are not compared (see [`Groups::flush`]).
     restored_columns: Option<String>,
+    /// Retractions no row of their group matched, since the last flush.
+    unmatched: u64,
 }
 
 impl Groups {
@@ -124,6 +126,7 @@ impl Groups {
             restored: false,
             generation: 0,
             restored_columns: None,
+            unmatched: 0,
         }
     }
 
@@ -210,21 +213,52 @@ impl Groups {
                 self.groups.insert(key.into(), group);
             }
             let group = self.groups.get_mut(key).expect("inserted above");
-            let all = rows.len() == n;
-            let idx = UInt32Array::from(rows);
-            for (acc, values) in group.accumulators.iter_mut().zip(&input.args) {
-                let taken = if all {
-                    values.clone()
-                } else {
-                    values
+            // Runs of rows to fold in and rows to retract, in batch order. A retraction
+            // beyond the rows the group holds has no row to retract (the group was
+            // forgotten, or the changelog is out of order): counted and ignored.
+            let mut at = 0;
+            while at < rows.len() {
+                let retract = |r: u32| input.retract.as_ref().is_some_and(|f| f[r as usize]);
+                let kind = retract(rows[at]);
+                let end = at
+                    + rows[at..]
                         .iter()
-                        .map(|v| take(v.as_ref(), &idx, None))
-                        .collect::<Result<Vec<_>, _>>()?
-                };
-                acc.update_batch(&taken)
+                        .take_while(|&&r| retract(r) == kind)
+                        .count();
+                let mut run = &rows[at..end];
+                at = end;
+                if kind {
+                    let held = usize::try_from(group.rows.max(0))
+                        .unwrap_or(0)
+                        .min(run.len());
+                    self.unmatched += (run.len() - held) as u64;
+                    run = &run[..held];
+                }
+                if run.is_empty() {
+                    continue;
+                }
+                let all = run.len() == n;
+                let idx = UInt32Array::from(run.to_vec());
+                for (acc, values) in group.accumulators.iter_mut().zip(&input.args) {
+                    let taken = if all {
+                        values.clone()
+                    } else {
+                        values
+                            .iter()
+                            .map(|v| take(v.as_ref(), &idx, None))
+                            .collect::<Result<Vec<_>, _>>()?
+                    };
+                    match kind {
+                        false => acc.update_batch(&taken),
+                        true => acc.retract_batch(&taken),
+                    }
                     .with_context(|| format!("{}: aggregate", shared.plan.text))?;
+                }
+                group.rows += match kind {
+                    false => run.len() as i64,
+                    true => -(run.len() as i64),
+                };
             }
-            group.rows += idx.len() as i64;
             group.touched = now;
             self.bytes -= group.bytes as u64;
             group.bytes = group_bytes(key, group);
@@ -255,6 +289,13 @@ impl Groups {
             Some(t) if now >= t => self.evict(now),
             Some(_) => 0,
         };
+        if self.unmatched > 0 {
+            tracing::warn!(
+                "{}: {} retractions reached a group holding no row to retract, and were ignored (the group was forgotten after changelog.state-ttl, or changes of one primary key arrived out of order: publish the changelog with the primary key as the ordering key and read it with message ordering)",
+                shared.plan.text,
+                std::mem::take(&mut self.unmatched)
+            );
+        }
         let changes_due = force || now >= self.changes_at(now);
         if self.dirty.is_empty() || !changes_due {
             return Ok((evicted > 0).then(|| Changes {
@@ -307,7 +348,7 @@ impl Groups {
                     .zip(&shared.plan.aggregates)
                     .enumerate()
                 {
-                    values[k].push(evaluate(acc, a)?);
+                    values[k].push(evaluate(shared, acc, a)?);
                 }
             }
             let values = values
@@ -493,7 +534,7 @@ impl Groups {
             let group = self.groups.get_mut(key).expect("listed");
             let mut row = Vec::new();
             for (acc, a) in group.accumulators.iter_mut().zip(&shared.plan.aggregates) {
-                row.extend(take_state(acc, a)?);
+                row.extend(take_state(acc, || make(shared, a))?);
             }
             rows.push(group.rows);
             seqs.push(group.seq);
@@ -530,6 +571,12 @@ impl Groups {
         let written = batch.column(4).as_binary::<i32>();
         let dirty = batch.column(5).as_boolean();
         let born = batch.column(6).as_primitive::<Int64Type>();
+        let widths = shared
+            .plan
+            .aggregates
+            .iter()
+            .map(|a| retract::state_width(a, shared.plan.retracting, &shared.plan.before.schema))
+            .collect::<datafusion_common::Result<Vec<usize>>>()?;
         for r in 0..batch.num_rows() {
             let key = keys.value(r);
             if !mine(key) {
@@ -537,8 +584,8 @@ impl Groups {
             }
             let mut accumulators = fresh(shared)?;
             let mut col = 7;
-            for (acc, a) in accumulators.iter_mut().zip(&shared.plan.aggregates) {
-                let k = a.state_fields()?.len();
+            for (acc, k) in accumulators.iter_mut().zip(&widths) {
+                let k = *k;
                 let state: Vec<ArrayRef> = (col..col + k)
                     .map(|c| batch.column(c).slice(r, 1))
                     .collect();
@@ -591,20 +638,30 @@ pub fn changelog_schema(sink: &SchemaRef) -> SchemaRef {
 
 /// Aggregate `a`'s value from `acc`, leaving `acc`'s state as it was.
 fn evaluate(
+    shared: &Shared,
     acc: &mut Box<dyn Accumulator>,
-    a: &datafusion_physical_expr::aggregate::AggregateFunctionExpr,
+    a: &Arc<datafusion_physical_expr::aggregate::AggregateFunctionExpr>,
 ) -> anyhow::Result<ScalarValue> {
-    if !a.is_distinct() && EVALUATE_IN_PLACE.contains(&a.fun().name()) {
+    // A retracting plan's accumulators evaluate in place (see `retract`).
+    if shared.plan.retracting || (!a.is_distinct() && EVALUATE_IN_PLACE.contains(&a.fun().name())) {
         return Ok(acc.evaluate()?);
     }
-    let state = take_state(acc, a)?;
+    let state = take_state(acc, || make(shared, a))?;
     let arrays = state
         .iter()
         .map(|v| v.to_array())
         .collect::<Result<Vec<_>, _>>()?;
-    let mut copy = a.create_accumulator()?;
+    let mut copy = make(shared, a)?;
     copy.merge_batch(&arrays)?;
     Ok(copy.evaluate()?)
+}
+
+/// A fresh accumulator of aggregate `a` (one that retracts for a retracting plan).
+fn make(
+    shared: &Shared,
+    a: &Arc<datafusion_physical_expr::aggregate::AggregateFunctionExpr>,
+) -> datafusion_common::Result<Box<dyn Accumulator>> {
+    retract::accumulator(a, shared.plan.retracting, &shared.plan.before.schema)
 }
 
 fn group_bytes(key: &[u8], g: &Group) -> usize {
@@ -619,6 +676,6 @@ fn fresh(shared: &Shared) -> anyhow::Result<Vec<Box<dyn Accumulator>>> {
         .plan
         .aggregates
         .iter()
-        .map(|a| a.create_accumulator())
+        .map(|a| make(shared, a))
         .collect::<Result<_, _>>()?)
 }
