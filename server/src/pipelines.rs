@@ -165,7 +165,8 @@ fn columns_from_topic_schema(t: &TableDef) -> bool {
 /// The values of every `...service-account-key-file' = '...'` option written in `text`
 /// (also when the text does not parse, whose error may quote one).
 fn written_key_files(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out = pubsub_engine_sql::written_option_values(text, "service-account-key-file")
+        .unwrap_or_default();
     let key = "service-account-key-file'";
     let mut rest = text;
     while let Some(i) = rest.find(key) {
@@ -189,7 +190,7 @@ fn written_key_files(text: &str) -> Vec<String> {
             }
             value.push(c);
         }
-        if !value.trim().is_empty() {
+        if !value.trim().is_empty() && !out.contains(&value) {
             out.push(value);
         }
     }
@@ -420,6 +421,9 @@ mod tests {
                      CREATE TABLE o (a BIGINT) WITH ('connector' = 'pubsub', 'connection-profile' = 'prod', 'topic' = 't', 'bogus' = '{SECRET}');
                      INSERT INTO o SELECT a FROM s;"),
             format!("CREATE TABLE s (a BIGINT) WITH ('connector' = 'pubsub', 'service-account-key-file' = '{written}' '{written}');"),
+            // Without its `=`, the parser's error quotes the path.
+            format!("CREATE TABLE s (a BIGINT) WITH ('connector' = 'pubsub', 'service-account-key-file' '{written}');"),
+            format!("CREATE TABLE s (a BIGINT) WITH ('connector' = 'pubsub', 'service-account-key-file' /* k */ = \"{written}\" x);"),
         ] {
             let e = check(&store, &sql).unwrap_err();
             assert!(!e.error.contains("secret"), "{}", e.error);

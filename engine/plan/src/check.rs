@@ -19,6 +19,8 @@ pub struct RowCheck {
     /// The INSERT statement as written, for the failure text.
     pub text: String,
     pub select: Arc<SelectPlan>,
+    /// The source is a changelog: its rows are changes, checked on both rows of each.
+    pub changes: bool,
 }
 
 /// The checks of every query reading one source, as the source collector runs them.
@@ -56,7 +58,7 @@ pub fn reject_failing(
         let rest = batch.slice(from, if one_by_one { 1 } else { n - from });
         let failures: Vec<_> = checks
             .iter()
-            .filter_map(|c| check(&c.select, &rest).err().map(|f| (f, &c.text)))
+            .filter_map(|c| check(c, &rest).err().map(|f| (f, &c.text)))
             .collect();
         if let Some((f, text)) = failures.iter().find(|(f, _)| f.internal && !one_by_one) {
             tracing::error!("{text}: {f}; checking the rest of the batch a row at a time");
@@ -91,10 +93,10 @@ pub fn reject_failing(
     (kept, rejected)
 }
 
-/// `select` on source rows, or on both images of a changelog's changes.
-fn check(select: &SelectPlan, rows: &RecordBatch) -> Result<(), crate::RowFailure> {
-    if crate::changelog::is_changes(rows) {
-        return crate::changelog::check_images(select, rows);
+/// `c`'s SELECT on source rows, or on both rows of a changelog's changes.
+fn check(c: &RowCheck, rows: &RecordBatch) -> Result<(), crate::RowFailure> {
+    if c.changes {
+        return crate::changelog::check_images(&c.select, rows);
     }
-    select.evaluate(rows).map(|_| ())
+    c.select.evaluate(rows).map(|_| ())
 }

@@ -21,6 +21,9 @@ pub struct PlannedTable {
     /// A changelog table (format `debezium_json`): how the updating queries writing it
     /// flush their changes and how long they keep an idle group.
     pub changelog: Option<ChangelogOptions>,
+    /// `PRIMARY KEY (...)`: the columns identifying a changelog source's rows (empty for
+    /// any other table).
+    pub primary_key: Vec<String>,
 }
 
 /// A changelog sink table's options for the updating aggregates writing it (issue 47,
@@ -116,7 +119,7 @@ impl PlannedQuery {
                 anyhow::Error::new(f).context(format!("{}: row failure", self.text)),
             )
         };
-        if crate::changelog::is_changes(batch) {
+        if self.reads_changes() && crate::changelog::is_changes(batch) {
             let declared =
                 self.sink_schema.fields().len() - usize::from(self.select.carry.is_some());
             return crate::changelog::project_changes(
@@ -178,6 +181,12 @@ impl PlannedQuery {
 }
 
 impl PlannedQuery {
+    /// Whether its source is a changelog (format `debezium_json`): its rows are changes.
+    pub fn reads_changes(&self) -> bool {
+        self.source.connection.connection_type == pubsub_engine_spi::ConnectionType::Source
+            && self.source.connection.schema.format == pubsub_engine_spi::Format::DebeziumJson
+    }
+
     /// Whether this is an updating aggregate (writing a changelog).
     pub fn is_updating(&self) -> bool {
         self.window.as_ref().is_some_and(|w| w.window_at.is_none())

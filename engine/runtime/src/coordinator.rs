@@ -308,6 +308,7 @@ pub async fn run_pipeline(
                     .map(|q| RowCheck {
                         text: q.text.clone(),
                         select: q.source_stage(),
+                        changes: q.reads_changes(),
                     })
                     .collect(),
             )));

@@ -273,6 +273,11 @@ fn net(changes: &[Change]) -> Vec<Row> {
 
 /// DataFusion's batch [`QUERY`] over `rows`, by group.
 fn batch_sql(rows: &[Row]) -> BTreeMap<String, Vec<String>> {
+    batch_sql_of(QUERY, rows)
+}
+
+/// DataFusion's batch `query` over `rows`, by group.
+fn batch_sql_of(query: &str, rows: &[Row]) -> BTreeMap<String, Vec<String>> {
     let id: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0)));
     let page: ArrayRef = Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.1)));
     let v: ArrayRef = Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.2)));
@@ -283,7 +288,7 @@ fn batch_sql(rows: &[Row]) -> BTreeMap<String, Vec<String>> {
     let out = rt.block_on(async {
         let ctx = SessionContext::new();
         ctx.register_batch("src", src).unwrap();
-        ctx.sql(QUERY).await.unwrap().collect().await.unwrap()
+        ctx.sql(query).await.unwrap().collect().await.unwrap()
     });
     out.iter()
         .flat_map(text_rows)
@@ -301,7 +306,19 @@ fn stream(
     peers: u64,
     crash: Option<(usize, usize, u64)>,
 ) -> BTreeMap<String, Vec<String>> {
-    let q = plan(OUT, &format!("INSERT INTO out {QUERY}")).unwrap();
+    stream_of(QUERY, changes, per_batch, flush_every, peers, crash)
+}
+
+/// [`stream`] of `query`.
+fn stream_of(
+    query: &str,
+    changes: &[Change],
+    per_batch: usize,
+    flush_every: usize,
+    peers: u64,
+    crash: Option<(usize, usize, u64)>,
+) -> BTreeMap<String, Vec<String>> {
+    let q = plan(OUT, &format!("INSERT INTO out {query}")).unwrap();
     let w = q.window.clone().unwrap();
     assert!(w.retracting);
     let converter = key_converter(&w).unwrap();
@@ -444,4 +461,57 @@ fn a_group_whose_values_were_all_retracted_averages_to_null_not_nan() {
     assert_eq!(want["a"][7], "", "DataFusion's avg of no value is NULL");
     assert_eq!(stream(&changes, 5, 1, 1, None), want);
     assert_eq!(stream(&changes, 1, 1, 1, None), want);
+}
+
+#[test]
+fn floating_point_sums_and_averages_keep_their_values_and_match_the_batch_exactly() {
+    let query = "SELECT page, sum(CAST(v AS DOUBLE) / 10) AS s, avg(v) AS a FROM src GROUP BY page";
+    let changes = [
+        (CREATE, None, Some(row(1, "a", 1))),
+        (CREATE, None, Some(row(2, "a", 2))),
+        (CREATE, None, Some(row(3, "a", 3))),
+        (CREATE, None, Some(row(4, "a", 10_000_000_000_000_000))),
+        (DELETE, Some(row(1, "a", 1)), None),
+        (DELETE, Some(row(2, "a", 2)), None),
+        (DELETE, Some(row(4, "a", 10_000_000_000_000_000)), None),
+    ];
+    let want = batch_sql_of(query, &net(&changes));
+    assert_eq!(want["a"], vec!["a", "0.3", "3.0"]);
+    assert_eq!(stream_of(query, &changes, 1, 1, 1, None), want);
+}
+
+#[test]
+fn over_a_changelog_groups_are_kept_until_deleted_and_a_ttl_is_refused() {
+    let q = plan(OUT, &format!("INSERT INTO out {QUERY}")).unwrap();
+    assert!(matches!(
+        q.window.as_ref().unwrap().kind,
+        pubsub_engine_plan::WindowKind::Updating { ttl: i64::MAX, .. }
+    ));
+    let e = plan(
+        "CREATE TABLE out WITH ('connector' = 'mem', 'role' = 'sink', 'format' = 'debezium_json', 'changelog.state-ttl' = '1h')",
+        &format!("INSERT INTO out {QUERY}"),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        e.contains("option 'changelog.state-ttl' of table 'out' does not apply to an aggregate over a changelog (table 'src')"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_stateless_querys_ordering_key_must_come_from_the_primary_key() {
+    let out = "CREATE TABLE out (id BIGINT, page TEXT, k TEXT) WITH ('connector' = 'mem', 'role' = 'sink', 'format' = 'debezium_json', 'key' = 'k')";
+    plan(
+        out,
+        "INSERT INTO out SELECT id, page, CAST(id AS TEXT) AS k FROM src",
+    )
+    .unwrap();
+    let e = plan(out, "INSERT INTO out SELECT id, page, page AS k FROM src")
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("column 'k' of table 'out' is its ordering key, and over a changelog (table 'src') it must be computed from the primary key (id) alone"),
+        "{e}"
+    );
 }

@@ -418,6 +418,7 @@ fn a_failing_row_rejects_its_whole_message_and_keeps_the_rest_in_order() {
     let checks = [RowCheck {
         text: "INSERT INTO out SELECT 100 / i FROM src".into(),
         select: Arc::new(plan("SELECT 100 / i FROM src").unwrap()),
+        changes: false,
     }];
     let (kept, rejected) = reject_failing(&checks, batch(&rows), &[0, 1, 1, 3]);
     let a = kept.column(1).as_primitive::<Int64Type>();

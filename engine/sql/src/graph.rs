@@ -160,6 +160,7 @@ impl GraphTable {
                 connection,
                 late_rows: None,
                 changelog,
+                primary_key: Vec::new(),
             },
         })
     }

@@ -21,6 +21,7 @@ mod pipeline;
 mod plan;
 mod sample;
 mod schemas;
+mod secrets;
 mod select;
 mod views;
 mod watermark;
@@ -65,6 +66,7 @@ pub use plan::plan_tables;
 pub(crate) use plan::{check_exclusive_sources, give_record_keys, plan_query};
 pub use sample::plan_sample_select;
 pub use schemas::resolve_schemas;
+pub use secrets::written_option_values;
 pub use watermark::{WatermarkDef, DEFAULT_DELAY as DEFAULT_OUT_OF_ORDERNESS};
 
 /// Whether table `name` of `sql` takes its columns from the query writing it (a sink

@@ -215,6 +215,9 @@ pub(crate) fn plan_query(
         .connector
         .sink_key(&sink.connection)
         .and_then(|name| sink_schema.index_of(&name).ok());
+    if let Some(j) = route_by.filter(|_| is_changelog_source(&source)) {
+        check_key_of_changes(ins, what, &select, &projection, j, &source, &sink_schema)?;
+    }
     Ok(PlannedQuery {
         id,
         text: ins.to_string(),
@@ -375,6 +378,21 @@ fn plan_windowed_query(
         }
         if sink.changelog.is_none() {
             return Err(refuse_changes_into(ins, what, &sink));
+        }
+        // A group forgotten while it held rows would take a later retraction of one of
+        // them out of the rows that came after: over a changelog, a group lives until
+        // its rows are all retracted.
+        if changelog.state_ttl != pubsub_engine_plan::ChangelogOptions::default().state_ttl {
+            return Err(SqlError(format!(
+                "{what}: option '{STATE_TTL_OPTION}' of table '{}' does not apply to an aggregate over a changelog (table '{}'): a group is kept until its rows are all deleted, since a group forgotten earlier would take a later delete out of the wrong rows",
+                ins.sink, ins.source
+            )));
+        }
+        if let pubsub_engine_plan::WindowKind::Updating { interval, .. } = window.kind {
+            window.kind = pubsub_engine_plan::WindowKind::Updating {
+                interval,
+                ttl: i64::MAX,
+            };
         }
         window.retracting = true;
     }
@@ -717,6 +735,7 @@ pub(crate) fn plan_table(
         connection,
         late_rows,
         changelog,
+        primary_key: t.primary_key.clone(),
     })
 }
 
@@ -781,6 +800,41 @@ fn from_at(query: &sqlparser::ast::Query) -> Option<sqlparser::tokenizer::Locati
         TableFactor::Derived { subquery, .. } => from_at(subquery),
         _ => None,
     }
+}
+
+/// A stateless query over a changelog orders its changes by the sink's ordering key
+/// (sink column `j`): only a key computed from the source's primary key alone keeps one
+/// row's changes on one key, and so in order for a consumer. Errors otherwise.
+fn check_key_of_changes(
+    ins: &InsertDef,
+    what: &str,
+    select: &SelectPlan,
+    projection: &[Option<usize>],
+    j: usize,
+    source: &PlannedTable,
+    sink_schema: &SchemaRef,
+) -> Result<(), SqlError> {
+    let fields = &source.connection.schema.fields;
+    let key: Vec<usize> = source
+        .primary_key
+        .iter()
+        .filter_map(|k| fields.iter().position(|f| &f.name == k))
+        .collect();
+    let of_key = projection[j].is_some_and(|i| {
+        datafusion_physical_expr::utils::collect_columns(&select.exprs[i].0)
+            .iter()
+            .all(|c| key.contains(&c.index()))
+    });
+    if of_key {
+        return Ok(());
+    }
+    Err(SqlError(format!(
+        "{what}: column '{}' of table '{}' is its ordering key, and over a changelog (table '{}') it must be computed from the primary key ({}) alone: a row's changes must keep one ordering key to reach a consumer in order",
+        sink_schema.field(j).name(),
+        ins.sink,
+        ins.source,
+        source.primary_key.join(", ")
+    )))
 }
 
 /// A changelog's rows into a table that is no changelog: refused, with the way on.

@@ -127,6 +127,7 @@ fn the_rows_left_after_a_rejection_are_checked_again_and_pass_as_they_do_alone()
     let checks = [RowCheck {
         text: format!("INSERT INTO out {select}"),
         select: Arc::new(plan(select)),
+        changes: false,
     }];
     let mut rows = x_rows(&[Some(5), Some(0), Some(5), Some(0), Some(4)]);
     rows[0].s = Some("abc");
@@ -171,6 +172,7 @@ fn a_batch_failing_on_no_row_alone_is_an_internal_error_never_a_blame() {
     let checks = [RowCheck {
         text: "Q".into(),
         select: Arc::new(p),
+        changes: false,
     }];
     let (kept, rejected) = reject_failing(&checks, rows, &[0, 1]);
     assert_eq!((kept.num_rows(), rejected.len()), (2, 0), "{rejected:?}");
@@ -389,7 +391,7 @@ proptest! {
             at += s;
         }
         let message_of = |i: usize| starts.partition_point(|&s| s <= i) - 1;
-        let checks = [RowCheck { text: "Q".into(), select: Arc::new(p) }];
+        let checks = [RowCheck { text: "Q".into(), select: Arc::new(p), changes: false }];
         let (kept, rejected) = reject_failing(&checks, b.clone(), &starts);
         let mut want_rejected: Vec<(usize, String)> = Vec::new();
         for (i, o) in want.iter().enumerate() {

@@ -104,3 +104,19 @@ fn a_refused_event_leaves_the_buffer_as_it_was() {
     let ops = b.column(6).as_string::<i32>();
     assert_eq!((ops.value(0), ops.value(1)), ("c", "u"));
 }
+
+#[test]
+fn a_tombstone_is_a_message_of_no_row() {
+    let schema = customers();
+    let mut d = Deserializer::new(&schema).unwrap();
+    for tombstone in ["", "null", " null\n"] {
+        assert_eq!(
+            d.deserialize(&Bytes::copy_from_slice(tombstone.as_bytes()), &[]),
+            Ok(0),
+            "{tombstone:?}"
+        );
+    }
+    d.deserialize(&Bytes::copy_from_slice(READ_EVENT.as_bytes()), &[])
+        .unwrap();
+    assert_eq!(d.flush().unwrap().unwrap().num_rows(), 1);
+}

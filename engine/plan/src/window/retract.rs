@@ -1,9 +1,10 @@
 //! The accumulators of an updating aggregate over a changelog (issue 47): a change's old
 //! row is retracted from its group. Rows of different primary keys reach a group in any
 //! order, so an aggregate retracts with DataFusion's `retract_batch` only where the result
-//! does not depend on that order (sums and counts of what is left); any other (`min`,
-//! `max`, a DISTINCT, ...) keeps its argument values with their counts and is evaluated
-//! afresh from them ([`KeptValues`]), its state measured by the values' bytes.
+//! is exact whatever that order (counts, and sums of integers and decimals); any other
+//! (`min`, `max`, a DISTINCT, `avg` and sums of floating-point numbers, whose subtraction
+//! rounds, ...) keeps its argument values with their counts and is evaluated afresh from
+//! them ([`KeptValues`]), its state measured by the values' bytes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,11 +17,28 @@ use datafusion_expr::Accumulator;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
 /// Aggregates whose `retract_batch` (on the accumulator `create_sliding_accumulator`
-/// makes) gives the same state whatever order rows and retractions came in. `min` and
-/// `max` are not among them: their sliding accumulators retract only the oldest row.
-/// Variance and standard deviation retract too, but by floating-point subtraction that
-/// can leave a variance just below zero (a NaN deviation): they keep their values.
-const RETRACT_IN_ANY_ORDER: &[&str] = &["count", "sum", "avg", "bit_xor"];
+/// makes) gives exactly the state of the rows left, whatever order rows and retractions
+/// came in, when no argument is floating-point (`sum`: see [`exact_arguments`]). `min`
+/// and `max` are not among them: their sliding accumulators retract only the oldest row.
+/// `avg`, variance and deviation sum in floating point whatever their argument: a
+/// subtraction rounds (a deviation can even turn NaN), so they keep their values.
+const RETRACT_IN_ANY_ORDER: &[&str] = &["count", "sum", "bit_xor"];
+
+/// Aggregates whose result does not depend on how many rows hold a value: evaluated from
+/// each kept value once.
+const BY_DISTINCT_VALUE: &[&str] = &["min", "max", "bool_and", "bool_or", "bit_and", "bit_or"];
+
+/// Rows folded into a fresh accumulator at a time when a kept-values aggregate is
+/// evaluated: its memory stays bounded however many rows a group holds.
+const EVALUATE_CHUNK: usize = 8192;
+
+/// Whether no argument of `a` is floating-point (a `sum` of them would round).
+fn exact_arguments(a: &AggregateFunctionExpr, input: &Schema) -> bool {
+    a.expressions().iter().all(|e| {
+        e.data_type(input)
+            .is_ok_and(|t| !matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64))
+    })
+}
 
 /// An accumulator for aggregate `a` of a plan; one that retracts when `retracting`.
 pub(super) fn accumulator(
@@ -31,7 +49,10 @@ pub(super) fn accumulator(
     if !retracting {
         return a.create_accumulator();
     }
-    if !a.is_distinct() && RETRACT_IN_ANY_ORDER.contains(&a.fun().name()) {
+    if !a.is_distinct()
+        && RETRACT_IN_ANY_ORDER.contains(&a.fun().name())
+        && (a.fun().name() != "sum" || exact_arguments(a, input))
+    {
         let acc = a.create_sliding_accumulator()?;
         if acc.supports_retract_batch() {
             return Ok(Box::new(Retracting {
@@ -204,16 +225,22 @@ impl Accumulator for KeptValues {
         true
     }
 
+    /// Folds the values into a fresh accumulator, [`EVALUATE_CHUNK`] rows at a time (each
+    /// value once where counts do not matter, see [`BY_DISTINCT_VALUE`]).
     fn evaluate(&mut self) -> Result<ScalarValue> {
         let mut acc = self.agg.create_accumulator()?;
-        if !self.values.is_empty() {
-            let parser = self.converter.parser();
-            let rows = self.values.iter().flat_map(|(k, n)| {
-                let row = parser.parse(k);
-                (0..*n).map(move |_| row)
-            });
-            let columns = self.converter.convert_rows(rows)?;
-            acc.update_batch(&columns)?;
+        let once = self.agg.is_distinct() || BY_DISTINCT_VALUE.contains(&self.agg.fun().name());
+        let parser = self.converter.parser();
+        let mut rows = self.values.iter().flat_map(|(k, n)| {
+            let row = parser.parse(k);
+            (0..if once { 1 } else { *n }).map(move |_| row)
+        });
+        loop {
+            let chunk: Vec<_> = rows.by_ref().take(EVALUATE_CHUNK).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            acc.update_batch(&self.converter.convert_rows(chunk)?)?;
         }
         acc.evaluate()
     }

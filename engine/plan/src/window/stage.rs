@@ -94,7 +94,7 @@ impl WindowPlan {
         &self,
         batch: &arrow::array::RecordBatch,
     ) -> Result<arrow::array::RecordBatch, crate::RowFailure> {
-        if crate::changelog::is_changes(batch) {
+        if self.retracting {
             return crate::changelog::first_stage(&self.before, batch);
         }
         self.before.evaluate(batch)

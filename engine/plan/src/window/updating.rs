@@ -291,7 +291,7 @@ impl Groups {
         };
         if self.unmatched > 0 {
             tracing::warn!(
-                "{}: {} retractions reached a group holding no row to retract, and were ignored (the group was forgotten after changelog.state-ttl, or changes of one primary key arrived out of order: publish the changelog with the primary key as the ordering key and read it with message ordering)",
+                "{}: {} retractions reached a group holding no row to retract, and were ignored (changes of one primary key arrived out of order, or the subscription started after the row's create: publish the changelog with the primary key as the ordering key, read it with message ordering, and start from the changelog's snapshot)",
                 shared.plan.text,
                 std::mem::take(&mut self.unmatched)
             );
