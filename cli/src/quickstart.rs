@@ -85,6 +85,13 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
     if changelog {
         return check_changelog(&profile, &out, published.len()).await;
     }
+    let ranked = sql
+        .inserts
+        .iter()
+        .any(|i| i.query.to_string().to_uppercase().contains(" OVER ("));
+    if ranked {
+        return check_top_n(&profile, &out).await;
+    }
     if windowed {
         return check_windows(&profile, &out, published.len()).await;
     }
@@ -167,6 +174,53 @@ async fn check_windows(
         left.len()
     );
     println!("quickstart ok: every bid was counted in exactly one window and acknowledged");
+    Ok(())
+}
+
+/// A top-N example (`examples/top_n.sql`) ranks each window's auctions in column
+/// `row_num` by `bids`: each window's rows are numbered 1, 2, ... without a gap, at most
+/// three, by bids non-increasing, and every bid was acknowledged.
+async fn check_top_n(
+    profile: &pubsub_schema::PubSubProfile,
+    out: &std::collections::HashMap<String, Vec<u8>>,
+) -> anyhow::Result<()> {
+    let mut windows: std::collections::BTreeMap<String, Vec<(u64, u64)>> = Default::default();
+    for payload in out.values() {
+        let v: serde_json::Value =
+            serde_json::from_slice(payload).context("an output message is not JSON")?;
+        let (start, rank, bids) = v
+            .get("window_start")
+            .and_then(|x| x.as_str())
+            .zip(v.get("row_num").and_then(|x| x.as_u64()))
+            .zip(v.get("bids").and_then(|x| x.as_u64()))
+            .map(|((s, r), b)| (s.to_string(), r, b))
+            .context("a row has no window_start, row_num or bids")?;
+        windows.entry(start).or_default().push((rank, bids));
+    }
+    for (start, rows) in &mut windows {
+        rows.sort();
+        let ranks: Vec<u64> = rows.iter().map(|r| r.0).collect();
+        anyhow::ensure!(
+            ranks == (1..=ranks.len() as u64).collect::<Vec<_>>() && ranks.len() <= 3,
+            "window {start} has ranks {ranks:?}"
+        );
+        anyhow::ensure!(
+            rows.windows(2).all(|w| w[0].1 >= w[1].1),
+            "window {start} is not ranked by bids: {rows:?}"
+        );
+    }
+    let left = admin::drain(profile, "bids-sub", 2, None, Duration::from_secs(5)).await?;
+    println!(
+        "windows ranked: {}, rows: {}",
+        windows.len(),
+        windows.values().map(Vec::len).sum::<usize>()
+    );
+    anyhow::ensure!(
+        left.is_empty(),
+        "{} bids were not acknowledged on bids-sub",
+        left.len()
+    );
+    println!("quickstart ok: each window's top auctions are ranked by bids, and every bid was acknowledged");
     Ok(())
 }
 

@@ -335,6 +335,17 @@ impl SourceOperator for MemSource {
         }
         Ok(())
     }
+    /// Releases what it holds however `run` ended, as the Pub/Sub source does: an abort
+    /// can find it waiting in `collect`, which then fails (the dataflow shut down).
+    async fn on_close(&mut self, ctx: &mut SourceContext) -> anyhow::Result<()> {
+        tokio::time::sleep(self.release_delay).await;
+        self.log
+            .released
+            .lock()
+            .unwrap()
+            .push(ctx.task_info.task_index);
+        Ok(())
+    }
     async fn run(
         &mut self,
         ctx: &mut SourceContext,
@@ -377,8 +388,6 @@ impl SourceOperator for MemSource {
                         }
                     }
                     Some(ControlMessage::Stop { .. }) | None => {
-                        tokio::time::sleep(self.release_delay).await;
-                        self.log.released.lock().unwrap().push(ctx.task_info.task_index);
                         return Ok(SourceFinishType::Graceful);
                     }
                 },
@@ -1635,14 +1644,18 @@ async fn an_abort_lets_every_source_finish_releasing_within_the_shutdown_timeout
     // Issue 16, finding 7: an abort used to stop waiting for the sources after 10 s (and
     // cancel them 10 s later) whatever `--shutdown-timeout` said, so a source whose
     // release (nacks) took longer never sent them. Each subtask here takes 22 s.
+    // The sink is slow, so the sources wait for back-pressure permits when the abort
+    // comes: their `collect` fails and they release in `on_close`, after reporting that
+    // failure; the abort used to count the failure report as the end (CI, stop 53).
     let dir = tempfile::tempdir().unwrap();
     let cfg = RuntimeConfig {
         stop_when_idle: None,
         shutdown_timeout: Duration::from_secs(60),
+        max_inflight_rows: 100,
         ..config(dir.path())
     };
     let sql = "CREATE TABLE src (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'source', 'name' = 'slow-release', 'rows' = '1000000', 'release-delay-ms' = '22000');
-         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'slow-release');
+         CREATE TABLE dst (seq BIGINT) WITH ('connector' = 'memory', 'role' = 'sink', 'name' = 'slow-release', 'batch-delay-ms' = '20');
          INSERT INTO dst SELECT seq FROM src;";
     let connectors: Vec<Arc<dyn ErasedConnector>> = vec![Arc::new(MemoryConnector)];
     let plan = plan_pipeline(&parse_pipeline(sql).unwrap(), &connectors).unwrap();

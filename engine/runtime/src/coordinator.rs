@@ -729,10 +729,15 @@ fn spawn_task(
         if let Err(panic) = std::panic::AssertUnwindSafe(fut).catch_unwind().await {
             let error = format!("panicked: {}", panic_message(&*panic));
             let _ = coordinator.send(CoordEvent::TaskFailed {
-                operator_id,
+                operator_id: operator_id.clone(),
                 subtask,
                 error,
                 permanent: false,
+            });
+            // Its `on_close` will not run: an abort has nothing to wait for.
+            let _ = coordinator.send(CoordEvent::TaskClosed {
+                operator_id,
+                subtask,
             });
         }
     })

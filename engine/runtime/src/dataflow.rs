@@ -318,7 +318,7 @@ pub(crate) fn run_worker(
                         let converter = query
                             .window
                             .as_ref()
-                            .and_then(|w| pubsub_engine_plan::window::key_converter(w).ok());
+                            .and_then(|w| pubsub_engine_plan::window::route_converter(w).ok());
                         let mut waiting: Vec<VecDeque<(Capability<u64>, Routed)>> =
                             (0..processes).map(|_| VecDeque::new()).collect();
                         move |input, output| {

@@ -234,6 +234,13 @@ pub(crate) enum CoordEvent {
         operator_id: String,
         subtask: usize,
     },
+    /// A source subtask's `on_close` returned (after `TaskFinished` or `TaskFailed`): what
+    /// it held is released. An abort waits for this, not for the failure report, which is
+    /// sent first so the job fails fast.
+    TaskClosed {
+        operator_id: String,
+        subtask: usize,
+    },
     /// A bounded source subtask emitted all of its input.
     EndOfInput {
         operator_id: String,

@@ -48,6 +48,8 @@ pub(crate) struct ProcessCoordinator {
     leader: Option<Leader>,
     started: BTreeSet<TaskKey>,
     ended: BTreeSet<TaskKey>,
+    /// Source subtasks whose `on_close` returned: they released what they held.
+    closed: BTreeSet<TaskKey>,
     /// The leader's `Stop` arrived: the final checkpoint committed.
     stop_received: bool,
     stop_requested: bool,
@@ -100,6 +102,7 @@ impl ProcessCoordinator {
             leader,
             started: BTreeSet::new(),
             ended: BTreeSet::new(),
+            closed: BTreeSet::new(),
             stop_received: false,
             stop_requested: false,
             summary,
@@ -406,6 +409,12 @@ impl ProcessCoordinator {
                     subtask,
                 });
             }
+            CoordEvent::TaskClosed {
+                operator_id,
+                subtask,
+            } => {
+                self.closed.insert((operator_id, subtask));
+            }
             CoordEvent::EndOfInput {
                 operator_id,
                 subtask,
@@ -499,30 +508,33 @@ impl ProcessCoordinator {
         // `on_start`: it reads no control message and holds nothing. Started sources are
         // left to release (nack) what they hold; their close is bounded.
         let sinks: BTreeSet<TaskKey> = self.tasks.sinks.iter().map(|(k, _)| k.clone()).collect();
+        let mut releasing = BTreeSet::new();
         for (key, handle) in &self.tasks.task_aborts {
             let cancel = sinks.contains(key) || !self.started.contains(key);
             if cancel && !self.ended.contains(key) {
                 handle.abort();
                 self.ended.insert(key.clone());
+            } else if !cancel && !self.closed.contains(key) {
+                releasing.insert(key.clone());
             }
         }
-        let total = self.local_total();
+        // Wait for each started source's `on_close`, not for its end of `run`: a source
+        // whose `collect` failed because the dataflow shut down reports that failure
+        // first and releases after it.
         // Each source bounds its own release (the Pub/Sub source by `scan.shutdown-timeout`,
         // 5 s by default); this is only the backstop. A shorter fixed cap here cancelled
         // sources whose nacks were still being sent (issue 16, finding 7).
         let deadline = tokio::time::Instant::now() + self.config.shutdown_timeout;
-        while self.ended.len() < total {
+        while !releasing.is_empty() {
             match tokio::time::timeout_at(deadline, events.recv()).await {
-                Ok(Some(CoordEvent::TaskFailed {
-                    operator_id,
-                    subtask,
-                    ..
-                }))
-                | Ok(Some(CoordEvent::TaskFinished {
+                Ok(Some(CoordEvent::TaskClosed {
                     operator_id,
                     subtask,
                 })) => {
-                    self.ended.insert((operator_id, subtask));
+                    let key = (operator_id, subtask);
+                    releasing.remove(&key);
+                    self.ended.insert(key.clone());
+                    self.closed.insert(key);
                 }
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,

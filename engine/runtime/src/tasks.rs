@@ -43,10 +43,14 @@ pub(crate) async fn run_source(
     drop(collector);
     if result.is_ok() {
         let _ = shared.coordinator.send(CoordEvent::TaskFinished {
-            operator_id,
+            operator_id: operator_id.clone(),
             subtask,
         });
     }
+    let _ = shared.coordinator.send(CoordEvent::TaskClosed {
+        operator_id,
+        subtask,
+    });
 }
 
 pub(crate) async fn run_sink(

@@ -129,6 +129,11 @@ pub(crate) fn plan_windowed(
                 above.push(node);
                 node = s.input.as_ref();
             }
+            // Window functions over the aggregate's rows (`ranking.rs`).
+            LogicalPlan::Window(w) => {
+                above.push(node);
+                node = w.input.as_ref();
+            }
             LogicalPlan::TableScan(_) => {
                 return Err(SqlError(format!(
                     "{what}: a subquery in FROM is supported over a windowed aggregate only (SELECT ... FROM (SELECT TUMBLE(...) AS window, ... GROUP BY window, ...))"
@@ -382,9 +387,52 @@ pub(crate) fn plan_windowed(
         aggregates.push(Arc::new(a));
     }
 
-    // Stage 3: everything above the aggregate, folded onto its rows.
+    // Stage 3: everything above the aggregate, folded onto its rows (above the window
+    // functions, onto the rows they rank, with their columns).
     let agg_schema = agg.schema.as_ref().clone();
-    let (post_filter, post_exprs, names) = fold(&above, &agg_schema).map_err(|e| {
+    let windows: Vec<usize> = (0..above.len())
+        .filter(|i| matches!(above[*i], LogicalPlan::Window(_)))
+        .collect();
+    let (ranking, upper) = match windows.as_slice() {
+        [] => (None, &above[..]),
+        [i] => {
+            let LogicalPlan::Window(w) = above[*i] else {
+                unreachable!("found as a Window")
+            };
+            let ranked = super::ranking::Ranked {
+                schema: &agg_schema,
+                kind,
+                window_at,
+                keys: keys.len(),
+                record_key,
+            };
+            let r = super::ranking::plan_ranking(w, &above[i + 1..], &ranked, query, what)?;
+            (Some(r), &above[..*i])
+        }
+        [_, second, ..] => {
+            // DataFusion plans one Window step per distinct OVER (...).
+            let name =
+                above[*second]
+                    .expressions()
+                    .iter()
+                    .find_map(|e| match e.clone().unalias() {
+                        Expr::WindowFunction(w) => Some(w.fun.name().to_string()),
+                        _ => None,
+                    });
+            let msg = format!(
+                "{what}: window functions with different OVER (...) clauses in one query are not supported: give them one PARTITION BY and ORDER BY"
+            );
+            return Err(match name.and_then(|n| find_function(query, &n)) {
+                Some(l) => at(l, msg),
+                None => SqlError(msg),
+            });
+        }
+    };
+    let (post_schema, start) = match &ranking {
+        Some(r) => (r.schema.clone(), Some((r.exprs.clone(), r.names.clone()))),
+        None => (agg_schema.clone(), None),
+    };
+    let (post_filter, post_exprs, names) = fold(upper, &agg_schema, start).map_err(|e| {
         SqlError(format!(
             "{what}: {}",
             pubsub_engine_plan::type_words::message(&e)
@@ -395,7 +443,8 @@ pub(crate) fn plan_windowed(
         .iter()
         .map(|f| f.as_ref().clone())
         .collect();
-    let record_key_at = out_fields.len();
+    // The rows `after` reads: the record key follows the window functions' columns.
+    let record_key_at = post_schema.fields().len();
     if record_key {
         out_fields.push(Field::new(
             pubsub_engine_spi::record_id::RECORD_KEY_COLUMN,
@@ -427,6 +476,18 @@ pub(crate) fn plan_windowed(
                     metadata_key: None,
                 })
             })
+            .chain(
+                post_schema.fields()[agg_schema.fields().len()..]
+                    .iter()
+                    .filter_map(|f| {
+                        Some(SourceField {
+                            name: f.name().clone(),
+                            field_type: field_type(f.data_type())?,
+                            required: !f.is_nullable(),
+                            metadata_key: None,
+                        })
+                    }),
+            )
             .collect(),
         ..src.clone()
     };
@@ -441,7 +502,7 @@ pub(crate) fn plan_windowed(
         };
     let post_filter = match post_filter {
         Some(f) => Some((
-            to_physical(&f, &f.to_string(), None, &agg_schema, what)?.1,
+            to_physical(&f, &f.to_string(), None, &post_schema, what)?.1,
             "HAVING / WHERE over the aggregate".to_string(),
         )),
         None => None,
@@ -460,14 +521,14 @@ pub(crate) fn plan_windowed(
             Some(l) => at(l, format!("{what}: `{text}` {m}")),
             None => SqlError(format!("{what}: `{text}` {m}")),
         };
-        if e.get_type(&agg_schema)
+        if e.get_type(&post_schema)
             .is_ok_and(|t| t == super::window_fns::window_type())
         {
             return Err(fail(
                 "is a window (start and end): write window.start and window.end in an outer SELECT, e.g. SELECT window.start, window.end, n FROM (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, count(*) AS n FROM src GROUP BY window)".into(),
             ));
         }
-        let (field, p, null) = output_item(e, &text, &name, loc, &agg_schema, &agg_src, what)?;
+        let (field, p, null) = output_item(e, &text, &name, loc, &post_schema, &agg_src, what)?;
         untyped_null.push(null);
         pfields.push(field);
         pexprs.push((p, text));
@@ -504,6 +565,8 @@ pub(crate) fn plan_windowed(
             having,
             text: what.to_string(),
             retracting: false,
+            route: ranking.as_ref().map(|r| r.route.clone()),
+            rank: ranking.map(|r| Arc::new(r.plan)),
         },
     ))
 }
@@ -581,27 +644,40 @@ fn unsupported_step(p: &LogicalPlan, what: &str) -> SqlError {
     ))
 }
 
+/// `e` (over `schema`) with each column replaced by its expression in `exprs` (one per
+/// column of `schema`).
+pub(super) fn substitute(
+    e: &Expr,
+    schema: &DFSchema,
+    exprs: &[Expr],
+) -> datafusion_common::Result<Expr> {
+    e.clone()
+        .transform_up(|x| match x {
+            Expr::Column(c) => {
+                let i = schema.index_of_column(&c)?;
+                Ok(Transformed::yes(exprs[i].clone().unalias()))
+            }
+            other => Ok(Transformed::no(other)),
+        })
+        .map(|t| t.data)
+}
+
 /// Folds Projection / Filter / SubqueryAlias nodes (`above`, top first) onto the rows of
-/// the aggregate (`agg`): one filter (their conditions, ANDed) and one select list, each
-/// over `agg`'s columns, and the output names.
-fn fold(
+/// the aggregate (`agg`), or onto `start` (the columns of the step below `above` as
+/// expressions, and their names): one filter (their conditions, ANDed) and one select
+/// list, each over those rows' columns, and the output names.
+pub(super) fn fold(
     above: &[&LogicalPlan],
     agg: &DFSchema,
+    start: Option<(Vec<Expr>, Vec<String>)>,
 ) -> datafusion_common::Result<(Option<Expr>, Vec<Expr>, Vec<String>)> {
-    let mut exprs: Vec<Expr> = agg.columns().into_iter().map(Expr::Column).collect();
-    let mut names: Vec<String> = agg.fields().iter().map(|f| f.name().clone()).collect();
+    let (mut exprs, mut names) = start.unwrap_or_else(|| {
+        (
+            agg.columns().into_iter().map(Expr::Column).collect(),
+            agg.fields().iter().map(|f| f.name().clone()).collect(),
+        )
+    });
     let mut filter: Option<Expr> = None;
-    let substitute = |e: &Expr, schema: &DFSchema, exprs: &[Expr]| {
-        e.clone()
-            .transform_up(|x| match x {
-                Expr::Column(c) => {
-                    let i = schema.index_of_column(&c)?;
-                    Ok(Transformed::yes(exprs[i].clone().unalias()))
-                }
-                other => Ok(Transformed::no(other)),
-            })
-            .map(|t| t.data)
-    };
     for node in above.iter().rev() {
         match node {
             LogicalPlan::Filter(f) => {

@@ -34,6 +34,9 @@ pub(crate) struct Catalog {
     functions: HashMap<String, Arc<ScalarUDF>>,
     /// Empty unless [`with_windows`](Self::with_windows): by lower-case name and alias.
     aggregates: HashMap<String, Arc<AggregateUDF>>,
+    /// Empty unless [`with_windows`](Self::with_windows): DataFusion's window functions
+    /// (`row_number`, `rank`, `lag`, ...), by lower-case name and alias.
+    windows: HashMap<String, Arc<WindowUDF>>,
     planners: Vec<Arc<dyn ExprPlanner>>,
     options: ConfigOptions,
 }
@@ -63,6 +66,7 @@ impl Catalog {
                 .collect(),
             functions,
             aggregates: HashMap::new(),
+            windows: HashMap::new(),
             planners: vec![
                 Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
                 Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
@@ -72,8 +76,9 @@ impl Catalog {
         }
     }
 
-    /// Offers the window functions (`TUMBLE`, `HOP`, `SESSION`) and DataFusion's
-    /// aggregate functions, for a windowed aggregate (`aggregate.rs`).
+    /// Offers the window functions (`TUMBLE`, `HOP`, `SESSION`), DataFusion's aggregate
+    /// functions and its window functions (`OVER`), for a windowed aggregate
+    /// (`aggregate.rs`, `ranking.rs`).
     pub fn with_windows(mut self) -> Self {
         for f in super::window_fns::functions() {
             self.functions.insert(f.name().to_string(), f);
@@ -81,6 +86,11 @@ impl Catalog {
         for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
             for name in std::iter::once(f.name()).chain(f.aliases().iter().map(String::as_str)) {
                 self.aggregates.insert(name.to_lowercase(), f.clone());
+            }
+        }
+        for f in datafusion_functions_window::all_default_window_functions() {
+            for name in std::iter::once(f.name()).chain(f.aliases().iter().map(String::as_str)) {
+                self.windows.insert(name.to_lowercase(), f.clone());
             }
         }
         self
@@ -111,8 +121,8 @@ impl ContextProvider for Catalog {
         self.aggregates.get(&name.to_lowercase()).cloned()
     }
 
-    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
-        None
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.windows.get(&name.to_lowercase()).cloned()
     }
 
     fn get_variable_type(&self, _names: &[String]) -> Option<DataType> {
@@ -136,6 +146,6 @@ impl ContextProvider for Catalog {
     }
 
     fn udwf_names(&self) -> Vec<String> {
-        Vec::new()
+        self.windows.keys().cloned().collect()
     }
 }

@@ -19,6 +19,7 @@ mod memory;
 mod parse;
 mod pipeline;
 mod plan;
+mod ranking;
 mod sample;
 mod schemas;
 mod secrets;
@@ -39,6 +40,8 @@ mod late_tests;
 mod memory_tests;
 #[cfg(test)]
 mod narrowing_tests;
+#[cfg(test)]
+mod ranking_tests;
 #[cfg(test)]
 mod row_local_tests;
 #[cfg(test)]

@@ -413,8 +413,8 @@ fn refuse_stateful(query: &Query, what: &str) -> Result<(), SqlError> {
             let what = &self.1;
             let found = match e {
                 SqlExpr::Function(f) if f.over.is_some() => Some(format!(
-                    "{what}: window function {} is not supported yet",
-                    f.name
+                    "{what}: window function {} runs over the rows of a windowed aggregate only: SELECT *, {}() OVER (PARTITION BY window ORDER BY n DESC) AS row_num FROM (SELECT TUMBLE(...) AS window, k, count(*) AS n FROM src GROUP BY window, k)",
+                    f.name, f.name
                 )),
                 SqlExpr::Function(f)
                     if AGGREGATES.contains(&f.name.to_string().to_lowercase().as_str()) =>

@@ -20,7 +20,7 @@ use pubsub_engine_spi::{
 pub(super) const S: i64 = 1_000_000_000;
 
 /// `src`: page TEXT, v BIGINT; the source rows carry the event time after them.
-fn src() -> ConnectionSchema {
+pub(super) fn src() -> ConnectionSchema {
     let f = |name: &str, t| SourceField {
         name: name.into(),
         field_type: t,

@@ -12,6 +12,7 @@
 //! the rows of the epochs it covers.
 
 mod fixed;
+mod rank;
 mod retract;
 mod session;
 mod stage;
@@ -31,6 +32,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use base64::Engine as _;
 
 use pubsub_engine_spi::OperatorState;
+pub use rank::{window_expr, BoundWindowFunction, RankPlan};
 pub use stage::{WindowKind, WindowPlan};
 pub use updating::{changelog_schema, Changes, SinkRows};
 
@@ -61,18 +63,32 @@ pub fn key_converter(plan: &WindowPlan) -> anyhow::Result<RowConverter> {
     Ok(RowConverter::new(fields)?)
 }
 
-/// Splits the rows of a window's first stage by the subtask owning their group key
-/// (all to subtask 0 without keys). Order within a target is kept.
+/// The converter of the columns `plan`'s rows are routed by ([`WindowPlan::route_columns`]):
+/// one per router.
+pub fn route_converter(plan: &WindowPlan) -> anyhow::Result<RowConverter> {
+    let fields = plan
+        .route_columns()
+        .into_iter()
+        .map(|i| SortField::new(plan.before.schema.field(i).data_type().clone()))
+        .collect();
+    Ok(RowConverter::new(fields)?)
+}
+
+/// Splits the rows of a window's first stage by the subtask owning their group key (its
+/// routed columns, [`WindowPlan::route_columns`]; all to subtask 0 without any), with
+/// `converter` from [`route_converter`]. Order within a target is kept.
 pub fn split_by_group(
     plan: &WindowPlan,
     converter: &RowConverter,
     batch: &RecordBatch,
     peers: u64,
 ) -> anyhow::Result<Vec<(u64, RecordBatch)>> {
-    if plan.keys == 0 || peers == 1 {
+    let route = plan.route_columns();
+    if route.is_empty() || peers == 1 {
         return Ok(vec![(0, batch.clone())]);
     }
-    let rows = converter.convert_columns(&batch.columns()[..plan.keys])?;
+    let columns: Vec<ArrayRef> = route.iter().map(|&i| batch.column(i).clone()).collect();
+    let rows = converter.convert_columns(&columns)?;
     let mut by: Vec<Vec<u32>> = vec![Vec::new(); peers as usize];
     for (i, r) in rows.iter().enumerate() {
         by[owner(r.as_ref(), peers) as usize].push(i as u32);
@@ -111,6 +127,8 @@ struct Shared {
     /// Their indexes in the batch of the last `update`, when the table writes late rows to
     /// a table (`scan.late-rows.table`).
     late_rows: Option<Vec<u32>>,
+    /// The routed key columns and their converter, when the plan routes by some keys only.
+    route: Option<(Vec<usize>, RowConverter)>,
 }
 
 /// A batch of the window's first stage, read: event times, group keys and the
@@ -135,6 +153,10 @@ impl WindowState {
         Ok(WindowState {
             shared: Shared {
                 converter: key_converter(&plan)?,
+                route: match &plan.route {
+                    Some(r) => Some((r.clone(), route_converter(&plan)?)),
+                    None => None,
+                },
                 late_rows: plan.before.keep_source.then(Vec::new),
                 plan,
                 watermark: None,
@@ -214,11 +236,16 @@ impl WindowState {
             return Ok(Vec::new());
         }
         self.shared.watermark = Some(w);
-        match &mut self.store {
-            Store::Fixed(b) => b.advance(&self.shared, w),
-            Store::Session(s) => s.advance(&self.shared, w),
+        let fired = match &mut self.store {
+            Store::Fixed(b) => b.advance(&self.shared, w)?,
+            Store::Session(s) => s.advance(&self.shared, w)?,
             // Its changes are written by `flush`, at an interval.
-            Store::Updating(_) => Ok(Vec::new()),
+            Store::Updating(_) => Vec::new(),
+        };
+        let plan = &self.shared.plan;
+        match &plan.rank {
+            None => Ok(fired),
+            Some(r) => fired.iter().map(|b| r.rank(b, &plan.text)).collect(),
         }
     }
 
@@ -324,17 +351,24 @@ impl WindowState {
                 continue;
             };
             for batch in decode(text)? {
-                let mine = |key: &[u8]| {
-                    if self.shared.plan.keys == 0 {
-                        subtask == 0
-                    } else {
-                        owner(key, peers) == subtask
+                let undecoded = std::cell::Cell::new(false);
+                let mine = |key: &[u8]| match self.shared.owner_of(key, peers) {
+                    Some(o) => o == subtask,
+                    None => {
+                        undecoded.set(true);
+                        false
                     }
                 };
                 match &mut self.store {
                     Store::Fixed(b) => b.merge_state(&self.shared, &batch, mine)?,
                     Store::Session(s) => s.merge_state(&self.shared, &batch, mine)?,
                     Store::Updating(u) => u.merge_state(&self.shared, &batch, mine)?,
+                }
+                if undecoded.get() {
+                    return Err(anyhow!(
+                        "{}: a group key in the checkpoint is not one of this query's keys",
+                        self.shared.plan.text
+                    ));
                 }
             }
         }
@@ -343,6 +377,27 @@ impl WindowState {
 }
 
 impl Shared {
+    /// The subtask (of `peers`) the router sends the rows of group key `key` (its row
+    /// bytes) to: by the routed columns alone when the plan routes by some keys.
+    /// `None`: the key does not decode as this plan's (a bug guard).
+    fn owner_of(&self, key: &[u8], peers: u64) -> Option<u64> {
+        if self.plan.keys == 0 {
+            return Some(0);
+        }
+        let Some((columns, converter)) = &self.route else {
+            return Some(owner(key, peers));
+        };
+        if columns.is_empty() {
+            return Some(0);
+        }
+        let parser = self.converter.parser();
+        let row = parser.parse(key);
+        let routed = self.converter.convert_rows([row]).and_then(|all| {
+            converter.convert_columns(&columns.iter().map(|&i| all[i].clone()).collect::<Vec<_>>())
+        });
+        routed.ok().map(|r| owner(r.row(0).as_ref(), peers))
+    }
+
     /// Counts row `r` of the batch being folded in as late.
     fn late_row(&mut self, r: usize) {
         self.late += 1;

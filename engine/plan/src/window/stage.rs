@@ -85,9 +85,23 @@ pub struct WindowPlan {
     /// [`RETRACT_COLUMN`](crate::changelog::RETRACT_COLUMN) before the event time, and
     /// the aggregates retract (see [`updating`](super::updating)).
     pub retracting: bool,
+    /// The group keys (indexes among the first `keys` columns of `before`'s rows) the
+    /// window's exchange routes by: the keys of a window function's PARTITION BY, so that
+    /// each partition's rows are on one subtask (decision 0053); `None`: all of them.
+    pub route: Option<Vec<usize>>,
+    /// Window functions over the rows a window fires (top-N), before `select`.
+    pub rank: Option<Arc<super::RankPlan>>,
 }
 
 impl WindowPlan {
+    /// The group key columns rows are routed by (see [`route`](Self::route)).
+    pub fn route_columns(&self) -> Vec<usize> {
+        match &self.route {
+            Some(r) => r.clone(),
+            None => (0..self.keys).collect(),
+        }
+    }
+
     /// The first stage on a source batch (`before`; on both images of a changelog's
     /// changes, see [`crate::changelog::first_stage`]).
     pub fn first_stage(
