@@ -598,10 +598,7 @@ async fn a_filtering_pipeline_killed_mid_run_loses_nothing_after_its_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_filter_example_runs_on_the_quickstart_data() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/filter.sql");
-    let child = spawn_bin(&["quickstart", "--bids", "3000", "--pipeline", example]);
-    let (code, stdout, stderr) = finish(child, LIMIT).await;
-    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let stdout = run_example("filter.sql").await;
     // "quickstart ok: K of 3000 bids passed the pipeline's WHERE; ...": the quickstart's
     // bids vary, so `price > 1000` keeps some of them, not all.
     let kept: usize = stdout

@@ -189,10 +189,7 @@ async fn two_processes_end_the_changelog_in_the_same_state_after_one_is_sigkille
 /// auction's last row counts its bids and every bid was acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_changelog_example_runs_on_the_quickstart_data() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/changelog.sql");
-    let child = spawn_bin(&["quickstart", "--bids", "3000", "--pipeline", example]);
-    let (code, stdout, stderr) = finish(child, Duration::from_secs(180)).await;
-    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let stdout = run_example("changelog.sql").await;
     assert!(
         stdout.contains("bids counted in their last rows: 3000")
             && stdout.contains("quickstart ok: every auction's last row counts its bids"),

@@ -361,6 +361,20 @@ async fn a_windowed_aggregate_into_narrower_columns_is_checked() {
     );
 }
 
+/// Two processes of one worker, checkpoints every 500 ms, drained once idle for 15 s:
+/// past the input's 10 s ack deadline, so the killed run's messages come back first.
+const CLUSTER_ARGS: &[&str] = &[
+    "--processes",
+    "2",
+    "--workers",
+    "1",
+    "--checkpoint-interval",
+    "500ms",
+    "--stop-when-idle",
+    "15s",
+    "--drain",
+];
+
 /// On a cluster of two processes (one worker each, under the `cluster` supervisor) the
 /// windows equal the oracle after process 1 is SIGKILLed and the cluster restarts from
 /// its last checkpoint: group keys and watermarks cross the processes, and the window
@@ -374,22 +388,7 @@ async fn two_processes_write_the_windows_after_one_is_sigkilled() {
     let expected = oracle(&events);
     publish(&t.input, &events).await;
     let w = Workdir::new(&sql_bound(&t, TUMBLE, "10m"));
-    // Past the input's 10 s ack deadline: the killed run's messages come back first.
-    let (stdout, stderr) = crate::cluster::run_killing_process_1(
-        &w,
-        &[
-            "--processes",
-            "2",
-            "--workers",
-            "1",
-            "--checkpoint-interval",
-            "500ms",
-            "--stop-when-idle",
-            "15s",
-            "--drain",
-        ],
-    )
-    .await;
+    let (stdout, stderr) = crate::cluster::run_killing_process_1(&w, CLUSTER_ARGS).await;
     assert!(
         !stderr.contains("rows late") && !stdout.contains("rows late"),
         "{stdout}\n{stderr}"
@@ -469,21 +468,7 @@ async fn top_n_per_window_on_two_processes_after_one_is_sigkilled() {
                   FROM clicks GROUP BY window, page)
          ) WHERE row_num <= 2;"
     ));
-    let (stdout, stderr) = crate::cluster::run_killing_process_1(
-        &w,
-        &[
-            "--processes",
-            "2",
-            "--workers",
-            "1",
-            "--checkpoint-interval",
-            "500ms",
-            "--stop-when-idle",
-            "15s",
-            "--drain",
-        ],
-    )
-    .await;
+    let (stdout, stderr) = crate::cluster::run_killing_process_1(&w, CLUSTER_ARGS).await;
     assert!(
         !stderr.contains("rows late") && !stdout.contains("rows late"),
         "{stdout}\n{stderr}"
@@ -496,10 +481,7 @@ async fn top_n_per_window_on_two_processes_after_one_is_sigkilled() {
 /// window's top auctions are ranked by bids and every bid was acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_top_n_example_runs_on_the_quickstart_data() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/top_n.sql");
-    let child = spawn_bin(&["quickstart", "--bids", "3000", "--pipeline", example]);
-    let (code, stdout, stderr) = finish(child, Duration::from_secs(180)).await;
-    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let stdout = run_example("top_n.sql").await;
     assert!(
         stdout.contains("quickstart ok: each window's top auctions are ranked by bids"),
         "{stdout}"

@@ -165,6 +165,16 @@ fn spawn_run(pipeline: &Path, state: &Path, args: &[&str]) -> Child {
 
 /// Starts the `pubsub-connector` binary with `args` (`RUST_LOG=info`); stdout and stderr
 /// are piped, and it is killed when the handle drops.
+/// `quickstart --bids 3000 --pipeline examples/NAME`, as the README runs it: its stdout,
+/// once it exited 0 (panics with both outputs otherwise).
+pub async fn run_example(name: &str) -> String {
+    let example = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    let child = spawn_bin(&["quickstart", "--bids", "3000", "--pipeline", &example]);
+    let (code, stdout, stderr) = finish(child, Duration::from_secs(180)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    stdout
+}
+
 pub fn spawn_bin(args: &[&str]) -> Child {
     spawn_bin_in(Path::new("."), args)
 }
