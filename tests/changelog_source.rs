@@ -349,20 +349,7 @@ async fn two_processes_end_both_changelogs_in_the_same_state_after_one_is_sigkil
     let (rounds, rows) = history(49, 30);
     let publisher = publish_rounds(s.input.clone(), s.input_sub.clone(), rounds);
     let w = Workdir::new(&sql(&s, 0));
-    crate::cluster::run_killing_process_1(
-        &w,
-        &[
-            "--processes",
-            "2",
-            "--workers",
-            "1",
-            "--checkpoint-interval",
-            "500ms",
-            "--stop-when-idle",
-            "15s",
-        ],
-    )
-    .await;
+    crate::cluster::run_killing_process_1(&w, &[]).await;
     publisher.await.unwrap();
     let (pages, mirror) = results(&s, false).await;
     assert_eq!(pages, oracle(&rows));

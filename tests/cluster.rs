@@ -222,14 +222,24 @@ async fn watch_peaks(addrs: Vec<String>, peaks: Arc<Mutex<Vec<u64>>>) {
     }
 }
 
-/// The number right after `label` in `line`.
-/// The pid of process 1 of a 2-process `cluster`, once its start line is among `lines`
-/// (the supervisor's stderr).
-/// Runs `cluster` on `w` with `args` (which must end it), SIGKILLs process 1 once it is
-/// up and three checkpoints completed, and waits for the supervisor (300 s at most).
-/// Asserts it succeeded after restarting from a checkpoint; returns (stdout, stderr).
-pub(crate) async fn run_killing_process_1(w: &Workdir, args: &[&str]) -> (String, String) {
-    let mut sup = w.spawn_cluster(args);
+/// Runs `cluster` on `w`: two processes of one worker, checkpoints every 500 ms, stopped
+/// once idle for 15 s (past an input's 10 s ack deadline, so a killed run's messages come
+/// back first), with `extra` arguments. SIGKILLs process 1 once it is up and three
+/// checkpoints completed, and waits for the supervisor (300 s at most). Asserts it
+/// succeeded after restarting from a checkpoint; returns (stdout, stderr).
+pub(crate) async fn run_killing_process_1(w: &Workdir, extra: &[&str]) -> (String, String) {
+    let mut args = vec![
+        "--processes",
+        "2",
+        "--workers",
+        "1",
+        "--checkpoint-interval",
+        "500ms",
+        "--stop-when-idle",
+        "15s",
+    ];
+    args.extend_from_slice(extra);
+    let mut sup = w.spawn_cluster(&args);
     let lines = collect_lines(sup.stderr.take().unwrap());
     let pid_of_1 = || pid_of_process_1(&lines);
     wait_until(

@@ -361,20 +361,6 @@ async fn a_windowed_aggregate_into_narrower_columns_is_checked() {
     );
 }
 
-/// Two processes of one worker, checkpoints every 500 ms, drained once idle for 15 s:
-/// past the input's 10 s ack deadline, so the killed run's messages come back first.
-const CLUSTER_ARGS: &[&str] = &[
-    "--processes",
-    "2",
-    "--workers",
-    "1",
-    "--checkpoint-interval",
-    "500ms",
-    "--stop-when-idle",
-    "15s",
-    "--drain",
-];
-
 /// On a cluster of two processes (one worker each, under the `cluster` supervisor) the
 /// windows equal the oracle after process 1 is SIGKILLed and the cluster restarts from
 /// its last checkpoint: group keys and watermarks cross the processes, and the window
@@ -388,7 +374,7 @@ async fn two_processes_write_the_windows_after_one_is_sigkilled() {
     let expected = oracle(&events);
     publish(&t.input, &events).await;
     let w = Workdir::new(&sql_bound(&t, TUMBLE, "10m"));
-    let (stdout, stderr) = crate::cluster::run_killing_process_1(&w, CLUSTER_ARGS).await;
+    let (stdout, stderr) = crate::cluster::run_killing_process_1(&w, &["--drain"]).await;
     assert!(
         !stderr.contains("rows late") && !stdout.contains("rows late"),
         "{stdout}\n{stderr}"
@@ -468,7 +454,7 @@ async fn top_n_per_window_on_two_processes_after_one_is_sigkilled() {
                   FROM clicks GROUP BY window, page)
          ) WHERE row_num <= 2;"
     ));
-    let (stdout, stderr) = crate::cluster::run_killing_process_1(&w, CLUSTER_ARGS).await;
+    let (stdout, stderr) = crate::cluster::run_killing_process_1(&w, &["--drain"]).await;
     assert!(
         !stderr.contains("rows late") && !stdout.contains("rows late"),
         "{stdout}\n{stderr}"

@@ -85,7 +85,8 @@ pub(crate) fn plan_ranking(
     };
     let physical = |e: &Expr| to_physical(e, &e.to_string(), None, agg.schema, what).map(|p| p.1);
     let mut over: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>)> = None;
-    // The PARTITION BY as written, for errors.
+    // The first function's name and PARTITION BY as written, for errors.
+    let mut first = String::new();
     let mut written_partition: Vec<Expr> = Vec::new();
     let mut functions = Vec::new();
     let mut fields: Vec<Field> = Vec::new();
@@ -148,6 +149,7 @@ pub(crate) fn plan_ranking(
             .collect::<Result<Vec<_>, SqlError>>()?;
         match &over {
             None => {
+                first = name.clone();
                 written_partition = params.partition_by.clone();
                 over = Some((partition, order))
             }
@@ -197,14 +199,6 @@ pub(crate) fn plan_ranking(
         functions.push((bound, Arc::new(params.window_frame)));
     }
     let (partition, order) = over.unwrap_or_default();
-    let first = win
-        .window_expr
-        .first()
-        .and_then(|e| match e.clone().unalias() {
-            Expr::WindowFunction(wf) => Some(wf.fun.name().to_string()),
-            _ => None,
-        })
-        .unwrap_or_default();
     let fail = |m: String| -> SqlError {
         let msg = format!("{what}: {m}");
         match find_function(query, &first) {
