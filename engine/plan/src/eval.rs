@@ -146,17 +146,39 @@ impl SelectPlan {
             safe: false,
             ..CastOptions::default()
         };
+        // UNNEST: the select list runs on the expanded rows (`unnest.rs`).
+        let expanded = match &self.unnest {
+            Some(u) if kept.num_rows() > 0 => {
+                let inner = u
+                    .inner
+                    .iter()
+                    .map(|(e, text)| {
+                        e.evaluate(&kept)
+                            .and_then(|v| v.into_array(kept.num_rows()))
+                            .map_err(|x| fail(text, message(&x)))
+                    })
+                    .collect::<Result<Vec<ArrayRef>, _>>()?;
+                Some(u.expand(&inner).map_err(|x| fail("UNNEST", x.to_string()))?)
+            }
+            Some(u) => Some(crate::unnest::Expanded {
+                batch: RecordBatch::new_empty(u.schema.clone()),
+                rows: arrow::array::UInt32Array::from(Vec::<u32>::new()),
+                elements: Vec::new(),
+            }),
+            None => None,
+        };
+        let rows = expanded.as_ref().map_or(&kept, |x| &x.batch);
         let columns = self
             .exprs
             .iter()
             .zip(self.schema.fields())
             .map(|((e, text), field)| {
-                if kept.num_rows() == 0 {
+                if rows.num_rows() == 0 {
                     return Ok(new_empty_array(field.data_type()));
                 }
                 let v = e
-                    .evaluate(&kept)
-                    .and_then(|v| v.into_array(kept.num_rows()))
+                    .evaluate(rows)
+                    .and_then(|v| v.into_array(rows.num_rows()))
                     .map_err(|x| fail(text, message(&x)))?;
                 if v.data_type() == field.data_type() {
                     return Ok(v);
@@ -170,7 +192,12 @@ impl SelectPlan {
             None => (self.schema.clone(), columns),
             Some((i, schema)) => {
                 let mut columns = columns;
-                columns.push(kept.column(*i).clone());
+                columns.push(match &expanded {
+                    None => kept.column(*i).clone(),
+                    // Each element its own record key: `KEY#N#E`.
+                    Some(x) => crate::unnest::element_keys(kept.column(*i), x)
+                        .map_err(|e| fail("UNNEST", e.to_string()))?,
+                });
                 (schema.clone(), columns)
             }
         };
@@ -182,9 +209,19 @@ impl SelectPlan {
                 .cloned()
                 .collect();
             schema = Arc::new(arrow::datatypes::Schema::new(fields));
-            columns.extend(kept.columns().iter().cloned());
+            match &expanded {
+                None => columns.extend(kept.columns().iter().cloned()),
+                Some(x) => {
+                    for c in kept.columns() {
+                        columns.push(
+                            arrow::compute::take(c, &x.rows, None)
+                                .map_err(|e| fail("UNNEST", e.to_string()))?,
+                        );
+                    }
+                }
+            }
         }
-        let opts = RecordBatchOptions::new().with_row_count(Some(kept.num_rows()));
+        let opts = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
         RecordBatch::try_new_with_options(schema, columns, &opts).map_err(|e| {
             // A NULL from an expression planned as NOT NULL: a bug guard, reported per row.
             fail("SELECT", e.to_string())

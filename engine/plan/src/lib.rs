@@ -23,6 +23,7 @@ mod select;
 pub mod temporal;
 mod temporal_fns;
 pub mod type_words;
+pub mod unnest;
 pub mod window;
 
 pub use check::{reject_failing, QueryChecks, RowCheck};

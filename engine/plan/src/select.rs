@@ -33,6 +33,9 @@ pub struct SelectPlan {
     /// set on a window's first stage when its table writes late rows to a table
     /// (`scan.late-rows.table`), so that a late row can be written as read.
     pub keep_source: bool,
+    /// `UNNEST(list)` in the select list: `exprs` then read the rows it expands, and the
+    /// carried record key gets each element's position (see [`crate::unnest`]).
+    pub unnest: Option<Arc<crate::unnest::UnnestPlan>>,
 }
 
 impl std::fmt::Debug for SelectPlan {

@@ -344,6 +344,7 @@ pub(crate) fn plan_windowed(
         message_id,
         carry: None,
         keep_source: false,
+        unnest: None,
     };
 
     // Stage 2: the aggregates, on stage 1's columns.
@@ -552,6 +553,7 @@ pub(crate) fn plan_windowed(
         untyped_null,
         carry,
         keep_source: false,
+        unnest: None,
     };
     Ok((
         after,

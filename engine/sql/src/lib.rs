@@ -53,6 +53,8 @@ mod test_mem;
 #[cfg(test)]
 mod unsigned_tests;
 #[cfg(test)]
+mod unnest_tests;
+#[cfg(test)]
 mod unstructured_tests;
 #[cfg(test)]
 mod updating_tests;

@@ -99,26 +99,31 @@ pub(crate) fn plan_select(
     let coerced = Analyzer::new()
         .execute_and_check(written.clone(), catalog.options(), |_, _| {})
         .map_err(|e| planning_error(e, query, what, &catalog, source, src))?;
-    let (w_filter, w_exprs, _) = shape(&written, what)?;
-    let (c_filter, c_exprs, input) = shape(&coerced, what)?;
+    let (w_filter, w_exprs, _, w_unnest) = shape(&written, what)?;
+    let (c_filter, c_exprs, input, c_unnest) = shape(&coerced, what)?;
+    // The select list reads the rows UNNEST expands, when there is one.
+    let rows = c_unnest.as_ref().map_or(&input, |u| &u.schema);
     let items = select_items(query, src);
     let where_at = match query.body.as_ref() {
         SetExpr::Select(s) => s.selection.as_ref().map(|e| e.span().start),
         _ => None,
     };
-    let pairs = w_filter
-        .iter()
-        .zip(c_filter.iter())
-        .map(|(w, c)| (w, c, where_text(query), where_at))
-        .chain(
-            w_exprs
-                .iter()
-                .zip(c_exprs.iter())
-                .zip(items.iter())
-                .map(|((w, c), item)| (w, c, item.0.clone(), Some(item.2))),
-        );
-    for (w, c, text, loc) in pairs {
-        if let Some(l) = find_lossy(w, c, &input) {
+    // Each expression as written and as coerced, its text and position, and the rows it
+    // reads: the WHERE and what UNNEST reads read the source's, the select list UNNEST's.
+    let mut pairs: Vec<(&Expr, &Expr, String, Option<Location>, &DFSchema)> = Vec::new();
+    if let (Some(w), Some(c)) = (&w_filter, &c_filter) {
+        pairs.push((w, c, where_text(query), where_at, &input));
+    }
+    for ((w, c), item) in w_exprs.iter().zip(c_exprs.iter()).zip(items.iter()) {
+        pairs.push((w, c, item.0.clone(), Some(item.2), rows));
+    }
+    if let (Some(wu), Some(cu)) = (&w_unnest, &c_unnest) {
+        for (w, c) in wu.inner.iter().zip(&cu.inner) {
+            pairs.push((w, c, w.to_string(), None, &input));
+        }
+    }
+    for (w, c, text, loc, over) in pairs {
+        if let Some(l) = find_lossy(w, c, over) {
             let msg = format!(
                 "{what}: in `{text}`, `{}` would be converted from {} to {} without a CAST, which could change its value; write the CAST you mean (e.g. CAST({} AS {}))",
                 l.expr,
@@ -147,7 +152,7 @@ pub(crate) fn plan_select(
     let mut fields = Vec::new();
     let mut untyped_null = Vec::new();
     for (e, (text, name, loc)) in c_exprs.iter().zip(items) {
-        let (field, p, null) = output_item(e, &text, &name, Some(loc), &input, src, what)?;
+        let (field, p, null) = output_item(e, &text, &name, Some(loc), rows, src, what)?;
         untyped_null.push(null);
         fields.push(field);
         exprs.push((p, text));
@@ -166,6 +171,21 @@ pub(crate) fn plan_select(
         untyped_null,
         carry: None,
         keep_source: false,
+        unnest: match c_unnest {
+            None => None,
+            Some(u) => Some(Arc::new(pubsub_engine_plan::unnest::UnnestPlan {
+                inner: u
+                    .inner
+                    .iter()
+                    .map(|e| {
+                        let text = e.to_string();
+                        physical(e, &text, None).map(|(_, p)| (p, text))
+                    })
+                    .collect::<Result<_, _>>()?,
+                lists: u.lists,
+                schema: Arc::new(u.schema.as_arrow().clone()),
+            })),
+        },
     })
 }
 
@@ -348,17 +368,57 @@ pub(super) fn where_text(query: &Query) -> String {
     }
 }
 
-/// Projection <- [Filter] <- [SubqueryAlias] <- TableScan, as SqlToRel plans a SELECT
-/// that `clauses.rs` let through: (filter, select list, the schema both read).
-fn shape(plan: &LogicalPlan, what: &str) -> Result<(Option<Expr>, Vec<Expr>, DFSchema), SqlError> {
+/// An UNNEST step of a SELECT: the expressions below it (over the filtered source rows),
+/// which of their columns it expands, and the rows it gives.
+pub(super) struct UnnestShape {
+    pub inner: Vec<Expr>,
+    pub lists: Vec<usize>,
+    pub schema: DFSchema,
+}
+
+/// Projection <- [Unnest <- Projection] <- [Filter] <- [SubqueryAlias] <- TableScan, as
+/// SqlToRel plans a SELECT that `clauses.rs` let through: (filter, select list, the schema
+/// the filter reads, the UNNEST step). The select list reads the UNNEST step's rows when
+/// there is one, else the filter's.
+#[allow(clippy::type_complexity)]
+fn shape(
+    plan: &LogicalPlan,
+    what: &str,
+) -> Result<(Option<Expr>, Vec<Expr>, DFSchema, Option<UnnestShape>), SqlError> {
     let unexpected = |p: &LogicalPlan| {
         SqlError(format!(
             "{what}: the query plans to a {} step, which a stateless pipeline cannot run",
             p.display()
         ))
     };
-    let LogicalPlan::Projection(proj) = plan else {
+    let LogicalPlan::Projection(top) = plan else {
         return Err(unexpected(plan));
+    };
+    let (proj, unnest) = match top.input.as_ref() {
+        LogicalPlan::Unnest(u) => {
+            let LogicalPlan::Projection(inner) = u.input.as_ref() else {
+                return Err(unexpected(u.input.as_ref()));
+            };
+            if !u.struct_type_columns.is_empty() {
+                return Err(SqlError(format!(
+                    "{what}: UNNEST of a STRUCT is not supported; UNNEST a list"
+                )));
+            }
+            if u.list_type_columns.iter().any(|(_, l)| l.depth != 1)
+                || u.schema.fields().len() != inner.schema.fields().len()
+            {
+                return Err(SqlError(format!(
+                    "{what}: UNNEST of a list of lists is not supported; UNNEST one level"
+                )));
+            }
+            let shape = UnnestShape {
+                inner: inner.expr.clone(),
+                lists: u.list_type_columns.iter().map(|(i, _)| *i).collect(),
+                schema: u.schema.as_ref().clone(),
+            };
+            (inner, Some(shape))
+        }
+        _ => (top, None),
     };
     let (filter, below) = match proj.input.as_ref() {
         LogicalPlan::Filter(f) => (Some(f.predicate.clone()), f.input.as_ref()),
@@ -377,7 +437,7 @@ fn shape(plan: &LogicalPlan, what: &str) -> Result<(Option<Expr>, Vec<Expr>, DFS
         LogicalPlan::Filter(f) => f.input.schema().as_ref().clone(),
         other => other.schema().as_ref().clone(),
     };
-    Ok((filter, proj.expr.clone(), input))
+    Ok((filter, top.expr.clone(), input, unnest))
 }
 
 /// Whether `query` calls an aggregate function (not as a window function, `OVER`)
