@@ -31,6 +31,7 @@ mod source_limits;
 mod source_options;
 mod sql;
 mod supervisor;
+mod unnest;
 mod updating;
 mod windows;
 mod wizard;

@@ -2,7 +2,7 @@
 //! and their SQL text. Shape: `{"format": "json", "fields": [{"name", "type", "nullable",
 //! "metadataKey"}]}`; types and metadata keys are those of SPEC 8.
 
-use pubsub_engine_spi::{ConnectionSchema, FieldType, Format, SourceField};
+use pubsub_engine_spi::{ArrayOf, ConnectionSchema, FieldType, Format, SourceField};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +49,10 @@ pub struct Column {
     #[serde(rename = "type")]
     #[schemars(title = "Type")]
     pub ty: SqlType,
+    /// An array of values of the type (`TEXT[]`: a JSON array). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(title = "Array")]
+    pub array: bool,
     /// NULL allowed (a missing key reads as NULL). Default true.
     #[serde(default = "yes")]
     #[schemars(title = "Nullable")]
@@ -86,9 +90,18 @@ pub enum SqlType {
 }
 
 impl SqlType {
-    /// The SQL type of an engine column type.
+    /// The SQL type of an engine column type, and whether it is an array of it.
+    pub fn of_column(t: FieldType) -> (SqlType, bool) {
+        match t {
+            FieldType::Array(e) => (SqlType::of(e.field_type()), true),
+            t => (SqlType::of(t), false),
+        }
+    }
+
+    /// The SQL type of a scalar engine column type (an array's: its element's).
     pub fn of(t: FieldType) -> SqlType {
         match t {
+            FieldType::Array(e) => SqlType::of(e.field_type()),
             FieldType::Text => SqlType::Text,
             FieldType::Bigint => SqlType::Bigint,
             FieldType::Int => SqlType::Int,
@@ -100,6 +113,15 @@ impl SqlType {
             FieldType::Json => SqlType::Json,
             FieldType::UInt => SqlType::IntUnsigned,
             FieldType::UBigint => SqlType::BigintUnsigned,
+        }
+    }
+
+    /// The engine column type: this type, or an array of it.
+    pub fn column_type(self, array: bool) -> FieldType {
+        let t = self.field_type();
+        match ArrayOf::of(t) {
+            Some(e) if array => FieldType::Array(e),
+            _ => t,
         }
     }
 
@@ -159,7 +181,7 @@ impl Columns {
             .fields
             .iter()
             .map(|c| {
-                let mut f = SourceField::new(c.name.clone(), c.ty.field_type());
+                let mut f = SourceField::new(c.name.clone(), c.ty.column_type(c.array));
                 f.required = !c.nullable;
                 f.metadata_key = c.metadata_key.map(|k| k.as_str().to_string());
                 f
@@ -184,7 +206,11 @@ impl Columns {
         self.fields
             .iter()
             .map(|c| {
-                let mut s = format!("{} {}", ident(&c.name), c.ty.field_type().sql_name());
+                let mut s = format!(
+                    "{} {}",
+                    ident(&c.name),
+                    c.ty.column_type(c.array).sql_name()
+                );
                 if !c.nullable {
                     s.push_str(" NOT NULL");
                 }

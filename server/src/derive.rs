@@ -52,11 +52,15 @@ pub async fn columns(
         format: ColumnFormat::Avro,
         fields: fields
             .into_iter()
-            .map(|f| Column {
-                name: f.name,
-                ty: SqlType::of(f.field_type),
-                nullable: !f.required,
-                metadata_key: None,
+            .map(|f| {
+                let (ty, array) = SqlType::of_column(f.field_type);
+                Column {
+                    name: f.name,
+                    ty,
+                    array,
+                    nullable: !f.required,
+                    metadata_key: None,
+                }
             })
             .collect(),
     };

@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BinaryArray, BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array,
-    StringArray, TimestampNanosecondArray, UInt32Array, UInt64Array,
+    ListArray, StringArray, TimestampNanosecondArray, UInt32Array, UInt64Array,
 };
 use arrow::array::{BooleanBufferBuilder, BufferBuilder, NullBufferBuilder};
 use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::Field;
 
 use pubsub_engine_types::FieldType;
 
@@ -28,6 +29,12 @@ enum Values {
         offsets: BufferBuilder<i32>,
         data: BufferBuilder<u8>,
         utf8: bool,
+    },
+    /// ARRAY: each row's elements are `items[offsets[r]..offsets[r + 1]]`.
+    List {
+        offsets: BufferBuilder<i32>,
+        items: Box<Column>,
+        item: FieldType,
     },
 }
 
@@ -61,6 +68,15 @@ impl Column {
             FieldType::Timestamp => Values::Nanos(BufferBuilder::new(cap)),
             FieldType::Text | FieldType::Json => bytes(true),
             FieldType::Bytea => bytes(false),
+            FieldType::Array(e) => {
+                let mut offsets = BufferBuilder::new(cap + 1);
+                offsets.append(0);
+                Values::List {
+                    offsets,
+                    items: Box::new(Column::new(e.field_type())),
+                    item: e.field_type(),
+                }
+            }
         };
         Column {
             values,
@@ -92,6 +108,10 @@ impl Column {
                 let end = offsets.as_slice()[len] as usize;
                 data.truncate(end);
             }
+            Values::List { offsets, items, .. } => {
+                offsets.truncate(len + 1);
+                items.truncate(offsets.as_slice()[len] as usize);
+            }
         }
     }
 
@@ -107,6 +127,36 @@ impl Column {
             Values::F32(b) => b.append(0.0),
             Values::Bool(b) => b.append(false),
             Values::Bytes { offsets, data, .. } => offsets.append(data.len() as i32),
+            Values::List { offsets, items, .. } => offsets.append(items.len() as i32),
+        }
+    }
+
+    /// Appends an ARRAY value whose elements `fill` appends to the element column; if
+    /// `fill` fails, the elements it appended are dropped and the row is not added.
+    pub(crate) fn push_list(
+        &mut self,
+        fill: impl FnOnce(&mut Column) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let Values::List { offsets, items, .. } = &mut self.values else {
+            unreachable!("push_list on a column that is not an ARRAY");
+        };
+        let start = items.len();
+        let end = fill(items).and_then(|()| {
+            i32::try_from(items.len()).map_err(|_| {
+                "the array elements buffered for one batch would exceed 2^31 in one column; lower the batch size"
+                    .to_string()
+            })
+        });
+        match end {
+            Ok(end) => {
+                offsets.append(end);
+                self.nulls.append_non_null();
+                Ok(())
+            }
+            Err(e) => {
+                items.truncate(start);
+                Err(e)
+            }
         }
     }
 
@@ -269,6 +319,16 @@ impl Column {
                 } else {
                     Arc::new(BinaryArray::new(o, d, nulls))
                 }
+            }
+            Values::List {
+                offsets,
+                items,
+                item,
+            } => {
+                let o = OffsetBuffer::new(take(offsets).into());
+                offsets.append(0);
+                let field = Arc::new(Field::new_list_field(item.arrow_type(), true));
+                Arc::new(ListArray::new(field, o, items.finish(), nulls))
             }
         }
     }

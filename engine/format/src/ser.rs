@@ -141,7 +141,8 @@ impl Serializer {
                     anyhow::anyhow!("the rows have no column '{}' to write", c.name)
                 })?;
                 anyhow::ensure!(
-                    a.data_type() == &c.ty.arrow_type(),
+                    // Lists compare without their element field's name.
+                    a.data_type().equals_datatype(&c.ty.arrow_type()),
                     "column '{}' ({}) arrives as Arrow {}, expected {}",
                     c.name,
                     c.ty.sql_name(),
@@ -412,6 +413,22 @@ impl Serializer {
                 out.push(b'"');
                 out.extend_from_slice(scratch.as_bytes());
                 out.push(b'"');
+            }
+            FieldType::Array(e) => {
+                let items = a.as_list::<i32>().value(row);
+                out.push(b'[');
+                for i in 0..items.len() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    if items.is_null(i) {
+                        out.extend_from_slice(b"null");
+                    } else {
+                        self.write_value(&items, i, e.field_type(), out, scratch)
+                            .map_err(|x| format!("element {i}: {x}"))?;
+                    }
+                }
+                out.push(b']');
             }
         }
         Ok(())

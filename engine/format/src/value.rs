@@ -168,6 +168,31 @@ pub(crate) fn append(
                 .map_err(|e| format!("{} is not base64: {e}", show(raw)))?;
             buf.push_bytes(&scratch.bytes)?;
         }
+        FieldType::Array(e) => {
+            if first != b'[' {
+                return Err(wrong_kind("an array"));
+            }
+            let elements: Vec<&serde_json::value::RawValue> =
+                serde_json::from_str(raw).map_err(|x| format!("{} {x}", show(raw)))?;
+            // The element's spec: its messages are prefixed with its position below.
+            let item = ColumnSpec {
+                name: String::new(),
+                ty: e.field_type(),
+                required: false,
+                out: 0,
+            };
+            buf.push_list(|items| {
+                for (i, v) in elements.iter().enumerate() {
+                    if v.get() == "null" {
+                        items.push_null();
+                        continue;
+                    }
+                    append(v.get(), &item, tf, items, scratch)
+                        .map_err(|x| format!("element {i} ({}): {x}", item.ty.sql_name()))?;
+                }
+                Ok(())
+            })?;
+        }
     }
     Ok(())
 }

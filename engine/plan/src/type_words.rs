@@ -11,7 +11,7 @@ use arrow::datatypes::DataType;
 use arrow::datatypes::TimeUnit;
 use datafusion_common::DataFusionError;
 
-use pubsub_engine_spi::FieldType;
+use pubsub_engine_spi::{ArrayOf, FieldType};
 
 /// The first word of every Arrow type name this rewrites (not `Null`: an English word).
 const HEADS: &[&str] = &[
@@ -142,6 +142,8 @@ pub fn field_type(t: &DataType) -> Option<FieldType> {
         }
         Date32 | Date64 => FieldType::Timestamp,
         Null => FieldType::Text,
+        // A list of a scalar type (issue 48); lists of lists have no column type.
+        List(f) | LargeList(f) => FieldType::Array(ArrayOf::of(field_type(f.data_type())?)?),
         _ => return None,
     })
 }
@@ -184,6 +186,7 @@ pub fn sql_type(t: &DataType) -> String {
         Decimal32(p, s) | Decimal64(p, s) => format!("DECIMAL({p}, {s})"),
         Decimal128(p, s) | Decimal256(p, s) => format!("DECIMAL({p}, {s})"),
         Null => "NULL".into(),
+        List(f) | LargeList(f) => format!("{}[]", sql_type(f.data_type())),
         other => other.to_string(),
     }
 }

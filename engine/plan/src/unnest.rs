@@ -33,7 +33,10 @@ pub struct UnnestPlan {
 impl std::fmt::Debug for UnnestPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UnnestPlan")
-            .field("inner", &self.inner.iter().map(|(_, t)| t).collect::<Vec<_>>())
+            .field(
+                "inner",
+                &self.inner.iter().map(|(_, t)| t).collect::<Vec<_>>(),
+            )
             .field("lists", &self.lists)
             .finish()
     }

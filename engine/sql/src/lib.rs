@@ -51,9 +51,9 @@ mod temporal_tests;
 #[cfg(test)]
 mod test_mem;
 #[cfg(test)]
-mod unsigned_tests;
-#[cfg(test)]
 mod unnest_tests;
+#[cfg(test)]
+mod unsigned_tests;
 #[cfg(test)]
 mod unstructured_tests;
 #[cfg(test)]

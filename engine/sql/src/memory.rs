@@ -21,8 +21,8 @@
 //! aggregate: the windowed planner reads a subquery in FROM over an aggregate only.
 
 use sqlparser::ast::{
-    CastKind, DataType, ExactNumberInfo, Expr, Ident, Insert, Query, SelectItem, SetExpr, Spanned,
-    Statement, TableAlias, TableAliasColumnDef, TableFactor, TimezoneInfo, Value,
+    ArrayElemTypeDef, CastKind, DataType, ExactNumberInfo, Expr, Ident, Insert, Query, SelectItem,
+    SetExpr, Spanned, Statement, TableAlias, TableAliasColumnDef, TableFactor, TimezoneInfo, Value,
 };
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
@@ -480,6 +480,10 @@ fn cast_type(t: FieldType) -> Option<DataType> {
         FieldType::Timestamp => DataType::Timestamp(None, TimezoneInfo::None),
         FieldType::Bytea => DataType::Bytea,
         FieldType::Json => return None,
+        FieldType::Array(e) => DataType::Array(ArrayElemTypeDef::SquareBracket(
+            Box::new(cast_type(e.field_type())?),
+            None,
+        )),
     })
 }
 

@@ -3,8 +3,9 @@
 use std::fmt;
 
 use sqlparser::ast::{
-    ColumnDef, ColumnOption, CreateTable, CreateTableOptions, DataType, Expr, Ident, Insert,
-    ObjectName, Query, Select, SelectItem, SetExpr, SqlOption, Statement, TableFactor, Value,
+    ArrayElemTypeDef, ColumnDef, ColumnOption, CreateTable, CreateTableOptions, DataType, Expr,
+    Ident, Insert, ObjectName, Query, Select, SelectItem, SetExpr, SqlOption, Statement,
+    TableFactor, Value,
 };
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
@@ -12,7 +13,7 @@ use sqlparser::tokenizer::{Token, Tokenizer};
 use super::clauses::{at, check_create_table, check_insert, object_name, StatementTokens};
 use super::dialect::PipelineDialect;
 use super::error::SqlError;
-use pubsub_engine_spi::{ConnectorOptions, FieldType, SourceField};
+use pubsub_engine_spi::{ArrayOf, ConnectorOptions, FieldType, SourceField};
 
 fn err<T>(msg: impl Into<String>) -> Result<T, SqlError> {
     Err(SqlError(msg.into()))
@@ -442,8 +443,45 @@ fn collect_selects<'a>(body: &'a SetExpr, out: &mut Vec<&'a Select>) {
 }
 
 fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
+    let field_type = match &c.data_type {
+        // `TEXT[]`, `ARRAY<TEXT>`, `TEXT ARRAY`: a list of one scalar type (issue 48).
+        DataType::Array(def) => {
+            let (element, size) = match def {
+                ArrayElemTypeDef::AngleBracket(t) | ArrayElemTypeDef::Parenthesis(t) => {
+                    (t.as_ref(), None)
+                }
+                ArrayElemTypeDef::SquareBracket(t, size) => (t.as_ref(), *size),
+                ArrayElemTypeDef::None => {
+                    return err(format!(
+                        "table '{table}' column '{}': ARRAY needs its element type (e.g. TEXT[] or ARRAY<BIGINT>)",
+                        c.name.value
+                    ))
+                }
+            };
+            if size.is_some() {
+                return err(format!(
+                    "table '{table}' column '{}': type {} is not supported: an array length would not be enforced; declare {element}[]",
+                    c.name.value, c.data_type
+                ));
+            }
+            if matches!(element, DataType::Array(_)) {
+                return err(format!(
+                    "table '{table}' column '{}': type {} is not supported: arrays do not nest; declare JSON to keep nested arrays as JSON text",
+                    c.name.value, c.data_type
+                ));
+            }
+            let e = scalar_type(table, &c.name.value, element)?;
+            FieldType::Array(ArrayOf::of(e).expect("a scalar type"))
+        }
+        other => scalar_type(table, &c.name.value, other)?,
+    };
+    column_options(table, c, field_type)
+}
+
+/// The scalar column type of declared type `t` of column `name`.
+fn scalar_type(table: &str, name: &str, t: &DataType) -> Result<FieldType, SqlError> {
     // A length or precision would be a promise the connector does not keep.
-    let unenforced = match &c.data_type {
+    let unenforced = match t {
         DataType::Varchar(Some(_)) | DataType::String(Some(_)) => {
             Some("TEXT has no length limit: declare TEXT")
         }
@@ -485,12 +523,11 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
         _ => None,
     };
     if let Some(hint) = unenforced {
-        return err(format!(
-            "table '{table}' column '{}': type {} is not supported: {hint}",
-            c.name.value, c.data_type
-        ));
+        return Err(SqlError(format!(
+            "table '{table}' column '{name}': type {t} is not supported: {hint}"
+        )));
     }
-    let field_type = match &c.data_type {
+    Ok(match t {
         DataType::Text | DataType::Varchar(_) | DataType::String(_) => FieldType::Text,
         DataType::BigInt(_) | DataType::Int8(_) => FieldType::Bigint,
         DataType::Int(_) | DataType::Integer(_) | DataType::Int4(_) => FieldType::Int,
@@ -506,11 +543,18 @@ fn column(table: &str, c: &ColumnDef) -> Result<SourceField, SqlError> {
         DataType::JSON | DataType::JSONB => FieldType::Json,
         other => {
             return err(format!(
-                "table '{table}' column '{}': type {other} is not supported (TEXT, BIGINT, INT, BIGINT UNSIGNED, INT UNSIGNED, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP, BYTEA, JSON)",
-                c.name.value
+                "table '{table}' column '{name}': type {other} is not supported (TEXT, BIGINT, INT, BIGINT UNSIGNED, INT UNSIGNED, DOUBLE, FLOAT, BOOLEAN, TIMESTAMP, BYTEA, JSON, or an array of one of them: TEXT[])"
             ))
         }
-    };
+    })
+}
+
+/// Column `c` of type `field_type` with its options (NOT NULL, METADATA FROM, ...).
+fn column_options(
+    table: &str,
+    c: &ColumnDef,
+    field_type: FieldType,
+) -> Result<SourceField, SqlError> {
     let mut required = false;
     let mut metadata_key = None;
     let mut nullability = None;

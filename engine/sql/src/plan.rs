@@ -645,11 +645,11 @@ fn column_list(s: &ConnectionSchema) -> String {
         .join(", ")
 }
 
-const CAST_RULE: &str = "only the same type, exact conversions (INT -> BIGINT, INT UNSIGNED -> BIGINT/BIGINT UNSIGNED, INT/INT UNSIGNED/FLOAT -> DOUBLE, any type but BYTEA -> TEXT, JSON -> TEXT) and integers into narrower integers (checked: a value that does not fit fails its row) are allowed; for another, write the CAST, which fails the row whose value does not fit";
+const CAST_RULE: &str = "only the same type, exact conversions (INT -> BIGINT, INT UNSIGNED -> BIGINT/BIGINT UNSIGNED, INT/INT UNSIGNED/FLOAT -> DOUBLE, any type but BYTEA and arrays -> TEXT, JSON -> TEXT) and integers into narrower integers (checked: a value that does not fit fails its row) are allowed; for another, write the CAST, which fails the row whose value does not fit";
 
 /// Conversions that never fail and never change a value: identity, integer widening,
 /// INT, INT UNSIGNED and FLOAT to DOUBLE (exact), and any type but BYTEA (not always
-/// UTF-8) to TEXT. BIGINT -> DOUBLE rounds beyond 2^53 and TEXT -> JSON may not be JSON:
+/// UTF-8) and arrays to TEXT. BIGINT -> DOUBLE rounds beyond 2^53 and TEXT -> JSON may not be JSON:
 /// refused. An integer into a narrower one is [`is_checked_narrowing`].
 pub(crate) fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
     use FieldType::*;
@@ -664,7 +664,8 @@ pub(crate) fn is_exact_cast(from: FieldType, to: FieldType) -> bool {
                 | (Float, Double)
                 | (Json, Text)
         )
-        || (to == Text && from != Bytea)
+        // An array's TEXT would be Arrow's rendering (`[a, b]`), not JSON: refused.
+        || (to == Text && !matches!(from, Bytea | Array(_)))
 }
 
 /// An integer into an integer column that does not hold all of its values (`BIGINT`

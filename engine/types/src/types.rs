@@ -206,6 +206,62 @@ pub enum FieldType {
     UInt,
     /// 0 to 18446744073709551615 (SQL `BIGINT UNSIGNED`; issue 32).
     UBigint,
+    /// A list of values of one scalar type (SQL `TEXT[]`, `ARRAY<BIGINT>`; issue 48): a
+    /// JSON array, elements may be `null`. Arrow `List` of the element's type.
+    Array(ArrayOf),
+}
+
+/// The element type of an ARRAY column: any scalar [`FieldType`] (arrays do not nest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ArrayOf {
+    Text,
+    Bigint,
+    Int,
+    Double,
+    Boolean,
+    Timestamp,
+    Float,
+    Bytea,
+    Json,
+    UInt,
+    UBigint,
+}
+
+impl ArrayOf {
+    /// The element's column type.
+    pub fn field_type(self) -> FieldType {
+        match self {
+            ArrayOf::Text => FieldType::Text,
+            ArrayOf::Bigint => FieldType::Bigint,
+            ArrayOf::Int => FieldType::Int,
+            ArrayOf::Double => FieldType::Double,
+            ArrayOf::Boolean => FieldType::Boolean,
+            ArrayOf::Timestamp => FieldType::Timestamp,
+            ArrayOf::Float => FieldType::Float,
+            ArrayOf::Bytea => FieldType::Bytea,
+            ArrayOf::Json => FieldType::Json,
+            ArrayOf::UInt => FieldType::UInt,
+            ArrayOf::UBigint => FieldType::UBigint,
+        }
+    }
+
+    /// The array type of elements of type `t`; `None` for an array (arrays do not nest).
+    pub fn of(t: FieldType) -> Option<ArrayOf> {
+        Some(match t {
+            FieldType::Text => ArrayOf::Text,
+            FieldType::Bigint => ArrayOf::Bigint,
+            FieldType::Int => ArrayOf::Int,
+            FieldType::Double => ArrayOf::Double,
+            FieldType::Boolean => ArrayOf::Boolean,
+            FieldType::Timestamp => ArrayOf::Timestamp,
+            FieldType::Float => ArrayOf::Float,
+            FieldType::Bytea => ArrayOf::Bytea,
+            FieldType::Json => ArrayOf::Json,
+            FieldType::UInt => ArrayOf::UInt,
+            FieldType::UBigint => ArrayOf::UBigint,
+            FieldType::Array(_) => return None,
+        })
+    }
 }
 
 impl FieldType {
@@ -225,6 +281,18 @@ impl FieldType {
             FieldType::Json => DataType::Utf8,
             FieldType::UInt => DataType::UInt32,
             FieldType::UBigint => DataType::UInt64,
+            FieldType::Array(e) => DataType::List(std::sync::Arc::new(Field::new_list_field(
+                e.field_type().arrow_type(),
+                true,
+            ))),
+        }
+    }
+
+    /// The element type of an ARRAY column.
+    pub fn element(self) -> Option<FieldType> {
+        match self {
+            FieldType::Array(e) => Some(e.field_type()),
+            _ => None,
         }
     }
 
@@ -242,6 +310,19 @@ impl FieldType {
             FieldType::Json => "JSON",
             FieldType::UInt => "INT UNSIGNED",
             FieldType::UBigint => "BIGINT UNSIGNED",
+            FieldType::Array(e) => match e {
+                ArrayOf::Text => "TEXT[]",
+                ArrayOf::Bigint => "BIGINT[]",
+                ArrayOf::Int => "INT[]",
+                ArrayOf::Double => "DOUBLE[]",
+                ArrayOf::Boolean => "BOOLEAN[]",
+                ArrayOf::Timestamp => "TIMESTAMP[]",
+                ArrayOf::Float => "FLOAT[]",
+                ArrayOf::Bytea => "BYTEA[]",
+                ArrayOf::Json => "JSON[]",
+                ArrayOf::UInt => "INT UNSIGNED[]",
+                ArrayOf::UBigint => "BIGINT UNSIGNED[]",
+            },
         }
     }
 }

@@ -242,6 +242,21 @@ fn push(col: &mut Column, spec: &ColumnSpec, v: &Value) -> Result<(), String> {
             let json = to_json(v)?;
             col.push_str(&serde_json::to_string(&json).map_err(|e| e.to_string())?)?
         }
+        (FieldType::Array(e), Value::Array(values)) => {
+            let item = ColumnSpec {
+                name: String::new(),
+                ty: e.field_type(),
+                required: false,
+                out: 0,
+            };
+            col.push_list(|items| {
+                for (i, v) in values.iter().enumerate() {
+                    push(items, &item, v)
+                        .map_err(|x| format!("element {i} ({}): {x}", item.ty.sql_name()))?;
+                }
+                Ok(())
+            })?
+        }
         _ => return Err(no_fit()),
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! Decoder and encoder tests on real payloads and per-type value tables.
 
+mod arrays;
 mod debezium;
 mod fixtures;
 mod messages;
@@ -93,6 +94,8 @@ enum Val {
     Bytes(Vec<u8>),
     /// TIMESTAMP nanoseconds.
     Ts(i64),
+    /// An ARRAY's elements.
+    List(Vec<Val>),
 }
 
 fn f64v(v: f64) -> Val {
@@ -111,6 +114,10 @@ fn cell(b: &RecordBatch, name: &str, row: usize) -> Val {
     let a = b
         .column_by_name(name)
         .unwrap_or_else(|| panic!("no column {name}"));
+    val(a, row)
+}
+
+fn val(a: &arrow::array::ArrayRef, row: usize) -> Val {
     if a.is_null(row) {
         return Val::Null;
     }
@@ -126,6 +133,10 @@ fn cell(b: &RecordBatch, name: &str, row: usize) -> Val {
         DataType::Binary => Val::Bytes(a.as_binary::<i32>().value(row).to_vec()),
         DataType::Timestamp(TimeUnit::Nanosecond, None) => {
             Val::Ts(a.as_primitive::<TimestampNanosecondType>().value(row))
+        }
+        DataType::List(_) => {
+            let items = a.as_list::<i32>().value(row);
+            Val::List((0..items.len()).map(|i| val(&items, i)).collect())
         }
         other => panic!("unexpected type {other}"),
     }
