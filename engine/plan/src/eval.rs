@@ -158,10 +158,10 @@ impl SelectPlan {
                             .map_err(|x| fail(text, message(&x)))
                     })
                     .collect::<Result<Vec<ArrayRef>, _>>()?;
-                Some(
-                    u.expand(&inner)
-                        .map_err(|x| fail("UNNEST", x.to_string()))?,
-                )
+                let ex = u
+                    .expand(&inner, &kept)
+                    .map_err(|x| fail("UNNEST", x.to_string()))?;
+                Some(u.keep(ex)?)
             }
             Some(u) => Some(crate::unnest::Expanded {
                 batch: RecordBatch::new_empty(u.schema.clone()),

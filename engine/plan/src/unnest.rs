@@ -15,7 +15,7 @@ use arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, GenericListArray, OffsetSizeTrait, RecordBatch,
     RecordBatchOptions, StringArray, UInt32Array,
 };
-use arrow::compute::take;
+use arrow::compute::{filter, filter_record_batch, take};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_physical_expr::PhysicalExpr;
 
@@ -26,8 +26,15 @@ pub struct UnnestPlan {
     pub inner: Vec<(Arc<dyn PhysicalExpr>, String)>,
     /// Indexes in `inner` of the list columns expanded (each becomes its element type).
     pub lists: Vec<usize>,
-    /// The expanded rows: `inner`'s columns, each list column replaced by its elements.
+    /// Columns of the source's rows appended to the expanded rows, each element's row
+    /// taking its source row's value (the event time, below an aggregate).
+    pub carry: Vec<usize>,
+    /// The expanded rows: `inner`'s columns, each list column replaced by its elements,
+    /// then the `carry` columns.
     pub schema: SchemaRef,
+    /// A condition on the expanded rows (a WHERE above the UNNEST, in a subquery or a
+    /// view): the rows where it is not true are dropped, as SQL's WHERE drops them.
+    pub filter: Option<(Arc<dyn PhysicalExpr>, String)>,
 }
 
 impl std::fmt::Debug for UnnestPlan {
@@ -38,6 +45,7 @@ impl std::fmt::Debug for UnnestPlan {
                 &self.inner.iter().map(|(_, t)| t).collect::<Vec<_>>(),
             )
             .field("lists", &self.lists)
+            .field("filter", &self.filter.as_ref().map(|(_, t)| t))
             .finish()
     }
 }
@@ -51,10 +59,11 @@ pub struct Expanded {
 }
 
 impl UnnestPlan {
-    /// Expands `inner` (the inner expressions' columns, in `inner`'s order).
+    /// Expands `inner` (the inner expressions' columns, in `inner`'s order, over
+    /// `source`'s rows).
     ///
     /// Errors: a list column is not a list (a bug guard: the planner checked).
-    pub fn expand(&self, inner: &[ArrayRef]) -> anyhow::Result<Expanded> {
+    pub fn expand(&self, inner: &[ArrayRef], source: &RecordBatch) -> anyhow::Result<Expanded> {
         let n = inner.first().map_or(0, |c| c.len());
         let lengths: Vec<Vec<usize>> = self
             .lists
@@ -78,11 +87,48 @@ impl UnnestPlan {
                 Some(k) => columns.push(elements_of(c, &lengths[k], &rows, &elements)?),
             }
         }
+        for &i in &self.carry {
+            columns.push(take(source.column(i), &rows, None)?);
+        }
         let opts = RecordBatchOptions::new().with_row_count(Some(rows.len()));
         let batch = RecordBatch::try_new_with_options(self.schema.clone(), columns, &opts)?;
         Ok(Expanded {
             batch,
             rows,
+            elements,
+        })
+    }
+
+    /// The rows of `ex` where [`filter`](Self::filter) is true (all without one).
+    ///
+    /// Errors: the condition fails on some row, or is not BOOLEAN (with its text).
+    pub fn keep(&self, ex: Expanded) -> Result<Expanded, (String, String)> {
+        let Some((f, text)) = &self.filter else {
+            return Ok(ex);
+        };
+        if ex.batch.num_rows() == 0 {
+            return Ok(ex);
+        }
+        let fail = |e: String| (text.clone(), e);
+        let mask = f
+            .evaluate(&ex.batch)
+            .and_then(|v| v.into_array(ex.batch.num_rows()))
+            .map_err(|e| fail(crate::type_words::message(&e)))?;
+        let mask = mask
+            .as_boolean_opt()
+            .ok_or_else(|| fail(format!("is {}, not BOOLEAN", mask.data_type())))?;
+        let batch = filter_record_batch(&ex.batch, mask).map_err(|e| fail(e.to_string()))?;
+        let rows = filter(&ex.rows, mask).map_err(|e| fail(e.to_string()))?;
+        let elements = ex
+            .elements
+            .iter()
+            .zip(mask.iter())
+            .filter(|(_, m)| *m == Some(true))
+            .map(|(e, _)| *e)
+            .collect();
+        Ok(Expanded {
+            batch,
+            rows: rows.as_primitive::<arrow::datatypes::UInt32Type>().clone(),
             elements,
         })
     }

@@ -143,7 +143,8 @@ pub(crate) fn plan_windowed(
         }
     };
 
-    // Below: [Filter] <- [SubqueryAlias] <- TableScan.
+    // Below: [Filter] <- [SubqueryAlias] <- TableScan, or UNNEST in a subquery or a view
+    // (`unnest_below`): [Filter] <- SubqueryAlias <- Projection <- Unnest <- ... TableScan.
     let (where_expr, below) = match agg.input.as_ref() {
         LogicalPlan::Filter(f) => (Some(f.predicate.clone()), f.input.as_ref()),
         other => (None, other),
@@ -152,11 +153,30 @@ pub(crate) fn plan_windowed(
         LogicalPlan::SubqueryAlias(a) => a.input.as_ref(),
         other => other,
     };
-    match scan {
-        LogicalPlan::TableScan(t) if t.filters.is_empty() && t.fetch.is_none() => {}
-        other => return Err(unsupported_step(other, what)),
+    let unnest = super::unnest_below::of(scan, event_time, what)?;
+    if unnest.is_none() {
+        match scan {
+            LogicalPlan::TableScan(t) if t.filters.is_empty() && t.fetch.is_none() => {}
+            other => return Err(unsupported_step(other, what)),
+        }
     }
-    let input = agg.input.schema().as_ref().clone();
+    // What stage 1's expressions read: the source's rows, or UNNEST's expanded rows (the
+    // aggregate's input columns then stand for the expressions computing them).
+    let agg_input = agg.input.schema().as_ref().clone();
+    let over_rows = |e: &Expr| -> Result<Expr, SqlError> {
+        match &unnest {
+            None => Ok(e.clone()),
+            Some(u) => u.rewrite(e, &agg_input, what),
+        }
+    };
+    let input = match &unnest {
+        None => agg_input.clone(),
+        Some(u) => u.rows.clone(),
+    };
+    let event_time = match &unnest {
+        None => event_time,
+        Some(u) => (u.event_time, super::unnest_below::EVENT_TIME),
+    };
     let first_at = |name: &str| find_function(query, name);
 
     // The window and the keys.
@@ -236,7 +256,7 @@ pub(crate) fn plan_windowed(
                 fields: &mut Vec<Field>|
      -> Result<usize, SqlError> {
         let text = e.to_string();
-        let (_, p) = to_physical(e, &text, None, &input, what)?;
+        let (_, p) = to_physical(&over_rows(e)?, &text, None, &input, what)?;
         let dt = p
             .data_type(input.as_arrow())
             .map_err(|x| SqlError(format!("{what}: `{text}`: {x}")))?;
@@ -315,12 +335,24 @@ pub(crate) fn plan_windowed(
         false,
     ));
     let before_schema = Arc::new(Schema::new(fields));
-    let filter = match &where_expr {
+    let mut filter = match &where_expr {
         Some(w) => {
             let text = where_text_of(query);
-            Some((to_physical(w, &text, None, &input, what)?.1, text))
+            Some((
+                to_physical(&over_rows(w)?, &text, None, &input, what)?.1,
+                text,
+            ))
         }
         None => None,
+    };
+    // With UNNEST, that WHERE reads the expanded rows; the one below UNNEST the source's.
+    let unnest = match unnest {
+        None => None,
+        Some(u) => {
+            let (plan, below) = u.plan(filter.take(), what)?;
+            filter = below;
+            Some(Arc::new(plan))
+        }
     };
     let message_id = src
         .fields
@@ -344,7 +376,7 @@ pub(crate) fn plan_windowed(
         message_id,
         carry: None,
         keep_source: false,
-        unnest: None,
+        unnest,
     };
 
     // Stage 2: the aggregates, on stage 1's columns.
@@ -635,6 +667,11 @@ fn unsupported_step(p: &LogicalPlan, what: &str) -> SqlError {
     }) {
         return SqlError(format!(
             "{what}: {name} is a window: it belongs in the GROUP BY of the SELECT that aggregates (SELECT TUMBLE(...) AS window, k, count(*) AS n FROM src GROUP BY window, k), not in a subquery below it"
+        ));
+    }
+    if matches!(p, LogicalPlan::Unnest(_)) {
+        return SqlError(format!(
+            "{what}: UNNEST in a subquery or a view is read by an aggregate only (SELECT TUMBLE(...) AS window, tag, count(*) FROM (SELECT UNNEST(tags) AS tag FROM src) GROUP BY window, tag); without one, write UNNEST in the INSERT's own SELECT list"
         ));
     }
     let step = match p {

@@ -38,6 +38,11 @@ impl Dialect for PipelineDialect {
         self.base.supports_filter_during_aggregation()
     }
 
+    /// `TEXT[]` declares an array column, as in PostgreSQL (`ARRAY<TEXT>` parses anyway).
+    fn supports_array_typedef_with_brackets(&self) -> bool {
+        self.base.supports_array_typedef_with_brackets()
+    }
+
     /// `METADATA FROM 'key'` becomes `ColumnOption::DialectSpecific([METADATA, FROM, 'key'])`.
     fn parse_column_option(
         &self,

@@ -114,6 +114,11 @@ pub(crate) fn plan_late_queries(
                 "routes rows by an ordering key, and late rows have no order to keep; name a table without one".into(),
             ));
         }
+        if window.before.unnest.is_some() {
+            return Err(e(
+                "takes the rows of a query that expands arrays with UNNEST below its window, where a late row is one element of a message, not the row read; write the late rows of a query without UNNEST".into(),
+            ));
+        }
         late.late_of = Some(q.id.clone());
         Arc::get_mut(window)
             .and_then(|w| Arc::get_mut(&mut w.before))

@@ -24,6 +24,7 @@ mod sample;
 mod schemas;
 mod secrets;
 mod select;
+mod unnest_below;
 mod views;
 mod watermark;
 mod window_fns;

@@ -187,6 +187,9 @@ pub(crate) fn plan_query(
         &visible(&source.connection.schema),
         what,
     )?;
+    if select.unnest.is_some() && is_changelog_source(&source) {
+        return Err(unnest_of_changes(ins, what));
+    }
     let key = record_key_index(&source.connection.schema);
     if record_ids {
         if has_column(&sink.connection.schema, RECORD_ID_COLUMN) {
@@ -232,6 +235,19 @@ pub(crate) fn plan_query(
         late: None,
         late_of: None,
     })
+}
+
+/// UNNEST over a changelog source: an update's old and new rows would expand to lists of
+/// other lengths, and no change of a row stands for a change of its elements.
+fn unnest_of_changes(ins: &InsertDef, what: &str) -> SqlError {
+    let msg = format!(
+        "{what}: UNNEST over table '{}', a changelog (format 'debezium_json'), is not supported: a change of a row is not a change of each of its elements",
+        ins.source
+    );
+    match super::select::find_function(&ins.query, "unnest") {
+        Some(l) => super::clauses::at(l, msg),
+        None => SqlError(msg),
+    }
 }
 
 /// Which select item fills each sink column (see [`PlannedQuery::projection`]), and the
@@ -366,6 +382,9 @@ fn plan_windowed_query(
     )?;
     let updating = window.window_at.is_none();
     if is_changelog_source(&source) {
+        if window.before.unnest.is_some() {
+            return Err(unnest_of_changes(ins, what));
+        }
         if !updating {
             let msg = format!(
                 "{what}: table '{}' is a changelog (format 'debezium_json'), which windows do not read yet: aggregate it without a window (an updating aggregate retracts each change's old row)",

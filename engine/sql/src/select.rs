@@ -183,7 +183,9 @@ pub(crate) fn plan_select(
                     })
                     .collect::<Result<_, _>>()?,
                 lists: u.lists,
+                carry: Vec::new(),
                 schema: Arc::new(u.schema.as_arrow().clone()),
+                filter: None,
             })),
         },
     })

@@ -133,3 +133,170 @@ fn a_failing_element_names_its_source_row() {
         .unwrap_err();
     assert_eq!(e.row, 1, "{e}");
 }
+
+#[test]
+fn array_columns_are_declared_as_postgresql_writes_them_and_refused_with_the_reason() {
+    let declared = |ty: &str| {
+        parse_pipeline(&format!(
+            "CREATE TABLE src (a {ty}) WITH ('x' = 'y'); CREATE TABLE out (a BIGINT) WITH ('x' = 'y');\nINSERT INTO out SELECT a FROM src;"
+        ))
+        .map(|p| p.tables[0].fields[0].field_type)
+        .map_err(|e| e.0)
+    };
+    assert_eq!(declared("TEXT[]"), Ok(FieldType::Array(ArrayOf::Text)));
+    assert_eq!(
+        declared("ARRAY<BIGINT>"),
+        Ok(FieldType::Array(ArrayOf::Bigint))
+    );
+    assert_eq!(declared("JSON[]"), Ok(FieldType::Array(ArrayOf::Json)));
+    assert_eq!(
+        declared("BIGINT UNSIGNED[]"),
+        Ok(FieldType::Array(ArrayOf::UBigint))
+    );
+    for (ty, why) in [
+        (
+            "TEXT[3]",
+            "an array length would not be enforced; declare TEXT[]",
+        ),
+        ("TEXT[][]", "arrays do not nest; declare JSON"),
+        ("VARCHAR(5)[]", "TEXT has no length limit"),
+        ("DATE[]", "type DATE is not supported"),
+    ] {
+        let e = declared(ty).unwrap_err();
+        assert!(
+            e.contains("table 'src' column 'a'") && e.contains(why),
+            "{ty}: {e}"
+        );
+    }
+}
+
+/// `src` with an event time: page TEXT, tags TEXT[], v BIGINT; the rows carry the event
+/// time after them (`__event_time`, as the runtime appends it).
+fn windowed(select: &str) -> Result<(SelectPlan, pubsub_engine_plan::WindowPlan), String> {
+    let file = format!(
+        "CREATE TABLE src (a BIGINT) WITH ('x' = 'y'); CREATE TABLE out (a BIGINT) WITH ('x' = 'y');\n{select}"
+    );
+    let p = parse_pipeline(&file).map_err(|e| e.0)?;
+    super::aggregate::plan_windowed(
+        &p.inserts[0].query,
+        "src",
+        &src(),
+        (3, "__event_time"),
+        false,
+        super::aggregate::DEFAULT_UPDATING,
+        "INSERT INTO out",
+    )
+    .map_err(|e| e.0)
+}
+
+/// [`rows`] with event times (seconds), as `__event_time`.
+fn timed(r: &[(&str, Option<&str>, Option<i64>)], secs: &[i64]) -> RecordBatch {
+    let b = rows(r);
+    let ts: ArrayRef = Arc::new(arrow::array::TimestampNanosecondArray::from_iter_values(
+        secs.iter().map(|s| s * 1_000_000_000),
+    ));
+    let mut cols: Vec<(&str, ArrayRef)> = vec![
+        ("page", b.column(0).clone()),
+        ("tags", b.column(1).clone()),
+        ("v", b.column(2).clone()),
+    ];
+    cols.push(("__event_time", ts));
+    RecordBatch::try_from_iter(cols).unwrap()
+}
+
+const PER_TAG: &str = "SELECT window.start AS ws, tag, n, total FROM (
+    SELECT TUMBLE(INTERVAL '10' SECOND) AS window, tag, count(*) AS n, sum(v) AS total
+    FROM (SELECT UNNEST(tags) AS tag, v FROM src WHERE v > -3) WHERE tag <> 't0'
+    GROUP BY window, tag)";
+
+const PER_TAG_BATCH: &str =
+    "SELECT date_bin(INTERVAL '10' SECOND, __event_time) AS ws, tag, count(*) AS n, sum(v) AS total
+    FROM (SELECT UNNEST(tags) AS tag, v, __event_time FROM src WHERE v > -3) WHERE tag <> 't0'
+    GROUP BY ws, tag";
+
+/// The rows a windowed plan writes for `b` once every window fired.
+fn fire_all(select: &str, b: &RecordBatch) -> Vec<Vec<String>> {
+    let (after, window) = windowed(select).unwrap();
+    let window = Arc::new(window);
+    let mut state = pubsub_engine_plan::window::WindowState::new(window.clone()).unwrap();
+    state.update(&window.before.evaluate(b).unwrap()).unwrap();
+    let mut out = Vec::new();
+    for fired in state.advance(i64::MAX / 2).unwrap() {
+        out.extend(text_rows(&after.evaluate(&fired).unwrap()));
+    }
+    out.sort();
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// UNNEST in a subquery below a windowed aggregate, with a WHERE on each side of it:
+    /// the windows equal DataFusion's batch GROUP BY of the same UNNEST.
+    #[test]
+    fn a_window_over_unnest_equals_datafusions_batch_group_by(
+        input in prop::collection::vec(
+            (prop::option::weighted(0.8, prop::collection::vec(0u8..6, 0..4)), prop::option::weighted(0.9, -5i64..5), 0i64..40),
+            1..40,
+        ),
+    ) {
+        let owned: Vec<(String, Option<String>, Option<i64>)> = input
+            .iter()
+            .map(|(t, v, _)| {
+                ("p".to_string(), t.as_ref().map(|t| t.iter().map(|x| if *x == 5 { "-".to_string() } else { format!("t{x}") }).collect::<Vec<_>>().join(",")), *v)
+            })
+            .collect();
+        let r: Vec<(&str, Option<&str>, Option<i64>)> =
+            owned.iter().map(|(p, t, v)| (p.as_str(), t.as_deref(), *v)).collect();
+        let secs: Vec<i64> = input.iter().map(|x| x.2).collect();
+        let b = timed(&r, &secs);
+        let mut want = batch_sql(PER_TAG_BATCH, &b);
+        want.sort();
+        prop_assert_eq!(fire_all(&format!("INSERT INTO out {PER_TAG};"), &b), want.clone());
+        // The same subquery as a view.
+        let view = "CREATE VIEW tagged AS SELECT UNNEST(tags) AS tag, v FROM src WHERE v > -3;
+            INSERT INTO out SELECT window.start AS ws, tag, n, total FROM (
+                SELECT TUMBLE(INTERVAL '10' SECOND) AS window, tag, count(*) AS n, sum(v) AS total
+                FROM tagged WHERE tag <> 't0' GROUP BY window, tag);";
+        prop_assert_eq!(fire_all(view, &b), want);
+    }
+}
+
+#[test]
+fn unnest_is_refused_where_it_cannot_run_with_the_reason() {
+    for (select, why) in [
+        (
+            "INSERT INTO out SELECT tag FROM (SELECT UNNEST(tags) AS tag FROM src);",
+            "UNNEST in a subquery or a view is read by an aggregate only",
+        ),
+        (
+            "INSERT INTO out SELECT count(*) FROM (SELECT UNNEST(tags) AS tag FROM (SELECT tags FROM src)) GROUP BY tag;",
+            "UNNEST reads its table directly",
+        ),
+    ] {
+        let e = windowed(select).unwrap_err();
+        assert!(e.contains(why), "{select}: {e}");
+    }
+}
+
+#[test]
+fn each_element_counts_in_its_rows_window_and_the_wheres_drop_rows_and_elements() {
+    let b = timed(
+        &[
+            ("p", Some("t1,t2"), Some(1)),
+            ("p", Some("t1"), Some(2)),
+            ("p", Some("t0,t1"), Some(-4)),
+            ("p", Some("t0,t1"), Some(7)),
+            ("p", Some("t1"), Some(5)),
+        ],
+        &[1, 3, 5, 8, 12],
+    );
+    assert_eq!(
+        fire_all(&format!("INSERT INTO out {PER_TAG};"), &b),
+        vec![
+            vec!["1970-01-01T00:00:00", "t1", "3", "10"],
+            vec!["1970-01-01T00:00:00", "t2", "1", "1"],
+            vec!["1970-01-01T00:00:10", "t1", "1", "5"],
+        ]
+    );
+}
