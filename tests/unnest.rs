@@ -128,3 +128,14 @@ async fn unnest_writes_each_element_once_by_record_id_on_two_processes_after_one
     );
     assert_eq!(got, want);
 }
+
+/// `examples/unnest.sql`, as the docs run it: one row per step of each of the quickstart's
+/// successful Cloud Build notifications, and every notification acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unnest_example_runs_on_the_quickstart_builds() {
+    let stdout = run_example("unnest.sql").await;
+    assert!(
+        stdout.contains("quickstart ok: one row per step of each successful build"),
+        "{stdout}"
+    );
+}

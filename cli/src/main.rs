@@ -10,6 +10,7 @@ mod metrics_http;
 mod pipeline;
 mod progress;
 mod quickstart;
+mod quickstart_builds;
 mod resources;
 
 use std::path::PathBuf;

@@ -10,6 +10,7 @@ use pubsub_emulator_tools::emulator::Emulator;
 use pubsub_nexmark::events::{EventKind, Events};
 
 use crate::pipeline;
+use crate::quickstart_builds as builds;
 use crate::RunArgs;
 
 const PROJECT: &str = "quickstart";
@@ -33,6 +34,21 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
 
     let mut sql = pipeline::load(&pipeline_path)?;
     pipeline::use_emulator(&mut sql, &emu.endpoint());
+    // The UNNEST example reads Cloud Build notifications (one per 10 bids).
+    let builds = sql
+        .tables
+        .iter()
+        .any(|t| t.options.get("subscription") == Some(builds::SUBSCRIPTION));
+    let mut steps = HashSet::new();
+    if builds {
+        admin::create_topic(&profile, "builds").await?;
+        admin::create_subscription(&profile, builds::SUBSCRIPTION, "builds", 60).await?;
+        let (payloads, expected) = builds::payloads(bids.div_ceil(10));
+        let n = payloads.len();
+        admin::publish_all(&profile, "builds", payloads, 5000).await?;
+        println!("published {n} Cloud Build notifications to topic builds");
+        steps = expected;
+    }
     let windowed = sql.inserts.iter().any(|i| i.is_windowed());
     let changelog = sql
         .tables
@@ -84,6 +100,9 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
     .await?;
     if changelog {
         return check_changelog(&profile, &out, published.len()).await;
+    }
+    if builds {
+        return builds::check(&profile, &out, &steps).await;
     }
     let ranked = sql
         .inserts

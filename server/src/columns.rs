@@ -284,4 +284,24 @@ mod tests {
         let types = Columns::schema().to_string();
         assert!(types.contains("\"BIGINT UNSIGNED\""), "{types}");
     }
+
+    #[test]
+    fn an_array_column_is_its_type_with_array_set() {
+        let cols: Columns = serde_json::from_value(serde_json::json!({"fields": [
+            {"name": "tags", "type": "TEXT", "array": true},
+            {"name": "n", "type": "BIGINT", "array": false}
+        ]}))
+        .unwrap();
+        assert_eq!(cols.sql_columns(), vec!["tags TEXT[]", "n BIGINT"]);
+        let schema = cols.connection_schema();
+        assert_eq!(schema.fields[0].field_type, FieldType::Array(ArrayOf::Text));
+        assert_eq!(
+            SqlType::of_column(schema.fields[0].field_type),
+            (SqlType::Text, true)
+        );
+        // Written back without `array` when it is false.
+        let back = serde_json::to_value(&cols).unwrap();
+        assert_eq!(back["fields"][0]["array"], true);
+        assert!(back["fields"][1].get("array").is_none(), "{back}");
+    }
 }
