@@ -98,10 +98,10 @@ impl SqlType {
         }
     }
 
-    /// The SQL type of a scalar engine column type (an array's: its element's).
-    pub fn of(t: FieldType) -> SqlType {
+    /// The SQL type of a scalar engine column type; an array's is [`of_column`](Self::of_column).
+    fn of(t: FieldType) -> SqlType {
         match t {
-            FieldType::Array(e) => SqlType::of(e.field_type()),
+            FieldType::Array(_) => unreachable!("of_column takes arrays apart"),
             FieldType::Text => SqlType::Text,
             FieldType::Bigint => SqlType::Bigint,
             FieldType::Int => SqlType::Int,

@@ -187,8 +187,11 @@ pub(crate) fn append(
                         items.push_null();
                         continue;
                     }
-                    append(v.get(), &item, tf, items, scratch)
-                        .map_err(|x| format!("element {i} ({}): {x}", item.ty.sql_name()))?;
+                    append(v.get(), &item, tf, items, scratch).map_err(|x| {
+                        // An element's hint names the array type to declare.
+                        let x = x.replace("declare the column JSON", "declare the column JSON[]");
+                        format!("element {i} ({}): {x}", item.ty.sql_name())
+                    })?;
                 }
                 Ok(())
             })?;

@@ -435,6 +435,21 @@ fn cast_refusal(from: &DataType, to: &DataType) -> std::result::Result<(), Strin
     if from == to || *from == DataType::Null {
         return Ok(());
     }
+    // Arrow casts arrays element by element unchecked (a DOUBLE[] into BIGINT[] truncates)
+    // and writes one as TEXT in its own format: only a cast that changes no element.
+    let list = |t: &DataType| {
+        matches!(
+            t,
+            DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
+        )
+    };
+    if (list(from) || list(to)) && !from.equals_datatype(to) {
+        return Err(format!(
+            "CAST from {} to {} is not supported: the elements of an array are not converted checked; UNNEST it and CAST each element",
+            sql_type(from),
+            sql_type(to)
+        ));
+    }
     if is_text(from) && to.is_numeric() && !number_text::handles(to) {
         return Err(format!("CAST of TEXT to {} is not supported", sql_type(to)));
     }

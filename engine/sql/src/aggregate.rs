@@ -55,7 +55,7 @@ const ORDER_DEPENDENT: &[&str] = &[
 pub(crate) const DEFAULT_UPDATING: (i64, i64) = (1_000_000_000, 86_400_000_000_000);
 
 /// Whether `query` asks for the aggregate planner: a GROUP BY, HAVING, a subquery in FROM
-/// or an aggregate function anywhere in it.
+/// (but for a stateless one of UNNEST) or an aggregate function anywhere in it.
 pub(crate) fn is_windowed(query: &Query) -> bool {
     super::select::calls_aggregate(query) || is_grouped(query)
 }
@@ -68,8 +68,13 @@ fn is_grouped(query: &Query) -> bool {
                     sqlparser::ast::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
                 grouped
                     || s.having.is_some()
+                    // A subquery in FROM is read by an aggregate, but for one of UNNEST
+                    // alone, which a stateless SELECT reads (`select.rs`).
                     || s.from.iter().any(|t| match &t.relation {
-                        TableFactor::Derived { .. } => true,
+                        TableFactor::Derived { subquery, .. } => {
+                            is_windowed(subquery)
+                                || super::select::find_function(subquery, "unnest").is_none()
+                        }
                         _ => false,
                     })
             }
@@ -153,7 +158,7 @@ pub(crate) fn plan_windowed(
         LogicalPlan::SubqueryAlias(a) => a.input.as_ref(),
         other => other,
     };
-    let unnest = super::unnest_below::of(scan, event_time, what)?;
+    let unnest = super::unnest_below::of(scan, Some(event_time.0), what)?;
     if unnest.is_none() {
         match scan {
             LogicalPlan::TableScan(t) if t.filters.is_empty() && t.fetch.is_none() => {}
@@ -173,9 +178,33 @@ pub(crate) fn plan_windowed(
         None => agg_input.clone(),
         Some(u) => u.rows.clone(),
     };
+    // The source type each group key keeps when it is a bare column (JSON stays JSON): a
+    // column of the table, or an element of one of its arrays, found on the rows stage 1
+    // reads (a subquery's columns are renamed expressions, never matched by name).
+    let typed = match &unnest {
+        None => src.clone(),
+        Some(u) => super::unnest_below::with_elements(src, &u.inner, &u.lists, &u.rows),
+    };
+    let key_types = agg
+        .group_expr
+        .iter()
+        .map(|g| {
+            Ok(match over_rows(g)?.unalias_nested().data {
+                Expr::Column(c) => typed
+                    .fields
+                    .iter()
+                    .find(|s| s.name == c.name)
+                    .map(|s| s.field_type),
+                _ => None,
+            })
+        })
+        .collect::<Result<Vec<_>, SqlError>>()?;
     let event_time = match &unnest {
         None => event_time,
-        Some(u) => (u.event_time, super::unnest_below::EVENT_TIME),
+        Some(u) => (
+            u.event_time.expect("carried below an aggregate"),
+            super::unnest_below::EVENT_TIME,
+        ),
     };
     let first_at = |name: &str| find_function(query, name);
 
@@ -494,12 +523,8 @@ pub(crate) fn plan_windowed(
             .enumerate()
             .filter(|(i, _)| Some(*i) != window_at)
             .filter_map(|(i, f)| {
-                let from_src = agg.group_expr.get(i).and_then(|g| match g {
-                    Expr::Column(c) => src.fields.iter().find(|s| s.name == c.name),
-                    _ => None,
-                });
-                let field_type = match from_src {
-                    Some(s) => s.field_type,
+                let field_type = match key_types.get(i).copied().flatten() {
+                    Some(t) => t,
                     None => field_type(f.data_type())?,
                 };
                 Some(SourceField {
@@ -671,7 +696,7 @@ fn unsupported_step(p: &LogicalPlan, what: &str) -> SqlError {
     }
     if matches!(p, LogicalPlan::Unnest(_)) {
         return SqlError(format!(
-            "{what}: UNNEST in a subquery or a view is read by an aggregate only (SELECT TUMBLE(...) AS window, tag, count(*) FROM (SELECT UNNEST(tags) AS tag FROM src) GROUP BY window, tag); without one, write UNNEST in the INSERT's own SELECT list"
+            "{what}: an aggregate reads UNNEST from a subquery or a view in its FROM only: SELECT TUMBLE(...) AS window, tag, count(*) FROM (SELECT UNNEST(tags) AS tag FROM src) GROUP BY window, tag"
         ));
     }
     let step = match p {

@@ -104,15 +104,38 @@ pub(crate) fn plan_select(
     // The select list reads the rows UNNEST expands, when there is one.
     let rows = c_unnest.as_ref().map_or(&input, |u| &u.schema);
     let items = select_items(query, src);
+    // The WHERE the filter below UNNEST stands for: this SELECT's, or the subquery's.
+    let in_subquery = c_unnest.as_ref().is_some_and(|u| u.subquery);
+    if let (true, SetExpr::Select(sel)) = (in_subquery, query.body.as_ref()) {
+        // The output names of `*` come from the table (`select_items`), not the subquery.
+        if sel.projection.iter().any(|i| {
+            matches!(
+                i,
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(_, _)
+            )
+        }) {
+            return Err(at(
+                sel.select_token.0.span.start,
+                format!("{what}: SELECT * of a subquery or view of UNNEST is not supported; name its columns"),
+            ));
+        }
+    }
     let where_at = match query.body.as_ref() {
-        SetExpr::Select(s) => s.selection.as_ref().map(|e| e.span().start),
+        SetExpr::Select(s) if !in_subquery => s.selection.as_ref().map(|e| e.span().start),
         _ => None,
+    };
+    let filter_text = |f: &Expr| {
+        if in_subquery {
+            f.to_string()
+        } else {
+            where_text(query)
+        }
     };
     // Each expression as written and as coerced, its text and position, and the rows it
     // reads: the WHERE and what UNNEST reads read the source's, the select list UNNEST's.
     let mut pairs: Vec<(&Expr, &Expr, String, Option<Location>, &DFSchema)> = Vec::new();
     if let (Some(w), Some(c)) = (&w_filter, &c_filter) {
-        pairs.push((w, c, where_text(query), where_at, &input));
+        pairs.push((w, c, filter_text(w), where_at, &input));
     }
     for ((w, c), item) in w_exprs.iter().zip(c_exprs.iter()).zip(items.iter()) {
         pairs.push((w, c, item.0.clone(), Some(item.2), rows));
@@ -120,6 +143,9 @@ pub(crate) fn plan_select(
     if let (Some(wu), Some(cu)) = (&w_unnest, &c_unnest) {
         for (w, c) in wu.inner.iter().zip(&cu.inner) {
             pairs.push((w, c, w.to_string(), None, &input));
+        }
+        if let (Some(w), Some(c)) = (&wu.filter, &cu.filter) {
+            pairs.push((w, c, where_text(query), None, rows));
         }
     }
     for (w, c, text, loc, over) in pairs {
@@ -143,7 +169,7 @@ pub(crate) fn plan_select(
         |e: &Expr, text: &str, loc: Option<Location>| to_physical(e, text, loc, &input, what);
     let filter = match c_filter {
         Some(f) => {
-            let text = where_text(query);
+            let text = filter_text(&f);
             Some((physical(&f, &text, where_at)?.1, text))
         }
         None => None,
@@ -151,8 +177,13 @@ pub(crate) fn plan_select(
     let mut exprs = Vec::new();
     let mut fields = Vec::new();
     let mut untyped_null = Vec::new();
+    // An element of a `JSON[]` is JSON, as a bare JSON column is.
+    let typed = c_unnest
+        .as_ref()
+        .map(|u| super::unnest_below::with_elements(src, &u.inner, &u.lists, &u.schema));
+    let typed = typed.as_ref().unwrap_or(src);
     for (e, (text, name, loc)) in c_exprs.iter().zip(items) {
-        let (field, p, null) = output_item(e, &text, &name, Some(loc), rows, src, what)?;
+        let (field, p, null) = output_item(e, &text, &name, Some(loc), rows, typed, what)?;
         untyped_null.push(null);
         fields.push(field);
         exprs.push((p, text));
@@ -171,7 +202,7 @@ pub(crate) fn plan_select(
         untyped_null,
         carry: None,
         keep_source: false,
-        unnest: match c_unnest {
+        unnest: match &c_unnest {
             None => None,
             Some(u) => Some(Arc::new(pubsub_engine_plan::unnest::UnnestPlan {
                 inner: u
@@ -182,10 +213,16 @@ pub(crate) fn plan_select(
                         physical(e, &text, None).map(|(_, p)| (p, text))
                     })
                     .collect::<Result<_, _>>()?,
-                lists: u.lists,
+                lists: u.lists.clone(),
                 carry: Vec::new(),
                 schema: Arc::new(u.schema.as_arrow().clone()),
-                filter: None,
+                filter: match &u.filter {
+                    Some(f) => {
+                        let text = where_text(query);
+                        Some((to_physical(f, &text, None, rows, what)?.1, text))
+                    }
+                    None => None,
+                },
             })),
         },
     })
@@ -376,12 +413,17 @@ pub(super) struct UnnestShape {
     pub inner: Vec<Expr>,
     pub lists: Vec<usize>,
     pub schema: DFSchema,
+    /// A WHERE over the expanded rows (of a query reading a subquery or view of UNNEST).
+    pub filter: Option<Expr>,
+    /// UNNEST is in a subquery or a view: the filter below it is that subquery's WHERE.
+    pub subquery: bool,
 }
 
 /// Projection <- [Unnest <- Projection] <- [Filter] <- [SubqueryAlias] <- TableScan, as
-/// SqlToRel plans a SELECT that `clauses.rs` let through: (filter, select list, the schema
-/// the filter reads, the UNNEST step). The select list reads the UNNEST step's rows when
-/// there is one, else the filter's.
+/// SqlToRel plans a SELECT that `clauses.rs` let through, or a SELECT of a subquery or view
+/// of UNNEST (`unnest_below.rs`): (filter, select list, the schema the filter reads, the
+/// UNNEST step). The select list reads the UNNEST step's rows when there is one, else the
+/// filter's.
 #[allow(clippy::type_complexity)]
 fn shape(
     plan: &LogicalPlan,
@@ -396,11 +438,47 @@ fn shape(
     let LogicalPlan::Projection(top) = plan else {
         return Err(unexpected(plan));
     };
+    // A subquery or view of UNNEST: Projection <- [Filter] <- SubqueryAlias <- (UNNEST's
+    // SELECT); the select list and the WHERE are rewritten onto the expanded rows.
+    let (outer_filter, aliased) = match top.input.as_ref() {
+        LogicalPlan::Filter(f) => (Some(&f.predicate), f.input.as_ref()),
+        other => (None, other),
+    };
+    // DataFusion aliases a subquery only when it is named (a view is).
+    let subquery = match aliased {
+        LogicalPlan::SubqueryAlias(a) => Some(a.input.as_ref()),
+        LogicalPlan::Projection(p) if matches!(p.input.as_ref(), LogicalPlan::Unnest(_)) => {
+            Some(aliased)
+        }
+        _ => None,
+    };
+    if let Some(sub) = subquery {
+        if let Some(u) = super::unnest_below::of(sub, None, what)? {
+            let columns = aliased.schema().as_ref();
+            let exprs = top
+                .expr
+                .iter()
+                .map(|e| u.rewrite(e, columns, what))
+                .collect::<Result<Vec<_>, _>>()?;
+            let filter = outer_filter
+                .map(|f| u.rewrite(f, columns, what))
+                .transpose()?;
+            let shape = UnnestShape {
+                inner: u.inner,
+                lists: u.lists,
+                schema: u.rows,
+                filter,
+                subquery: true,
+            };
+            return Ok((u.source_filter, exprs, u.source, Some(shape)));
+        }
+    }
     let (proj, unnest) = match top.input.as_ref() {
         LogicalPlan::Unnest(u) => {
             let LogicalPlan::Projection(inner) = u.input.as_ref() else {
                 return Err(unexpected(u.input.as_ref()));
             };
+            super::unnest_below::check_lists(u, what)?;
             if !u.struct_type_columns.is_empty() {
                 return Err(SqlError(format!(
                     "{what}: UNNEST of a STRUCT is not supported; UNNEST a list"
@@ -417,6 +495,8 @@ fn shape(
                 inner: inner.expr.clone(),
                 lists: u.list_type_columns.iter().map(|(i, _)| *i).collect(),
                 schema: u.schema.as_ref().clone(),
+                filter: None,
+                subquery: false,
             };
             (inner, Some(shape))
         }
@@ -654,11 +734,12 @@ pub(super) fn output_field(
     src: &ConnectionSchema,
     name: &str,
 ) -> Result<SourceField, String> {
-    // `mid AS m` is as bare as `mid`: it keeps the column's type and metadata key.
-    let inner = match e {
-        Expr::Alias(a) => a.expr.as_ref(),
-        other => other,
-    };
+    // `mid AS m` is as bare as `mid`: it keeps the column's type and metadata key (an
+    // UNNEST's element is aliased twice: `placeholder AS UNNEST(t.c) AS name`).
+    let mut inner = e;
+    while let Expr::Alias(a) = inner {
+        inner = a.expr.as_ref();
+    }
     let bare = match inner {
         Expr::Column(c) => src.fields.iter().find(|f| f.name == c.name),
         _ => None,

@@ -14,6 +14,8 @@ use datafusion_physical_expr::PhysicalExpr;
 use pubsub_engine_plan::type_words::message;
 use pubsub_engine_plan::unnest::UnnestPlan;
 
+use pubsub_engine_spi::{ConnectionSchema, SourceField};
+
 use super::error::SqlError;
 use super::select::to_physical;
 
@@ -24,31 +26,31 @@ pub(super) const EVENT_TIME: &str = "__unnest_event_time";
 /// below an aggregate, as SqlToRel plans a subquery with UNNEST.
 pub(super) struct UnnestBelow {
     /// The select list above UNNEST: what each of the aggregate's input columns is.
-    above: Vec<Expr>,
+    pub(super) above: Vec<Expr>,
     /// The select list below UNNEST, over `source`.
-    inner: Vec<Expr>,
-    /// The event time's column in the source's rows.
-    source_ts: usize,
+    pub(super) inner: Vec<Expr>,
+    /// The event time's column in the source's rows (below an aggregate).
+    pub(super) source_ts: Option<usize>,
     /// Which of `inner` are expanded.
-    lists: Vec<usize>,
+    pub(super) lists: Vec<usize>,
     /// The WHERE below UNNEST, over `source`.
-    source_filter: Option<Expr>,
+    pub(super) source_filter: Option<Expr>,
     /// The rows `inner` and `source_filter` read (the source table's columns, in order).
-    source: DFSchema,
+    pub(super) source: DFSchema,
     /// The expanded rows: UNNEST's columns, then the event time.
     pub rows: DFSchema,
-    /// The event time's column in `rows`.
-    pub event_time: usize,
+    /// The event time's column in `rows` (below an aggregate).
+    pub event_time: Option<usize>,
 }
 
-/// The UNNEST step `plan` (below the aggregate's WHERE and alias) holds, if any; the
-/// source's event time is its column `event_time.0`.
+/// The UNNEST step `plan` (below the WHERE and the alias of the query reading it) holds,
+/// if any; below an aggregate, the source's event time is its column `event_time`.
 ///
 /// Errors: UNNEST of a STRUCT or of a list of lists, and anything but a table read
 /// directly (with a WHERE) below UNNEST.
 pub(super) fn of(
     plan: &LogicalPlan,
-    event_time: (usize, &str),
+    event_time: Option<usize>,
     what: &str,
 ) -> Result<Option<UnnestBelow>, SqlError> {
     let LogicalPlan::Projection(above) = plan else {
@@ -60,6 +62,7 @@ pub(super) fn of(
     let LogicalPlan::Projection(inner) = u.input.as_ref() else {
         return Err(below_unnest(u.input.as_ref(), what));
     };
+    check_lists(u, what)?;
     if !u.struct_type_columns.is_empty() {
         return Err(SqlError(format!(
             "{what}: UNNEST of a STRUCT is not supported; UNNEST a list"
@@ -87,25 +90,29 @@ pub(super) fn of(
     let source = inner.input.schema().as_ref().clone();
     // The event time may be a column SQL does not see (the publish time): carried by
     // index, not by an expression.
-    let ts = Field::new(
-        EVENT_TIME,
-        DataType::Timestamp(TimeUnit::Nanosecond, None),
-        true,
-    );
-    let extra = DFSchema::try_from(Schema::new(vec![ts]))
-        .map_err(|e| SqlError(format!("{what}: {}", message(&e))))?;
-    let rows = u
-        .schema
-        .join(&extra)
-        .map_err(|e| SqlError(format!("{what}: {}", message(&e))))?;
+    let rows = match event_time {
+        None => u.schema.as_ref().clone(),
+        Some(_) => {
+            let ts = Field::new(
+                EVENT_TIME,
+                DataType::Timestamp(TimeUnit::Nanosecond, None),
+                true,
+            );
+            let extra = DFSchema::try_from(Schema::new(vec![ts]))
+                .map_err(|e| SqlError(format!("{what}: {}", message(&e))))?;
+            u.schema
+                .join(&extra)
+                .map_err(|e| SqlError(format!("{what}: {}", message(&e))))?
+        }
+    };
     Ok(Some(UnnestBelow {
         above: above.expr.clone(),
         inner: inner.expr.clone(),
-        source_ts: event_time.0,
+        source_ts: event_time,
         lists: u.list_type_columns.iter().map(|(i, _)| *i).collect(),
         source_filter,
         source,
-        event_time: rows.fields().len() - 1,
+        event_time: event_time.map(|_| rows.fields().len() - 1),
         rows,
     }))
 }
@@ -145,7 +152,7 @@ impl UnnestBelow {
             UnnestPlan {
                 inner,
                 lists: self.lists,
-                carry: vec![self.source_ts],
+                carry: self.source_ts.into_iter().collect(),
                 schema: Arc::new(self.rows.as_arrow().clone()),
                 filter: after,
             },
@@ -159,4 +166,54 @@ fn below_unnest(p: &LogicalPlan, what: &str) -> SqlError {
         "{what}: below UNNEST the query plans to a {} step; UNNEST reads its table directly (SELECT UNNEST(tags) AS tag, ... FROM src WHERE ...)",
         p.display()
     ))
+}
+
+/// `src` and, for each list UNNEST expands from a source column (`inner[i]` a bare column
+/// of an array type, `i` in `lists`), its element column in `rows` with the element type:
+/// so the element of a `JSON[]` stays JSON, as a bare `JSON` column does.
+pub(super) fn with_elements(
+    src: &ConnectionSchema,
+    inner: &[Expr],
+    lists: &[usize],
+    rows: &DFSchema,
+) -> ConnectionSchema {
+    let mut out = src.clone();
+    for &i in lists {
+        let Expr::Column(c) = inner[i].clone().unalias() else {
+            continue;
+        };
+        let element = src
+            .fields
+            .iter()
+            .find(|f| f.name == c.name)
+            .and_then(|f| f.field_type.element());
+        if let Some(t) = element {
+            out.fields
+                .push(SourceField::new(rows.field(i).name().clone(), t));
+        }
+    }
+    out
+}
+
+/// Refuses UNNEST of anything but a `List` or `LargeList` (a fixed-size list would fail
+/// every row at run time), and DataFusion's NULL-preserving variant (its rows differ).
+pub(super) fn check_lists(
+    u: &datafusion_expr::logical_plan::Unnest,
+    what: &str,
+) -> Result<(), SqlError> {
+    if u.options.preserve_nulls {
+        return Err(SqlError(format!(
+            "{what}: UNNEST that keeps NULL lists is not supported"
+        )));
+    }
+    for (i, _) in &u.list_type_columns {
+        let t = u.input.schema().field(*i).data_type().clone();
+        if !matches!(t, DataType::List(_) | DataType::LargeList(_)) {
+            return Err(SqlError(format!(
+                "{what}: UNNEST of {} is not supported; UNNEST an array column",
+                pubsub_engine_plan::type_words::sql_type(&t)
+            )));
+        }
+    }
+    Ok(())
 }

@@ -32,11 +32,21 @@ fn src() -> ConnectionSchema {
 }
 
 fn plan(select: &str) -> Result<SelectPlan, String> {
+    plan_file(&format!("INSERT INTO out {select};"))
+}
+
+/// The stateless SELECT of the INSERT of `statements` (after the tables `src` and `out`).
+fn plan_file(statements: &str) -> Result<SelectPlan, String> {
     let file = format!(
-        "CREATE TABLE src (a BIGINT) WITH ('x' = 'y'); CREATE TABLE out (a BIGINT) WITH ('x' = 'y');\nINSERT INTO out {select};"
+        "CREATE TABLE src (a BIGINT) WITH ('x' = 'y'); CREATE TABLE out (a BIGINT) WITH ('x' = 'y');\n{statements}"
     );
     let p = parse_pipeline(&file).map_err(|e| e.0)?;
-    plan_select(&p.inserts[0].query, "src", &src(), "INSERT INTO out").map_err(|e| e.0)
+    let q = &p.inserts[0].query;
+    assert!(
+        !super::aggregate::is_windowed(q),
+        "planned as a stateless SELECT"
+    );
+    plan_select(q, "src", &src(), "INSERT INTO out").map_err(|e| e.0)
 }
 
 /// Rows of (page, tags, v); `tags` is split at commas into its elements, `"-"` an element
@@ -122,6 +132,24 @@ proptest! {
         got_sorted.sort();
         want.sort();
         prop_assert_eq!(got_sorted, want);
+        // Read from a subquery, and from a view, with a WHERE on the elements' rows.
+        let outer = "SELECT tag, v * 2 AS w FROM (SELECT UNNEST(tags) AS tag, v FROM src WHERE v > -3) WHERE tag <> 't0'";
+        let mut want = batch_sql(outer, &b);
+        want.sort();
+        let mut got = text_rows(&plan(outer).unwrap().evaluate(&b).unwrap());
+        got.sort();
+        prop_assert_eq!(&got, &want);
+        let mut viewed = text_rows(
+            &plan_file(
+                "CREATE VIEW tagged AS SELECT UNNEST(tags) AS tag, v FROM src WHERE v > -3;
+                 INSERT INTO out SELECT tag, v * 2 AS w FROM tagged WHERE tag <> 't0';",
+            )
+            .unwrap()
+            .evaluate(&b)
+            .unwrap(),
+        );
+        viewed.sort();
+        prop_assert_eq!(viewed, want);
     }
 }
 
@@ -132,6 +160,82 @@ fn a_failing_element_names_its_source_row() {
         .evaluate(&rows(&[("a", Some("1,2"), None), ("b", Some("3,x"), None)]))
         .unwrap_err();
     assert_eq!(e.row, 1, "{e}");
+    assert!(!e.internal && e.error.contains("'x'"), "{e}");
+}
+
+/// Each element's row carries its source row's record key and its position in the list,
+/// kept when a WHERE above UNNEST drops the elements before it.
+#[test]
+fn each_element_has_its_rows_record_key_and_its_position() {
+    let mut p =
+        plan("SELECT tag FROM (SELECT UNNEST(tags) AS tag, v FROM src) WHERE tag <> 'x'").unwrap();
+    let mut fields: Vec<arrow::datatypes::FieldRef> = p.schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        "key",
+        arrow::datatypes::DataType::Utf8,
+        false,
+    )));
+    p.carry = Some((3, Arc::new(arrow::datatypes::Schema::new(fields))));
+    let b = rows(&[("a", Some("x,y"), Some(1)), ("b", Some("z,x,w"), Some(2))]);
+    let key: ArrayRef = Arc::new(StringArray::from(vec!["M1#0", "M2#0"]));
+    let mut cols = b.columns().to_vec();
+    cols.push(key);
+    let mut fields: Vec<arrow::datatypes::FieldRef> = b.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        "key",
+        arrow::datatypes::DataType::Utf8,
+        false,
+    )));
+    let b = RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), cols).unwrap();
+    assert_eq!(
+        text_rows(&p.evaluate(&b).unwrap()),
+        vec![
+            vec!["y", "M1#0#1"],
+            vec!["z", "M2#0#0"],
+            vec!["w", "M2#0#2"],
+        ]
+    );
+}
+
+#[test]
+fn an_element_of_a_json_array_is_json_and_array_casts_are_refused() {
+    let schema = ConnectionSchema {
+        fields: vec![
+            SourceField::new("id", FieldType::Text),
+            SourceField::new("steps", FieldType::Array(ArrayOf::Json)),
+            SourceField::new("n", FieldType::Array(ArrayOf::Double)),
+        ],
+        ..src()
+    };
+    let file = "CREATE TABLE src (a BIGINT) WITH ('x' = 'y'); CREATE TABLE out (a BIGINT) WITH ('x' = 'y');
+        INSERT INTO out SELECT id, UNNEST(steps) AS step, steps FROM src;
+        INSERT INTO out SELECT step FROM (SELECT UNNEST(steps) AS step FROM src);
+        INSERT INTO out SELECT CAST(n AS BIGINT[]) FROM src;
+        INSERT INTO out SELECT CAST(n AS TEXT) FROM src;";
+    let p = parse_pipeline(file).unwrap();
+    let select = |k: usize| plan_select(&p.inserts[k].query, "src", &schema, "INSERT INTO out");
+    let types: Vec<FieldType> = select(0)
+        .unwrap()
+        .fields
+        .iter()
+        .map(|f| f.field_type)
+        .collect();
+    assert_eq!(
+        types,
+        vec![
+            FieldType::Text,
+            FieldType::Json,
+            FieldType::Array(ArrayOf::Json)
+        ]
+    );
+    assert_eq!(select(1).unwrap().fields[0].field_type, FieldType::Json);
+    for (k, want) in [
+        (2, "CAST from DOUBLE[] to BIGINT[] is not supported"),
+        (3, "CAST from DOUBLE[] to TEXT is not supported"),
+    ] {
+        let e = select(k).unwrap_err().0;
+        assert!(e.contains(want), "{e}");
+    }
 }
 
 #[test]
@@ -266,8 +370,8 @@ proptest! {
 fn unnest_is_refused_where_it_cannot_run_with_the_reason() {
     for (select, why) in [
         (
-            "INSERT INTO out SELECT tag FROM (SELECT UNNEST(tags) AS tag FROM src);",
-            "UNNEST in a subquery or a view is read by an aggregate only",
+            "INSERT INTO out SELECT TUMBLE(INTERVAL '1' SECOND) AS window, UNNEST(tags) AS tag, count(*) AS n FROM src GROUP BY window, UNNEST(tags);",
+            "an aggregate reads UNNEST from a subquery or a view in its FROM only",
         ),
         (
             "INSERT INTO out SELECT count(*) FROM (SELECT UNNEST(tags) AS tag FROM (SELECT tags FROM src)) GROUP BY tag;",
@@ -277,6 +381,12 @@ fn unnest_is_refused_where_it_cannot_run_with_the_reason() {
         let e = windowed(select).unwrap_err();
         assert!(e.contains(why), "{select}: {e}");
     }
+    let e = plan("SELECT * FROM (SELECT UNNEST(tags) AS tag FROM src)").unwrap_err();
+    assert!(
+        e.contains("SELECT * of a subquery or view of UNNEST is not supported; name its columns")
+            && e.contains("(line 2, column 17)"),
+        "{e}"
+    );
 }
 
 #[test]

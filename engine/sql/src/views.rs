@@ -126,13 +126,14 @@ impl Views {
                 let Some(query) = self.queries.get(&object_name(name)) else {
                     return Ok(());
                 };
-                // A view of UNNEST is read by an aggregate (`unnest_below.rs`).
+                // A view of UNNEST is read by an aggregate or a stateless SELECT
+                // (`unnest_below.rs`).
                 let unnests = super::select::find_function(query, "unnest").is_some();
                 if !super::aggregate::is_windowed(query) && !unnests {
                     return Err(at(
                         name.span().start,
                         format!(
-                            "view '{}' does not aggregate over a window: a view of a stateless SELECT is not supported yet (but for one with UNNEST, read by an aggregate); write its SELECT in the INSERT",
+                            "view '{}' does not aggregate over a window: a view of a stateless SELECT is not supported yet (but for one of UNNEST); write its SELECT in the INSERT",
                             object_name(name)
                         ),
                     ));

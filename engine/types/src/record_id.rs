@@ -9,7 +9,8 @@
 //!    first), otherwise `SUBSCRIPTION/MESSAGE_ID` (the subscription's full path and the
 //!    message id Pub/Sub assigned, which a redelivery keeps).
 //! 2. Each row of the message gets `KEY#N`, N being the row's position among the
-//!    message's decoded rows (before any WHERE), counted from 0.
+//!    message's decoded rows (before any WHERE), counted from 0. A row `UNNEST` expands
+//!    from it gets `KEY#N#E`, E being its element's position in the list, from 0.
 //! 3. The [`RecordProducer`] writing the row (the job, the sink table, the query's index
 //!    `q0`, `q1`, ... in pipeline order, one per SELECT of a `UNION ALL`, and the query's
 //!    statement in canonical form) makes the id: the first 16 bytes of BLAKE3 over

@@ -1,6 +1,6 @@
 //! ARRAY columns (`TEXT[]`, issue 48): JSON arrays read element by element under the
 //! element type's rules, refused whole when one element does not fit, written back as
-//! the same JSON; Avro arrays read the same way, and refused for writing by name.
+//! the same JSON.
 
 use super::*;
 use crate::Serializer;
@@ -101,6 +101,21 @@ fn an_element_that_does_not_fit_refuses_the_message_and_leaves_nothing() {
             .expect_err(payload);
         assert!(e.reason.starts_with(want), "{payload}: {}", e.reason);
     }
+    // The array read whole, then a later value refused: the message's elements go too.
+    let e = d
+        .deserialize(
+            &bytes::Bytes::from_static(br#"{"n": [1, 2, 3], "k": 5}"#),
+            &[],
+        )
+        .expect_err("k is not TEXT");
+    assert!(e.reason.starts_with("column 'k' (TEXT)"), "{}", e.reason);
+    let e = d
+        .deserialize(
+            &bytes::Bytes::from_static(br#"{"k": "a", "n": ["x"]}"#),
+            &[],
+        )
+        .expect_err("x is not TEXT");
+    assert!(e.reason.contains("element 0 (INT)"), "{}", e.reason);
     d.deserialize(&bytes::Bytes::from_static(br#"{"k": "b", "n": [7]}"#), &[])
         .unwrap();
     let b = d.flush().unwrap().unwrap();
@@ -126,4 +141,14 @@ fn arrays_round_trip_through_json() {
     );
     let again = decode_one(&schema, &out[0], &[]).unwrap();
     assert_eq!(cells(&again), cells(&b));
+}
+
+#[test]
+fn a_text_element_that_is_not_a_string_names_the_array_type_to_declare() {
+    let schema = json_table(vec![col("t", array(ArrayOf::Text))]);
+    let e = decode_one(&schema, br#"{"t": ["a", {"b": 1}]}"#, &[]).unwrap_err();
+    assert!(
+        e.starts_with("column 't' (TEXT[]): element 1 (TEXT): {\"b\": 1} is a JSON object, not a string; declare the column JSON[]"),
+        "{e}"
+    );
 }
