@@ -478,19 +478,7 @@ fn shape(
             let LogicalPlan::Projection(inner) = u.input.as_ref() else {
                 return Err(unexpected(u.input.as_ref()));
             };
-            super::unnest_below::check_lists(u, what)?;
-            if !u.struct_type_columns.is_empty() {
-                return Err(SqlError(format!(
-                    "{what}: UNNEST of a STRUCT is not supported; UNNEST a list"
-                )));
-            }
-            if u.list_type_columns.iter().any(|(_, l)| l.depth != 1)
-                || u.schema.fields().len() != inner.schema.fields().len()
-            {
-                return Err(SqlError(format!(
-                    "{what}: UNNEST of a list of lists is not supported; UNNEST one level"
-                )));
-            }
+            super::unnest_below::check_lists(u, inner, what)?;
             let shape = UnnestShape {
                 inner: inner.expr.clone(),
                 lists: u.list_type_columns.iter().map(|(i, _)| *i).collect(),

@@ -62,19 +62,7 @@ pub(super) fn of(
     let LogicalPlan::Projection(inner) = u.input.as_ref() else {
         return Err(below_unnest(u.input.as_ref(), what));
     };
-    check_lists(u, what)?;
-    if !u.struct_type_columns.is_empty() {
-        return Err(SqlError(format!(
-            "{what}: UNNEST of a STRUCT is not supported; UNNEST a list"
-        )));
-    }
-    if u.list_type_columns.iter().any(|(_, l)| l.depth != 1)
-        || u.schema.fields().len() != inner.schema.fields().len()
-    {
-        return Err(SqlError(format!(
-            "{what}: UNNEST of a list of lists is not supported; UNNEST one level"
-        )));
-    }
+    check_lists(u, inner, what)?;
     let (source_filter, below) = match inner.input.as_ref() {
         LogicalPlan::Filter(f) => (Some(f.predicate.clone()), f.input.as_ref()),
         other => (None, other),
@@ -84,7 +72,8 @@ pub(super) fn of(
         other => other,
     };
     match table {
-        LogicalPlan::TableScan(t) if t.filters.is_empty() && t.fetch.is_none() => {}
+        LogicalPlan::TableScan(t)
+            if t.filters.is_empty() && t.projection.is_none() && t.fetch.is_none() => {}
         other => return Err(below_unnest(other, what)),
     }
     let source = inner.input.schema().as_ref().clone();
@@ -195,12 +184,26 @@ pub(super) fn with_elements(
     out
 }
 
-/// Refuses UNNEST of anything but a `List` or `LargeList` (a fixed-size list would fail
-/// every row at run time), and DataFusion's NULL-preserving variant (its rows differ).
+/// Refuses UNNEST (of `inner`'s columns) of anything but one level of a `List` or
+/// `LargeList` (a fixed-size list would fail every row at run time), of a STRUCT, and
+/// DataFusion's NULL-preserving variant (its rows differ).
 pub(super) fn check_lists(
     u: &datafusion_expr::logical_plan::Unnest,
+    inner: &datafusion_expr::logical_plan::Projection,
     what: &str,
 ) -> Result<(), SqlError> {
+    if !u.struct_type_columns.is_empty() {
+        return Err(SqlError(format!(
+            "{what}: UNNEST of a STRUCT is not supported; UNNEST a list"
+        )));
+    }
+    if u.list_type_columns.iter().any(|(_, l)| l.depth != 1)
+        || u.schema.fields().len() != inner.schema.fields().len()
+    {
+        return Err(SqlError(format!(
+            "{what}: UNNEST of a list of lists is not supported; UNNEST one level"
+        )));
+    }
     if u.options.preserve_nulls {
         return Err(SqlError(format!(
             "{what}: UNNEST that keeps NULL lists is not supported"
