@@ -699,7 +699,17 @@ pub(super) fn planning_error(
                         .unwrap_or_default();
                     format!("{what}: unknown function '{name}'{hint}")
                 }
-                None => format!("{what}: {m}"),
+                None => match unnest_words(&m) {
+                    // UNNEST's own refusals, in this project's words, at the first UNNEST.
+                    Some(words) => {
+                        let msg = format!("{what}: {words}");
+                        return match find_function(query, "unnest") {
+                            Some(l) => at(l, msg),
+                            None => SqlError(msg),
+                        };
+                    }
+                    None => format!("{what}: {m}"),
+                },
             }
         }
     };
@@ -711,6 +721,17 @@ pub(super) fn planning_error(
     match loc {
         Some(l) if l.line > 0 => at(l, msg),
         _ => SqlError(msg),
+    }
+}
+
+/// DataFusion's planning errors about UNNEST, said as what to write instead.
+fn unnest_words(m: &str) -> Option<&'static str> {
+    if m.contains("Unnest should be rewritten") {
+        Some("UNNEST is allowed in a SELECT list only; to keep some elements, UNNEST in a subquery or a view and write the WHERE above it (SELECT tag FROM (SELECT UNNEST(tags) AS tag FROM src) WHERE tag <> 'x')")
+    } else if m.contains("unnest() can only be applied to") {
+        Some("UNNEST takes an array column (TEXT[], JSON[], ...) of one level; arrays of arrays and STRUCTs are not supported")
+    } else {
+        None
     }
 }
 

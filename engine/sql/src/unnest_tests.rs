@@ -381,6 +381,22 @@ fn unnest_is_refused_where_it_cannot_run_with_the_reason() {
         let e = windowed(select).unwrap_err();
         assert!(e.contains(why), "{select}: {e}");
     }
+    for (select, want) in [
+        (
+            "SELECT page FROM src WHERE UNNEST(tags) = 'x'",
+            "UNNEST is allowed in a SELECT list only; to keep some elements, UNNEST in a subquery",
+        ),
+        (
+            "SELECT UNNEST(page) FROM src",
+            "UNNEST takes an array column (TEXT[], JSON[], ...) of one level",
+        ),
+    ] {
+        let e = plan(select).unwrap_err();
+        assert!(
+            e.contains(want) && e.contains("(line 2, column"),
+            "{select}: {e}"
+        );
+    }
     let e = plan("SELECT * FROM (SELECT UNNEST(tags) AS tag FROM src)").unwrap_err();
     assert!(
         e.contains("SELECT * of a subquery or view of UNNEST is not supported; name its columns")
