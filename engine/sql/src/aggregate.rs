@@ -150,20 +150,10 @@ pub(crate) fn plan_windowed(
 
     // Below: [Filter] <- [SubqueryAlias] <- TableScan, or UNNEST in a subquery or a view
     // (`unnest_below`): [Filter] <- SubqueryAlias <- Projection <- Unnest <- ... TableScan.
-    let (where_expr, below) = match agg.input.as_ref() {
-        LogicalPlan::Filter(f) => (Some(f.predicate.clone()), f.input.as_ref()),
-        other => (None, other),
-    };
-    let scan = match below {
-        LogicalPlan::SubqueryAlias(a) => a.input.as_ref(),
-        other => other,
-    };
+    let (where_expr, scan) = super::select::below_where(agg.input.as_ref());
     let unnest = super::unnest_below::of(scan, Some(event_time.0), what)?;
-    if unnest.is_none() {
-        match scan {
-            LogicalPlan::TableScan(t) if t.filters.is_empty() && t.fetch.is_none() => {}
-            other => return Err(unsupported_step(other, what)),
-        }
+    if unnest.is_none() && !super::select::is_whole_table(scan) {
+        return Err(unsupported_step(scan, what));
     }
     // What stage 1's expressions read: the source's rows, or UNNEST's expanded rows (the
     // aggregate's input columns then stand for the expressions computing them).

@@ -490,24 +490,34 @@ fn shape(
         }
         _ => (top, None),
     };
-    let (filter, below) = match proj.input.as_ref() {
-        LogicalPlan::Filter(f) => (Some(f.predicate.clone()), f.input.as_ref()),
-        other => (None, other),
-    };
-    let scan = match below {
-        LogicalPlan::SubqueryAlias(a) => a.input.as_ref(),
-        other => other,
-    };
-    match scan {
-        LogicalPlan::TableScan(t)
-            if t.filters.is_empty() && t.projection.is_none() && t.fetch.is_none() => {}
-        other => return Err(unexpected(other)),
+    let (filter, scan) = below_where(proj.input.as_ref());
+    if !is_whole_table(scan) {
+        return Err(unexpected(scan));
     }
     let input = match proj.input.as_ref() {
         LogicalPlan::Filter(f) => f.input.schema().as_ref().clone(),
         other => other.schema().as_ref().clone(),
     };
     Ok((filter, top.expr.clone(), input, unnest))
+}
+
+/// `[Filter] <- [SubqueryAlias] <- node`, as SqlToRel plans a SELECT's WHERE and FROM:
+/// the WHERE, and the node below.
+pub(super) fn below_where(plan: &LogicalPlan) -> (Option<Expr>, &LogicalPlan) {
+    let (filter, below) = match plan {
+        LogicalPlan::Filter(f) => (Some(f.predicate.clone()), f.input.as_ref()),
+        other => (None, other),
+    };
+    match below {
+        LogicalPlan::SubqueryAlias(a) => (filter, a.input.as_ref()),
+        other => (filter, other),
+    }
+}
+
+/// A table read whole: no filter, projection or limit pushed into its scan.
+pub(super) fn is_whole_table(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::TableScan(t)
+        if t.filters.is_empty() && t.projection.is_none() && t.fetch.is_none())
 }
 
 /// Whether `query` calls an aggregate function (not as a window function, `OVER`)

@@ -63,18 +63,9 @@ pub(super) fn of(
         return Err(below_unnest(u.input.as_ref(), what));
     };
     check_lists(u, inner, what)?;
-    let (source_filter, below) = match inner.input.as_ref() {
-        LogicalPlan::Filter(f) => (Some(f.predicate.clone()), f.input.as_ref()),
-        other => (None, other),
-    };
-    let table = match below {
-        LogicalPlan::SubqueryAlias(a) => a.input.as_ref(),
-        other => other,
-    };
-    match table {
-        LogicalPlan::TableScan(t)
-            if t.filters.is_empty() && t.projection.is_none() && t.fetch.is_none() => {}
-        other => return Err(below_unnest(other, what)),
+    let (source_filter, table) = super::select::below_where(inner.input.as_ref());
+    if !super::select::is_whole_table(table) {
+        return Err(below_unnest(table, what));
     }
     let source = inner.input.schema().as_ref().clone();
     // The event time may be a column SQL does not see (the publish time): carried by
