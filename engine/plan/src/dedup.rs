@@ -53,6 +53,17 @@ impl PlannedPipeline {
     /// table and the way on (one process, any `--workers`).
     pub fn dedup_in_dataflow(&mut self) -> Result<(), String> {
         for q in &mut self.queries {
+            if let Some(j) = &q.join {
+                for t in [&q.source, &j.right_source] {
+                    if let Some(spec) = t.connector.source_dedup(&t.connection) {
+                        return Err(format!(
+                            "{}: table '{}' drops copies by record id ('{}'), which in a cluster of several processes runs behind an exchange by record id; a join (its rows are exchanged by their join key) cannot share it yet: run the job as one process (any --workers)",
+                            q.text, t.connection.name, spec.attribute_option
+                        ));
+                    }
+                }
+                continue;
+            }
             let table = &q.source;
             let Some(spec) = table.connector.source_dedup(&table.connection) else {
                 continue;

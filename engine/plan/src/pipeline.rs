@@ -93,16 +93,33 @@ pub struct PlannedQuery {
     /// The query writing the late rows of windowed query `late_of`: fed by that query's
     /// window, never by the source directly.
     pub late_of: Option<String>,
+    /// A windowed join: its left side reads `source`, its right side
+    /// [`JoinPlan::right_source`](crate::join::JoinPlan::right_source); `select` runs on
+    /// the joined rows. `window` is then `None`.
+    pub join: Option<Arc<crate::join::JoinPlan>>,
 }
 
 impl PlannedQuery {
     /// What runs on each source batch: the window's first stage, else the whole SELECT
     /// (the source's row checks run it, issue 17).
     pub fn source_stage(&self) -> Arc<SelectPlan> {
+        if let Some(j) = &self.join {
+            return j.sides[0].window.before.clone();
+        }
         match &self.window {
             Some(w) => w.before.clone(),
             None => self.select.clone(),
         }
+    }
+
+    /// The tables it reads with what runs on each one's batches ([`source_stage`](Self::source_stage)
+    /// for its `source`; a join's right side's first stage for the right table).
+    pub fn reads(&self) -> Vec<(&PlannedTable, Arc<SelectPlan>)> {
+        let mut out = vec![(&self.source, self.source_stage())];
+        if let Some(j) = &self.join {
+            out.push((&j.right_source, j.sides[1].window.before.clone()));
+        }
+        out
     }
 
     /// Filters and computes source rows (the SELECT), then casts and renames them into the
@@ -319,12 +336,16 @@ impl PlannedPipeline {
     pub fn sources(&self) -> Vec<(PlannedTable, Vec<usize>)> {
         let mut out: Vec<(PlannedTable, Vec<usize>)> = Vec::new();
         for (i, q) in self.queries.iter().enumerate() {
-            match out
-                .iter_mut()
-                .find(|(t, _)| t.connection.name == q.source.connection.name)
-            {
-                Some((_, qs)) => qs.push(i),
-                None => out.push((q.source.clone(), vec![i])),
+            for (table, _) in q.reads() {
+                match out
+                    .iter_mut()
+                    .find(|(t, _)| t.connection.name == table.connection.name)
+                {
+                    // A self-join reads its table once.
+                    Some((_, qs)) if qs.last() == Some(&i) => {}
+                    Some((_, qs)) => qs.push(i),
+                    None => out.push((table.clone(), vec![i])),
+                }
             }
         }
         out

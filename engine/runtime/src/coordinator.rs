@@ -304,11 +304,17 @@ pub async fn run_pipeline(
                 plan.queries
                     .iter()
                     // A late-rows query reads what its window hands it, not the source.
-                    .filter(|q| &q.source.connection.name == name && q.late_of.is_none())
-                    .map(|q| RowCheck {
-                        text: q.text.clone(),
-                        select: q.source_stage(),
-                        changes: q.reads_changes(),
+                    .filter(|q| q.late_of.is_none())
+                    .flat_map(|q| {
+                        q.reads()
+                            .into_iter()
+                            .filter(|(t, _)| &t.connection.name == name)
+                            .map(|(_, select)| RowCheck {
+                                text: q.text.clone(),
+                                select,
+                                changes: q.reads_changes(),
+                            })
+                            .collect::<Vec<_>>()
                     })
                     .collect(),
             )));
@@ -347,6 +353,12 @@ pub async fn run_pipeline(
                 .iter()
                 .position(|(t, _)| t.connection.name == q.source.connection.name)
                 .expect("every query's source is planned");
+            let join_source_index = q.join.as_ref().map(|j| {
+                source_tables
+                    .iter()
+                    .position(|(t, _)| t.connection.name == j.right_source.connection.name)
+                    .expect("a join's right table is planned")
+            });
             let (sink_tx, sink_rx) = mpsc::unbounded_channel();
             let (done_tx, done_rx) = std::sync::mpsc::channel();
             let sink_activator: ActivatorSlot = Arc::new(Mutex::new(None));
@@ -375,7 +387,7 @@ pub async fn run_pipeline(
                 .task_aborts
                 .insert((sink_id.clone(), g), t.abort_handle());
             tasks.push(t);
-            let window = q.window.as_ref().map(|_| {
+            let window = (q.window.is_some() || q.join.is_some()).then(|| {
                 let id = format!("{}-window", q.id);
                 super::dataflow::WindowPlumbing {
                     restore: restored
@@ -433,6 +445,7 @@ pub async fn run_pipeline(
                 id: sink_id,
                 query: q.clone(),
                 source_index,
+                join_source_index,
                 sink_tx,
                 sink_done_rx: done_rx,
                 sink_activator,

@@ -14,7 +14,7 @@ use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::generic::operator::{source, Operator};
 use timely::dataflow::operators::vec::{Broadcast, Input};
-use timely::dataflow::operators::{Capability, Exchange, Probe};
+use timely::dataflow::operators::{Capability, Concat, Exchange, Probe};
 use timely::dataflow::ProbeHandle;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -22,6 +22,7 @@ use super::control::{Control, Report};
 use super::dedup_stage::DedupRun;
 use super::route::{split_by_key, Payload, Routed};
 use super::watermarks::{InputWatermarks, Mark};
+use super::window_run::WindowRun;
 use super::{ActivatorSlot, CoordEvent, Flow, Permits, Rows, SinkEvent, SourceEvent};
 use pubsub_engine_plan::PlannedQuery;
 use pubsub_engine_spi::CheckpointBarrier;
@@ -39,6 +40,8 @@ pub(crate) struct SinkPlumbing {
     pub query: PlannedQuery,
     /// Index of the source (in `WorkerPlumbing::sources`) whose rows this query reads.
     pub source_index: usize,
+    /// A join: the index of the source its right side reads.
+    pub join_source_index: Option<usize>,
     pub sink_tx: UnboundedSender<SinkEvent>,
     pub sink_done_rx: Receiver<u64>,
     pub sink_activator: ActivatorSlot,
@@ -279,19 +282,12 @@ pub(crate) fn run_worker(
             }
             let id = sink.query.id.clone();
             let peers = scope.peers() as u64;
-            let op_id = sink.id.clone();
-            let query = sink.query.clone();
-            let coord = coordinator.clone();
-            // Project in the reading worker, and pick the sink subtask of each row. Rows
-            // for another process go once it gave credits for them (`flow.rs`); until
-            // then they wait here, in order, holding their epoch's capability.
-            let flow_r = flow.clone();
-            let worker_ref = scope.worker();
             let processes = (peers as usize).div_ceil(flow.workers);
             // The sink subtasks a source subtask's rows (and so its watermarks) may reach:
             // every one under a keyed exchange, else the one on its own worker.
             let keyed = sink.query.route_by.is_some()
                 || sink.query.window.is_some()
+                || sink.query.join.is_some()
                 || sink.dedup.is_some();
             let dedup_key = sink.dedup.as_ref().map(|d| d.columns.key);
             let upstream_of = move |w: u64| -> Vec<u64> {
@@ -306,136 +302,178 @@ pub(crate) fn run_worker(
                 .into_iter()
                 .map(|w| w as u32)
                 .collect();
-            let routed = streams[sink.source_index]
-                .clone()
-                .unary::<CapacityContainerBuilder<Vec<Routed>>, _, _, _>(
-                    Pipeline,
-                    &format!("{}-route", sink.id),
-                    move |_cap, info| {
-                        flow_r
-                            .register_router(worker_ref.sync_activator_for(info.address.to_vec()));
-                        let mut failed = false;
-                        let converter = query
-                            .window
-                            .as_ref()
-                            .and_then(|w| pubsub_engine_plan::window::route_converter(w).ok());
-                        let mut waiting: Vec<VecDeque<(Capability<u64>, Routed)>> =
-                            (0..processes).map(|_| VecDeque::new()).collect();
-                        move |input, output| {
-                            for (to, queue) in waiting.iter_mut().enumerate() {
-                                while let Some((_, r)) = queue.front() {
-                                    if !flow_r.try_send(to, r.num_rows() as u32) {
-                                        break;
+            // A join reads two tables (each side by its own window's route); any other
+            // query one.
+            let inputs = match &sink.query.join {
+                Some(j) => vec![
+                    (0u8, sink.source_index, Some(j.sides[0].window.clone())),
+                    (
+                        1u8,
+                        sink.join_source_index
+                            .expect("a join's right table is read"),
+                        Some(j.sides[1].window.clone()),
+                    ),
+                ],
+                None => vec![(0u8, sink.source_index, sink.query.window.clone())],
+            };
+            let mut routed_inputs = Vec::new();
+            for (side, stream_index, side_window) in inputs {
+                let op_id = sink.id.clone();
+                let query = sink.query.clone();
+                let coord = coordinator.clone();
+                // Project in the reading worker, and pick the sink subtask of each row. Rows
+                // for another process go once it gave credits for them (`flow.rs`); until
+                // then they wait here, in order, holding their epoch's capability.
+                let flow_r = flow.clone();
+                let worker_ref = scope.worker();
+                let name = match side {
+                    0 => format!("{}-route", sink.id),
+                    _ => format!("{}-route-right", sink.id),
+                };
+                let routed = streams[stream_index]
+                    .clone()
+                    .unary::<CapacityContainerBuilder<Vec<Routed>>, _, _, _>(
+                        Pipeline,
+                        &name,
+                        move |_cap, info| {
+                            flow_r.register_router(
+                                worker_ref.sync_activator_for(info.address.to_vec()),
+                            );
+                            let mut failed = false;
+                            let converter = side_window
+                                .as_ref()
+                                .and_then(|w| pubsub_engine_plan::window::route_converter(w).ok());
+                            let mut waiting: Vec<VecDeque<(Capability<u64>, Routed)>> =
+                                (0..processes).map(|_| VecDeque::new()).collect();
+                            move |input, output| {
+                                for (to, queue) in waiting.iter_mut().enumerate() {
+                                    while let Some((_, r)) = queue.front() {
+                                        if !flow_r.try_send(to, r.num_rows() as u32) {
+                                            break;
+                                        }
+                                        let (cap, r) = queue.pop_front().expect("front exists");
+                                        output.session(&cap).give(r);
                                     }
-                                    let (cap, r) = queue.pop_front().expect("front exists");
-                                    output.session(&cap).give(r);
                                 }
-                            }
-                            input.for_each(|cap, data| {
-                                let Some(cap) = cap.retain_least(0) else {
-                                    return;
-                                };
-                                let mut session = output.session(&cap);
-                                for payload in data.drain(..) {
-                                    if failed {
-                                        continue;
-                                    }
-                                    let rows = match payload {
-                                        Payload::Rows(rows) => rows,
-                                        Payload::Mark(mark) => {
-                                            // To every sink subtask this one may send rows
-                                            // to, behind the rows waiting for credits.
-                                            for target in upstream_of(index as u64) {
-                                                let routed = Routed {
-                                                    target,
-                                                    origin: process,
-                                                    payload: Payload::Mark(mark),
-                                                };
-                                                let to = flow_r.process_of(target);
-                                                if to == flow_r.process || waiting[to].is_empty() {
-                                                    session.give(routed);
-                                                } else {
-                                                    waiting[to].push_back((cap.clone(), routed));
+                                input.for_each(|cap, data| {
+                                    let Some(cap) = cap.retain_least(0) else {
+                                        return;
+                                    };
+                                    let mut session = output.session(&cap);
+                                    for payload in data.drain(..) {
+                                        if failed {
+                                            continue;
+                                        }
+                                        let rows = match payload {
+                                            Payload::Rows(rows) => rows,
+                                            Payload::Mark(mark) => {
+                                                // To every sink subtask this one may send rows
+                                                // to, behind the rows waiting for credits.
+                                                for target in upstream_of(index as u64) {
+                                                    let routed = Routed {
+                                                        target,
+                                                        origin: process,
+                                                        payload: Payload::Mark(mark),
+                                                        side,
+                                                    };
+                                                    let to = flow_r.process_of(target);
+                                                    if to == flow_r.process
+                                                        || waiting[to].is_empty()
+                                                    {
+                                                        session.give(routed);
+                                                    } else {
+                                                        waiting[to]
+                                                            .push_back((cap.clone(), routed));
+                                                    }
                                                 }
+                                                continue;
                                             }
-                                            continue;
-                                        }
-                                    };
-                                    let parts = match (&query.window, &converter) {
-                                        (Some(w), Some(c)) => before(&query, w, &rows.batch)
-                                            .and_then(|batch| {
-                                                pubsub_engine_plan::window::split_by_group(
-                                                    w, c, &batch, peers,
+                                        };
+                                        let parts = match (&side_window, &converter) {
+                                            (Some(w), Some(c)) => before(&query, w, &rows.batch)
+                                                .and_then(|batch| {
+                                                    pubsub_engine_plan::window::split_by_group(
+                                                        w, c, &batch, peers,
+                                                    )
+                                                }),
+                                            // Source rows, projected behind the check.
+                                            _ if dedup_key.is_some() => {
+                                                super::dedup_stage::split_by_id(
+                                                    &rows.batch,
+                                                    dedup_key.expect("checked"),
+                                                    peers,
+                                                    index as u64,
                                                 )
-                                            }),
-                                        // Source rows, projected behind the check.
-                                        _ if dedup_key.is_some() => {
-                                            super::dedup_stage::split_by_id(
-                                                &rows.batch,
-                                                dedup_key.expect("checked"),
-                                                peers,
-                                                index as u64,
-                                            )
-                                        }
-                                        _ => {
-                                            query.project(&rows.batch).and_then(|batch| match query
-                                                .route_by
-                                            {
-                                                Some(col) => {
-                                                    split_by_key(&batch, col, peers, index as u64)
+                                            }
+                                            _ => query.project(&rows.batch).and_then(|batch| {
+                                                match query.route_by {
+                                                    Some(col) => split_by_key(
+                                                        &batch,
+                                                        col,
+                                                        peers,
+                                                        index as u64,
+                                                    ),
+                                                    None => Ok(vec![(index as u64, batch)]),
                                                 }
-                                                None => Ok(vec![(index as u64, batch)]),
-                                            })
-                                        }
-                                    };
-                                    let parts = match parts {
-                                        Ok(parts) => parts,
-                                        Err(e) => {
-                                            failed = true;
-                                            let _ = coord.send(CoordEvent::TaskFailed {
-                                                operator_id: op_id.clone(),
-                                                subtask: index,
-                                                error: format!("{e:#}"),
-                                                permanent: pubsub_engine_spi::restart_cannot_fix(
-                                                    &e,
-                                                ),
-                                            });
-                                            continue;
-                                        }
-                                    };
-                                    for (target, batch) in parts {
-                                        // Rows the WHERE dropped: nothing to write; their
-                                        // messages are acknowledged with this epoch.
-                                        if batch.num_rows() == 0 {
-                                            continue;
-                                        }
-                                        let to = flow_r.process_of(target);
-                                        let routed = |batch| Routed {
-                                            target,
-                                            origin: process,
-                                            payload: Payload::Rows(Rows {
-                                                batch,
-                                                permits: rows.permits.clone(),
                                             }),
                                         };
-                                        if to == flow_r.process {
-                                            session.give(routed(batch));
-                                            continue;
-                                        }
-                                        for part in slices(&batch, flow_r.window_max as usize) {
-                                            let n = part.num_rows() as u32;
-                                            if waiting[to].is_empty() && flow_r.try_send(to, n) {
-                                                session.give(routed(part));
-                                            } else {
-                                                waiting[to].push_back((cap.clone(), routed(part)));
+                                        let parts = match parts {
+                                            Ok(parts) => parts,
+                                            Err(e) => {
+                                                failed = true;
+                                                let _ = coord.send(CoordEvent::TaskFailed {
+                                                    operator_id: op_id.clone(),
+                                                    subtask: index,
+                                                    error: format!("{e:#}"),
+                                                    permanent:
+                                                        pubsub_engine_spi::restart_cannot_fix(&e),
+                                                });
+                                                continue;
+                                            }
+                                        };
+                                        for (target, batch) in parts {
+                                            // Rows the WHERE dropped: nothing to write; their
+                                            // messages are acknowledged with this epoch.
+                                            if batch.num_rows() == 0 {
+                                                continue;
+                                            }
+                                            let to = flow_r.process_of(target);
+                                            let routed = |batch| Routed {
+                                                target,
+                                                origin: process,
+                                                payload: Payload::Rows(Rows {
+                                                    batch,
+                                                    permits: rows.permits.clone(),
+                                                }),
+                                                side,
+                                            };
+                                            if to == flow_r.process {
+                                                session.give(routed(batch));
+                                                continue;
+                                            }
+                                            for part in slices(&batch, flow_r.window_max as usize) {
+                                                let n = part.num_rows() as u32;
+                                                if waiting[to].is_empty() && flow_r.try_send(to, n)
+                                                {
+                                                    session.give(routed(part));
+                                                } else {
+                                                    waiting[to]
+                                                        .push_back((cap.clone(), routed(part)));
+                                                }
                                             }
                                         }
                                     }
-                                }
-                            });
-                        }
-                    },
-                );
+                                });
+                            }
+                        },
+                    );
+                routed_inputs.push(routed);
+            }
+            let mut routed_inputs = routed_inputs.into_iter();
+            let mut routed = routed_inputs.next().expect("a query reads a table");
+            for other in routed_inputs {
+                routed = routed.concat(other);
+            }
             let late = if keyed {
                 sink_operator(
                     routed,
@@ -605,7 +643,8 @@ where
     let subtask = worker_ref.index();
     let peers = worker_ref.peers() as u64;
     let mut dedup = dedup.map(|d| DedupRun::new(d, subtask, peers, start_epoch));
-    let mut window = window.map(|w| WindowRun::new(w, query.clone(), subtask, peers, start_epoch));
+    let mut window =
+        window.map(|w| WindowRun::new(w, query.clone(), subtask, peers, start_epoch, &upstream));
     rows.unary_frontier::<CapacityContainerBuilder<Vec<Routed>>, _, _, _>(
         pact,
         &id,
@@ -644,7 +683,7 @@ where
                             mark => mark,
                         };
                         if let Some(w) = window.as_mut() {
-                            w.stash.entry(t).or_default().push(payload);
+                            w.stash.entry(t).or_default().push((r.side, payload));
                             continue;
                         }
                         match payload {
@@ -708,6 +747,7 @@ where
                             target: subtask as u64,
                             origin: flow.process as u32,
                             payload,
+                            side: 0,
                         });
                     }
                 }
@@ -731,309 +771,4 @@ where
         },
     )
     .probe_with(probe)
-}
-
-/// A value no other run of the job uses (with overwhelming odds): the generation an
-/// updating aggregate writes into its record keys (decision 0051). Not derived from the
-/// checkpoint: two runs restoring one checkpoint must differ too.
-fn run_generation(subtask: usize) -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one((
-        SystemTime::now(),
-        std::process::id(),
-        subtask,
-    ))
-}
-
-/// A window subtask inside its query's sink operator (see [`sink_operator`]).
-struct WindowRun {
-    plumbing: WindowPlumbing,
-    query: PlannedQuery,
-    subtask: usize,
-    /// `None` once it failed (the job aborts).
-    state: Option<pubsub_engine_plan::window::WindowState>,
-    /// Input by epoch, taken in epoch order.
-    stash: BTreeMap<u64, Vec<Payload>>,
-    /// The first epoch not yet snapshotted.
-    next: u64,
-    /// The input ended and the last state was sent.
-    ended: bool,
-    /// For the query writing late rows: the rows, in the late table's schema, by the
-    /// epoch they arrived in, and the window's input watermark (the late table's).
-    late_out: Vec<(u64, Payload)>,
-    /// An updating aggregate: when its next flush is due (ms of processing time).
-    pub next_flush: Option<i64>,
-    /// An updating aggregate: its sink stamps record ids.
-    record_ids: bool,
-}
-
-impl WindowRun {
-    fn new(
-        plumbing: WindowPlumbing,
-        query: PlannedQuery,
-        subtask: usize,
-        peers: u64,
-        start_epoch: u64,
-    ) -> Self {
-        let plan = query.window.clone().expect("a windowed query");
-        let record_ids = query.sink.connector.sink_record_ids(&query.sink.connection);
-        let mut run = WindowRun {
-            plumbing,
-            query,
-            subtask,
-            state: None,
-            stash: BTreeMap::new(),
-            next: start_epoch,
-            ended: false,
-            late_out: Vec::new(),
-            next_flush: None,
-            record_ids,
-        };
-        let state = pubsub_engine_plan::window::WindowState::new(plan).and_then(|mut s| {
-            s.restore(&run.plumbing.restore, subtask as u64, peers)?;
-            s.start_run(run_generation(subtask), run.plumbing.restarted);
-            Ok(s)
-        });
-        match state {
-            Ok(s) => {
-                run.plumbing.groups.set(s.groups());
-                run.plumbing.bytes.set(s.bytes());
-                run.plumbing.restore = Vec::new();
-                run.state = Some(s);
-            }
-            Err(e) => run.fail(e.context("the window's state could not be restored")),
-        }
-        run
-    }
-
-    fn fail(&mut self, e: anyhow::Error) {
-        self.state = None;
-        self.next_flush = None;
-        let _ = self.plumbing.coordinator.send(CoordEvent::TaskFailed {
-            operator_id: self.plumbing.id.clone(),
-            subtask: self.subtask,
-            error: format!("{e:#}"),
-            permanent: pubsub_engine_spi::restart_cannot_fix(&e),
-        });
-    }
-
-    /// Takes the input of every epoch up to the frontier `f` (all of it once the input
-    /// ended, `None`) in epoch order, snapshotting each epoch once it is complete.
-    fn step(
-        &mut self,
-        f: Option<u64>,
-        watermarks: &mut InputWatermarks,
-        sink_tx: &UnboundedSender<SinkEvent>,
-    ) {
-        if self.ended {
-            return;
-        }
-        let ready: Vec<u64> = self
-            .stash
-            .keys()
-            .copied()
-            .filter(|k| f.is_none_or(|f| *k <= f))
-            .collect();
-        for k in ready {
-            self.snapshot_until(k);
-            let input = self.stash.remove(&k).unwrap_or_default();
-            for payload in input {
-                if let Err(e) = self.take(k, payload, watermarks, sink_tx) {
-                    self.fail(e);
-                    return;
-                }
-            }
-        }
-        self.flush(f.is_none(), sink_tx);
-        match f {
-            Some(f) => self.snapshot_until(f),
-            None => {
-                self.send_snapshot(self.next, true);
-                self.ended = true;
-                self.next_flush = None;
-            }
-        }
-    }
-
-    /// An updating aggregate: writes its changes when due, or whatever changed once the
-    /// input ended (`ended`), and notes when the next flush is due.
-    fn flush(&mut self, ended: bool, sink_tx: &UnboundedSender<SinkEvent>) {
-        let Some(state) = self.state.as_mut() else {
-            return;
-        };
-        let now = pubsub_engine_plan::window::now_ms();
-        let Some((due, _)) = state.flush_due(now) else {
-            return;
-        };
-        if due || ended {
-            let query = &self.query;
-            let sink = query.sink_schema.clone();
-            let changes = state
-                .flush(
-                    now,
-                    &sink,
-                    self.record_ids,
-                    &|rows, having| query.sink_rows(rows, having),
-                    ended,
-                )
-                .and_then(|c| match c {
-                    Some(c) => {
-                        if c.evicted > 0 {
-                            tracing::debug!(
-                                evicted = c.evicted,
-                                "{}: idle groups forgotten",
-                                query.text
-                            );
-                        }
-                        match c.batch.num_rows() {
-                            0 => Ok(None),
-                            _ => query.changes_for_sink(c).map(Some),
-                        }
-                    }
-                    None => Ok(None),
-                });
-            match changes {
-                Ok(Some(batch)) => {
-                    let _ = sink_tx.send(SinkEvent::Batch(Rows {
-                        batch,
-                        permits: Arc::new(Permits::none()),
-                    }));
-                }
-                Ok(None) => {}
-                Err(e) => return self.fail(e),
-            }
-            self.plumbing.groups.set(state.groups());
-            self.plumbing.bytes.set(state.bytes());
-        }
-        self.next_flush = state
-            .flush_due(now)
-            .map(|(_, next)| next)
-            .filter(|n| *n < i64::MAX);
-    }
-
-    fn take(
-        &mut self,
-        epoch: u64,
-        payload: Payload,
-        watermarks: &mut InputWatermarks,
-        sink_tx: &UnboundedSender<SinkEvent>,
-    ) -> anyhow::Result<()> {
-        let Some(state) = self.state.as_mut() else {
-            return Ok(());
-        };
-        match payload {
-            Payload::Rows(rows) => {
-                let b = &rows.batch;
-                match &self.query.late {
-                    None => state.update(b)?,
-                    Some(late) => {
-                        // The first stage's columns, then the source row's (`keep_source`).
-                        let width = self.query.window.as_ref().map_or(0, |w| w.before.width());
-                        state.update(&b.project(&(0..width).collect::<Vec<_>>())?)?;
-                        if !state.late_rows().is_empty() {
-                            let all: Vec<usize> = (width..b.num_columns()).collect();
-                            let idx = arrow::array::UInt32Array::from(state.late_rows().to_vec());
-                            let taken = arrow::compute::take_record_batch(&b.project(&all)?, &idx)?;
-                            let rows = Rows {
-                                batch: late.project(&taken)?,
-                                permits: Arc::new(Permits::none()),
-                            };
-                            self.late_out.push((epoch, Payload::Rows(rows)));
-                        }
-                    }
-                }
-                self.plumbing.late.add(state.take_late());
-                let (bytes, max) = (state.bytes(), self.plumbing.max_bytes);
-                if bytes > max {
-                    return Err(pubsub_engine_spi::PermanentError::wrap(anyhow::anyhow!(
-                        "{}: the {} of worker {} hold about {bytes} bytes in {} groups, over the limit of {max} (max_window_state_bytes, `--max-window-state-bytes`): raise it, or make {}",
-                        self.query.window.as_ref().map_or("", |w| w.text.as_str()),
-                        if self.query.is_updating() { "groups of the updating aggregate" } else { "open windows" },
-                        self.subtask,
-                        state.groups(),
-                        if self.query.is_updating() {
-                            "keys fewer or 'changelog.state-ttl' shorter"
-                        } else {
-                            "windows shorter or keys fewer"
-                        }
-                    )));
-                }
-            }
-            Payload::Mark(mark) => {
-                let Some(w) = watermarks.update(mark) else {
-                    return Ok(());
-                };
-                let _ = sink_tx.send(SinkEvent::Watermark(w));
-                if self.query.late.is_some() {
-                    let mark = Mark {
-                        from: self.subtask as u32,
-                        watermark: w,
-                    };
-                    self.late_out.push((epoch, Payload::Mark(mark)));
-                }
-                if let pubsub_engine_spi::Watermark::EventTime(ns) = w {
-                    for fired in state.advance(ns)? {
-                        let batch = self.query.project(&fired)?;
-                        if batch.num_rows() == 0 {
-                            continue;
-                        }
-                        let _ = sink_tx.send(SinkEvent::Batch(Rows {
-                            batch,
-                            permits: Arc::new(Permits::none()),
-                        }));
-                    }
-                }
-            }
-        }
-        self.plumbing.groups.set(state.groups());
-        self.plumbing.bytes.set(state.bytes());
-        Ok(())
-    }
-
-    /// Snapshots epochs `next..k`: complete, and their input taken.
-    fn snapshot_until(&mut self, k: u64) {
-        if self.next >= k {
-            return;
-        }
-        // The state is the same for each of these epochs: serialized once.
-        let Some(state) = self.serialize(self.next) else {
-            return;
-        };
-        while self.next < k {
-            self.send(self.next, false, state.clone());
-            self.next += 1;
-        }
-    }
-
-    fn send_snapshot(&mut self, epoch: u64, through_end: bool) {
-        if let Some(state) = self.serialize(epoch) {
-            self.send(epoch, through_end, state);
-        }
-    }
-
-    /// The state as JSON text; `None` when it failed (the job aborts) or could not be
-    /// written (`epoch` names it in the error).
-    fn serialize(&mut self, epoch: u64) -> Option<String> {
-        let state = self.state.as_mut()?;
-        let snapshot = state
-            .snapshot()
-            .and_then(|s| serde_json::to_string(&s).map_err(anyhow::Error::from));
-        match snapshot {
-            Ok(state) => Some(state),
-            Err(e) => {
-                self.fail(e.context(format!("the window's state of epoch {epoch}")));
-                None
-            }
-        }
-    }
-
-    fn send(&self, epoch: u64, through_end: bool, state: String) {
-        let _ = self.plumbing.coordinator.send(CoordEvent::WindowSnapshot {
-            operator_id: self.plumbing.id.clone(),
-            subtask: self.subtask,
-            epoch,
-            through_end,
-            state,
-        });
-    }
 }

@@ -18,6 +18,7 @@ mod route;
 mod state;
 mod tasks;
 mod watermarks;
+mod window_run;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -35,6 +35,9 @@ pub(crate) struct Routed {
     /// took them; rows sent to another process give theirs back when serialized. A
     /// watermark takes no permit and no credit.
     pub payload: Payload,
+    /// Which input of a join the rows (or watermark) are of: 0 (its left side, and every
+    /// other query's input) or 1 (its right side).
+    pub side: u8,
 }
 
 impl Routed {
@@ -123,6 +126,7 @@ pub(crate) fn parts(
 struct Wire {
     target: u64,
     origin: u32,
+    side: u8,
     mark: Option<Mark>,
     #[serde(with = "ipc_bytes")]
     ipc: Vec<u8>,
@@ -148,6 +152,7 @@ impl Serialize for Routed {
         Wire {
             target: self.target,
             origin: self.origin,
+            side: self.side,
             mark,
             ipc,
         }
@@ -177,6 +182,7 @@ impl<'de> Deserialize<'de> for Routed {
         Ok(Routed {
             target: wire.target,
             origin: wire.origin,
+            side: wire.side,
             payload,
         })
     }
@@ -283,10 +289,11 @@ mod tests {
                 batch: b.clone(),
                 permits: Arc::new(Permits::none()),
             }),
+            side: 1,
         };
         let bytes = bincode::serialize(&r).unwrap();
         let back: Routed = bincode::deserialize(&bytes).unwrap();
-        assert_eq!((back.target, back.origin), (2, 1));
+        assert_eq!((back.target, back.origin, back.side), (2, 1, 1));
         let Payload::Rows(rows) = back.payload else {
             panic!("rows came back as a watermark")
         };
@@ -297,6 +304,7 @@ mod tests {
                 target: 0,
                 origin: 1,
                 payload: Payload::Mark(mark),
+                side: 0,
             };
             let back: Routed = bincode::deserialize(&bincode::serialize(&r).unwrap()).unwrap();
             assert!(matches!(back.payload, Payload::Mark(m) if m == mark));

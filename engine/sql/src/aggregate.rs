@@ -104,6 +104,24 @@ pub(crate) fn plan_windowed(
     updating: (i64, i64),
     what: &str,
 ) -> Result<(SelectPlan, WindowPlan), SqlError> {
+    plan_windowed_as(
+        query, source, src, event_time, record_key, updating, what, false,
+    )
+}
+
+/// [`plan_windowed`]; with `join_side`, the select list may hold the window itself (a
+/// join's side, matched on it): its column keeps the window's STRUCT type.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_windowed_as(
+    query: &Query,
+    source: &str,
+    src: &ConnectionSchema,
+    event_time: (usize, &str),
+    record_key: bool,
+    updating: (i64, i64),
+    what: &str,
+    join_side: bool,
+) -> Result<(SelectPlan, WindowPlan), SqlError> {
     let catalog = Catalog::new([(source.to_string(), src.arrow_schema())]).with_windows();
     let planner = SqlToRel::new(&catalog);
     let plan_err = |e| planning_error(e, query, what, &catalog, source, src);
@@ -564,6 +582,7 @@ pub(crate) fn plan_windowed(
     let mut pexprs = Vec::new();
     let mut pfields = Vec::new();
     let mut untyped_null = Vec::new();
+    let mut windows_out = Vec::new();
     for (e, (text, name, loc)) in post_exprs.iter().zip(texts) {
         let fail = |m: String| match loc {
             Some(l) => at(l, format!("{what}: `{text}` {m}")),
@@ -572,6 +591,19 @@ pub(crate) fn plan_windowed(
         if e.get_type(&post_schema)
             .is_ok_and(|t| t == super::window_fns::window_type())
         {
+            if join_side {
+                // Never written: its SQL type is a stand-in, its Arrow type set below.
+                windows_out.push(pfields.len());
+                pfields.push(SourceField {
+                    name: name.clone(),
+                    field_type: pubsub_engine_spi::FieldType::Text,
+                    required: true,
+                    metadata_key: None,
+                });
+                untyped_null.push(false);
+                pexprs.push((to_physical(e, &text, loc, &post_schema, what)?.1, text));
+                continue;
+            }
             return Err(fail(
                 "is a window (start and end): write window.start and window.end in an outer SELECT, e.g. SELECT window.start, window.end, n FROM (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, count(*) AS n FROM src GROUP BY window)".into(),
             ));
@@ -581,7 +613,19 @@ pub(crate) fn plan_windowed(
         pfields.push(field);
         pexprs.push((p, text));
     }
-    let schema = schema_of(&pfields);
+    let mut schema = schema_of(&pfields);
+    if !windows_out.is_empty() {
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| match windows_out.contains(&i) {
+                true => Field::new(f.name(), super::window_fns::window_type(), false),
+                false => f.as_ref().clone(),
+            })
+            .collect();
+        schema = Arc::new(Schema::new(fields));
+    }
     let carry = record_key.then(|| {
         let mut fs: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fs.push(Field::new(

@@ -481,11 +481,75 @@ fn first_location(t: &TableFactor) -> Option<Location> {
 }
 
 fn check_from(t: &TableWithJoins, what: &str, st: &StatementTokens) -> Result<(), SqlError> {
-    let no = |clause: &str, kw: Keyword, why: &str| Err(st.refuse(what, clause, kw, why));
-    if !t.joins.is_empty() {
-        return no("JOIN", Keyword::JOIN, NOT_YET);
+    match t.joins.as_slice() {
+        [] => {}
+        [join] => return check_join(&t.relation, join, what, st),
+        [_, third, ..] => {
+            return Err(at(
+                first_location(&third.relation).unwrap_or_else(|| st.start()),
+                format!("{what}: a join of more than two inputs is not supported yet: join two windowed aggregates, or write the first join into a table and join that"),
+            ))
+        }
     }
-    match &t.relation {
+    check_factor(&t.relation, what, st)
+}
+
+/// `left JOIN right ON ...`: a windowed join of two subqueries (`join.rs` checks they
+/// are windowed aggregates of one window). A join of tables' rows, which would have to
+/// keep every row and retract rows an outer join wrote, is refused with the reason.
+fn check_join(
+    left: &TableFactor,
+    join: &sqlparser::ast::Join,
+    what: &str,
+    st: &StatementTokens,
+) -> Result<(), SqlError> {
+    use sqlparser::ast::{JoinConstraint, JoinOperator};
+    let constraint = match &join.join_operator {
+        JoinOperator::Join(c)
+        | JoinOperator::Inner(c)
+        | JoinOperator::Left(c)
+        | JoinOperator::LeftOuter(c)
+        | JoinOperator::Right(c)
+        | JoinOperator::RightOuter(c)
+        | JoinOperator::FullOuter(c) => c,
+        other => {
+            let name = format!("{other:?}");
+            let name = name.split('(').next().unwrap_or("this join").to_uppercase();
+            return Err(at(
+                st.find(Keyword::JOIN),
+                format!("{what}: {name} joins are not supported: write [INNER], LEFT, RIGHT or FULL JOIN ... ON"),
+            ));
+        }
+    };
+    if !matches!(constraint, JoinConstraint::On(_) | JoinConstraint::Using(_)) {
+        return Err(at(
+            st.find(Keyword::JOIN),
+            format!("{what}: a join needs ON (or USING) its windows and keys, e.g. ON a.window = b.window AND a.k = b.k"),
+        ));
+    }
+    for side in [left, &join.relation] {
+        if !matches!(side, TableFactor::Derived { .. }) {
+            let kind = match &join.join_operator {
+                JoinOperator::Join(_) | JoinOperator::Inner(_) => "a join",
+                _ => "an outer join",
+            };
+            let why = match kind {
+                "a join" => "it would keep every row of both tables (an updating join, not built yet)",
+                _ => "without a window it would write a row with NULLs and retract it when a match arrives, which is not built",
+            };
+            return Err(at(
+                first_location(side).unwrap_or_else(|| st.start()),
+                format!("{what}: {kind} of a table's rows is not supported: {why}. Join two windowed aggregates with the same window: FROM (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, k, count(*) AS n FROM a GROUP BY window, k) x JOIN (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, k, sum(v) AS total FROM b GROUP BY window, k) y ON x.window = y.window AND x.k = y.k"),
+            ));
+        }
+        check_factor(side, what, st)?;
+    }
+    Ok(())
+}
+
+fn check_factor(t: &TableFactor, what: &str, st: &StatementTokens) -> Result<(), SqlError> {
+    let no = |clause: &str, kw: Keyword, why: &str| Err(st.refuse(what, clause, kw, why));
+    match t {
         TableFactor::Table {
             name: _,
             alias,
@@ -536,7 +600,7 @@ fn check_from(t: &TableWithJoins, what: &str, st: &StatementTokens) -> Result<()
             check_query(subquery, what, st)
         }
         _ => Err(at(
-            first_location(&t.relation).unwrap_or_else(|| st.start()),
+            first_location(t).unwrap_or_else(|| st.start()),
             format!("{what}: FROM must name a source table or a subquery (functions, LATERAL and UNNEST are not supported)"),
         )),
     }
@@ -597,7 +661,11 @@ mod tests {
             (" UNION SELECT a, b FROM src2", "UNION without ALL", "UNION"),
             (" INTERSECT SELECT a, b FROM src2", "INTERSECT", "INTERSECT"),
             (" EXCEPT SELECT a, b FROM src2", "EXCEPT", "EXCEPT"),
-            (" JOIN src2 ON src.a = src2.a", "JOIN", "JOIN"),
+            (
+                " JOIN src2 ON src.a = src2.a",
+                "a join of a table's rows",
+                "src ",
+            ),
         ];
         for (tail, clause, at) in cases {
             refused(&format!("{s}{tail};"), clause, at);

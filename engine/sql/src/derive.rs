@@ -63,7 +63,13 @@ pub(crate) fn with_query_columns(
                 t.name, ins.source
             ))
         })?;
-    let select = select_of(ins, source, &what)?;
+    let joined = ins.joined.as_ref().and_then(|j| {
+        tables
+            .iter()
+            .find(|(n, p)| n == j && p.connection.connection_type == ConnectionType::Source)
+            .map(|(_, p)| p)
+    });
+    let select = select_of(ins, source, joined, &what)?;
     // In select order; an item named like a declared (metadata) column fills that one,
     // and declared columns no item names follow.
     let mut fields: Vec<SourceField> = select
@@ -96,8 +102,17 @@ pub(crate) fn with_query_columns(
 pub(crate) fn select_of(
     ins: &InsertDef,
     source: &PlannedTable,
+    joined: Option<&PlannedTable>,
     what: &str,
 ) -> Result<pubsub_engine_plan::SelectPlan, SqlError> {
+    if let Some(name) = &ins.joined {
+        let right = joined.ok_or_else(|| {
+            SqlError(format!(
+                "{what}: its join reads '{name}', which is not a source table of the pipeline"
+            ))
+        })?;
+        return Ok(super::join::plan_parts(ins, what, [source, right], false)?.select);
+    }
     let schema = &source.connection.schema;
     if !super::aggregate::is_windowed(&ins.query) {
         return super::select::plan_select(&ins.query, &ins.source, &visible(schema), what);

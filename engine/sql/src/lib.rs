@@ -14,6 +14,7 @@ mod derive;
 mod dialect;
 mod error;
 pub mod graph;
+mod join;
 mod late;
 mod memory;
 mod parse;
@@ -35,6 +36,8 @@ mod changelog_source_tests;
 mod derive_tests;
 #[cfg(test)]
 mod expr_tests;
+#[cfg(test)]
+mod join_tests;
 #[cfg(test)]
 mod late_tests;
 #[cfg(test)]

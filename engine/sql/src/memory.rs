@@ -639,7 +639,11 @@ fn query_fields(
             ins.source
         )));
     }
-    let select = super::derive::select_of(ins, source, &what)?;
+    let joined = ins
+        .joined
+        .as_ref()
+        .and_then(|j| tables.iter().find(|(n, _)| n == j).map(|(_, p)| p));
+    let select = super::derive::select_of(ins, source, joined, &what)?;
     Ok(select.fields)
 }
 

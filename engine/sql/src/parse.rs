@@ -39,8 +39,10 @@ pub struct InsertDef {
     pub sink: String,
     /// The target column list, if the INSERT names one.
     pub columns: Option<Vec<String>>,
-    /// The one table the SELECT reads.
+    /// The table the SELECT reads (a join's left side).
     pub source: String,
+    /// A join's right side's table.
+    pub joined: Option<String>,
     /// The SELECT, one table and no clause `clauses.rs` refuses; positions in its AST are
     /// those of the pipeline file.
     pub query: Box<Query>,
@@ -85,6 +87,7 @@ impl InsertDef {
             sink: sink.to_string(),
             columns: None,
             source: source.to_string(),
+            joined: None,
             query,
             memory: Vec::new(),
         })
@@ -394,6 +397,7 @@ fn inserts(ins: &Insert, st: &StatementTokens) -> Result<Vec<InsertDef>, SqlErro
                 sink: sink.clone(),
                 columns: columns.clone(),
                 source: object_name(name),
+                joined: joined_table(select).map(object_name),
                 query: Box::new(Query {
                     with: None,
                     body: Box::new(SetExpr::Select(Box::new(select.clone()))),
@@ -412,9 +416,18 @@ fn inserts(ins: &Insert, st: &StatementTokens) -> Result<Vec<InsertDef>, SqlErro
         .collect()
 }
 
-/// The table a SELECT reads, through subqueries in FROM.
+/// The table a SELECT reads, through subqueries in FROM (a join's left side).
 fn read_table(select: &Select) -> Option<&ObjectName> {
-    match &select.from.first()?.relation {
+    factor_table(&select.from.first()?.relation)
+}
+
+/// The table a join's right side reads.
+fn joined_table(select: &Select) -> Option<&ObjectName> {
+    factor_table(&select.from.first()?.joins.first()?.relation)
+}
+
+fn factor_table(factor: &TableFactor) -> Option<&ObjectName> {
+    match factor {
         TableFactor::Table { name, .. } => Some(name),
         TableFactor::Derived { subquery, .. } => {
             let mut selects = Vec::new();

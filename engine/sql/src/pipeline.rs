@@ -45,6 +45,9 @@ pub fn plan_pipeline(
     }
     for ins in &sql.inserts {
         give_record_keys(&mut tables, &ins.source, &ins.sink)?;
+        if let Some(joined) = &ins.joined {
+            give_record_keys(&mut tables, joined, &ins.sink)?;
+        }
         give_event_time(&mut tables, ins)?;
         if let Some(late) = super::late::table_of(&tables, ins) {
             give_record_keys(&mut tables, &ins.source, &late)?;
@@ -78,6 +81,22 @@ pub fn plan_pipeline(
             )));
         }
         let what = format!("INSERT INTO {}", ins.sink);
+        if let Some(joined) = &ins.joined {
+            let right = find(joined)?;
+            if right.connection.connection_type != ConnectionType::Source {
+                return Err(SqlError(format!(
+                    "table '{joined}' is a sink and cannot be read by SELECT"
+                )));
+            }
+            queries.push(super::join::plan_join(
+                format!("q{i}"),
+                ins,
+                &what,
+                [source, right],
+                sink,
+            )?);
+            continue;
+        }
         queries.push(plan_query(format!("q{i}"), ins, &what, source, sink)?);
     }
     super::late::plan_late_queries(&mut queries, &find)?;

@@ -69,9 +69,20 @@ pub(crate) fn give_event_time(
     if !super::aggregate::is_windowed(&ins.query) {
         return Ok(());
     }
+    for source in std::iter::once(&ins.source).chain(&ins.joined) {
+        give_event_time_to(tables, ins, source)?;
+    }
+    Ok(())
+}
+
+fn give_event_time_to(
+    tables: &mut [(String, PlannedTable)],
+    ins: &InsertDef,
+    source: &str,
+) -> Result<(), SqlError> {
     let Some((_, src)) = tables
         .iter_mut()
-        .find(|(n, t)| *n == ins.source && t.connection.connection_type == ConnectionType::Source)
+        .find(|(n, t)| *n == source && t.connection.connection_type == ConnectionType::Source)
     else {
         return Ok(());
     };
@@ -88,14 +99,14 @@ pub(crate) fn give_event_time(
         return Err(SqlError(format!(
             "INSERT INTO {}: windows need an event time, and table '{}' (connector '{}') gives its rows none{how}",
             ins.sink,
-            ins.source,
+            source,
             src.connector.name()
         )));
     }
     if has_column(schema, EVENT_TIME_COLUMN) {
         return Err(SqlError(format!(
             "table '{}': column name '{EVENT_TIME_COLUMN}' is reserved for the event time its rows carry to windows; rename the column",
-            ins.source
+            source
         )));
     }
     src.connection.schema.fields.push(SourceField {
@@ -234,6 +245,7 @@ pub(crate) fn plan_query(
         job: None,
         late: None,
         late_of: None,
+        join: None,
     })
 }
 
@@ -254,7 +266,7 @@ fn unnest_of_changes(ins: &InsertDef, what: &str) -> SqlError {
 /// sink's Arrow schema: its columns, marked with the source metadata key that fills them,
 /// and the record id column when the sink stamps record ids. An item that fills a
 /// narrower integer column is converted in `select` itself ([`narrow_into_sink`]).
-fn sink_side(
+pub(crate) fn sink_side(
     ins: &InsertDef,
     what: &str,
     select: &mut SelectPlan,
@@ -471,6 +483,7 @@ fn plan_windowed_query(
         job: None,
         late: None,
         late_of: None,
+        join: None,
     })
 }
 
