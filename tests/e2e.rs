@@ -18,6 +18,7 @@ mod event_time;
 mod exactly_once;
 mod expressions;
 mod graph;
+mod join;
 mod late_rows;
 mod metrics;
 mod permanent;

@@ -196,7 +196,8 @@ pub async fn run_pipeline(
             );
             all_windows.extend((0..total_workers).map(|g| (dedup_id.clone(), g)));
         }
-        if q.window.is_some() {
+        // A join's two sides snapshot as one window operator.
+        if q.window.is_some() || q.join.is_some() {
             let window_id = format!("{}-window", q.id);
             describe.insert(
                 window_id.clone(),
@@ -250,10 +251,10 @@ pub async fn run_pipeline(
             let name = &table.connection.name;
             let src_id = format!("source-{name}");
             let mut op_config = table.operator_config();
-            op_config.drop_replays = plan
-                .queries
-                .iter()
-                .any(|q| q.window.is_some() && &q.source.connection.name == name);
+            op_config.drop_replays = plan.queries.iter().any(|q| {
+                (q.window.is_some() || q.join.is_some())
+                    && q.reads().iter().any(|(t, _)| &t.connection.name == name)
+            });
             op_config.dedup_in_dataflow =
                 processes > 1 && table.connector.source_dedup(&table.connection).is_some();
             let ConstructedOperator::Source(src_op) = table
