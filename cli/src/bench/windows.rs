@@ -11,7 +11,11 @@
 //! gives its throughput over twice the 1 x 1 tumble's: the fraction of 2 cores it reaches
 //! (the bench itself and the sampling share those cores). A fifth, the updating
 //! `count(*)` per auction into a Debezium changelog (issue 47), gives its throughput and
-//! CPU per bid over the stateless projection's and its state bytes per group.
+//! CPU per bid over the stateless projection's and its state bytes per group. A sixth,
+//! a windowed join (issue 48) of two TUMBLE(10 s) aggregates of the bids per auction (a
+//! count, and the high bids' count and top price), beside the same two aggregates
+//! written apart: the join's throughput and CPU over theirs, and its state bytes per
+//! open window and key (both sides' groups of one auction and window).
 
 use super::{alternating, metrics_addr, per_1k, run_command, summary};
 use crate::bench::process::Watch;
@@ -33,6 +37,30 @@ const TUMBLE: &str = "CREATE TABLE out (auction BIGINT, bids BIGINT, max_price B
 const UPDATING: &str = "CREATE TABLE out (auction BIGINT, bids BIGINT) \
        WITH ('connector' = 'blackhole', 'format' = 'debezium_json');
      INSERT INTO out SELECT auction, count(*) AS bids FROM bids GROUP BY auction;";
+
+/// Issue 48: two windowed aggregates of the bids, joined on their window and auction.
+const JOIN: &str = "CREATE TABLE out (auction BIGINT, bids BIGINT, high BIGINT, top BIGINT) \
+       WITH ('connector' = 'blackhole', 'format' = 'json');
+     INSERT INTO out SELECT a.auction, a.bids, h.high, h.top
+     FROM (SELECT TUMBLE(INTERVAL '10' SECOND) AS window, auction, count(*) AS bids
+           FROM bids GROUP BY window, auction) a
+     LEFT JOIN (SELECT TUMBLE(INTERVAL '10' SECOND) AS window, auction, count(*) AS high,
+                       max(price) AS top
+                FROM bids WHERE price >= 100000 GROUP BY window, auction) h
+     ON a.window = h.window AND a.auction = h.auction;";
+
+/// The join's two aggregates alone, each written to its own table.
+const JOIN_SIDES: &str = "CREATE TABLE out_a (auction BIGINT, bids BIGINT) \
+       WITH ('connector' = 'blackhole', 'format' = 'json');
+     CREATE TABLE out_h (auction BIGINT, high BIGINT, top BIGINT) \
+       WITH ('connector' = 'blackhole', 'format' = 'json');
+     INSERT INTO out_a SELECT auction, bids FROM (
+       SELECT TUMBLE(INTERVAL '10' SECOND) AS window, auction, count(*) AS bids
+       FROM bids GROUP BY window, auction);
+     INSERT INTO out_h SELECT auction, high, top FROM (
+       SELECT TUMBLE(INTERVAL '10' SECOND) AS window, auction, count(*) AS high,
+              max(price) AS top
+       FROM bids WHERE price >= 100000 GROUP BY window, auction);";
 
 /// One run's measures.
 struct Measured {
@@ -124,7 +152,34 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
     let (mut ratio, mut cpu, mut stateless_cpu, mut per_group) = (vec![], vec![], vec![], vec![]);
     let (mut plain_cpu, mut watermark_cost, mut scaling) = (vec![], vec![], vec![]);
     let (mut upd_ratio, mut upd_cpu, mut upd_bytes) = (vec![], vec![], vec![]);
+    let (mut join_ratio, mut join_cpu, mut join_bytes) = (vec![], vec![], vec![]);
     for r in 0..args.rounds {
+        // The windowed join beside its two aggregates written apart.
+        let (j, apart) = alternating(
+            r,
+            measure(args, "join", JOIN, n, true, 1),
+            measure(args, "join-sides", JOIN_SIDES, n, true, 1),
+        )
+        .await?;
+        anyhow::ensure!(j.written > 0, "join: no row was written");
+        // The join writes one row per auction and window: the count side's rows.
+        let per_window_key = 2.0 * j.bytes_per_group;
+        println!(
+            "round {r}: windowed join {:.0} bids/s, {:.4} s CPU per 1,000, {} rows; its two \
+             aggregates apart {:.0} bids/s, {:.4} s CPU per 1,000, {} rows; join state peak \
+             {} groups, {:.0} bytes per open window and key (both sides)",
+            j.rate,
+            j.cpu_1k,
+            j.written,
+            apart.rate,
+            apart.cpu_1k,
+            apart.written,
+            j.peak_groups,
+            per_window_key
+        );
+        join_ratio.push(j.rate / apart.rate);
+        join_cpu.push(j.cpu_1k / apart.cpu_1k);
+        join_bytes.push(per_window_key);
         let (w, s) = alternating(
             r,
             measure(args, "tumble", TUMBLE, n, true, 1),
@@ -217,6 +272,27 @@ pub async fn windows(args: &BenchArgs) -> anyhow::Result<()> {
     println!(
         "{} bytes (window_state_bytes / window_groups at the peak)",
         summary("updating state per group", &upd_bytes, 0)
+    );
+    println!(
+        "{}",
+        summary(
+            "ratio throughput join/its two aggregates apart",
+            &join_ratio,
+            2
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "ratio CPU per bid join/its two aggregates apart",
+            &join_cpu,
+            2
+        )
+    );
+    println!(
+        "{} bytes (2 x window_state_bytes / window_groups at the peak: a count-side and a \
+         high-side group per key when both hold one)",
+        summary("join state per open window and key", &join_bytes, 0)
     );
     println!(
         "{} (throughput of tumble on 2 processes x 1 worker over twice 1 x 1: the fraction \
