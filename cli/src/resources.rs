@@ -44,7 +44,7 @@ pub fn read_subscription(topic: &str) -> String {
 pub async fn create_all(plan: &PlannedPipeline) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
     let mut done = std::collections::BTreeSet::new();
-    for t in plan.queries.iter().flat_map(|q| [&q.source, &q.sink]) {
+    for t in plan.queries.iter().flat_map(|q| q.tables()) {
         if !done.insert(t.connection.name.clone()) {
             continue;
         }

@@ -86,8 +86,9 @@ pub fn check(store: &Arc<Store>, query: &str) -> Result<Value, ApiError> {
             }
         };
         for q in &plan.queries {
-            seen(&q.source);
-            seen(&q.sink);
+            for t in q.tables() {
+                seen(t);
+            }
         }
         // A table no INSERT uses is planned alone (plan_pipeline checked it already).
         for t in &sql.tables {
@@ -107,6 +108,8 @@ pub fn check(store: &Arc<Store>, query: &str) -> Result<Value, ApiError> {
                 json!({
                     "id": q.id,
                     "source": q.source.connection.name,
+                    // A join's right side's table.
+                    "joined": q.join.as_ref().map(|j| j.right_source.connection.name.clone()),
                     "sink": q.sink.connection.name,
                 })
             })

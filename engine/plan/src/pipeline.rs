@@ -112,6 +112,13 @@ impl PlannedQuery {
         }
     }
 
+    /// Every table it reads (a join's two), then its sink.
+    pub fn tables(&self) -> Vec<&PlannedTable> {
+        let mut out: Vec<&PlannedTable> = self.reads().into_iter().map(|(t, _)| t).collect();
+        out.push(&self.sink);
+        out
+    }
+
     /// The tables it reads with what runs on each one's batches ([`source_stage`](Self::source_stage)
     /// for its `source`; a join's right side's first stage for the right table).
     pub fn reads(&self) -> Vec<(&PlannedTable, Arc<SelectPlan>)> {

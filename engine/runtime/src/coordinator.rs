@@ -719,7 +719,7 @@ fn fingerprint(plan: &PlannedPipeline) -> u64 {
         // Every process must stamp the same record ids.
         q.job.hash(&mut h);
         q.text.hash(&mut h);
-        for t in [&q.source, &q.sink] {
+        for t in q.tables() {
             t.connection.name.hash(&mut h);
             t.connection.connector.hash(&mut h);
             t.connection.config.to_string().hash(&mut h);

@@ -41,8 +41,10 @@ struct Joined {
     /// Each input's watermark over its upstream subtasks.
     marks: [InputWatermarks; 2],
     at: [Option<Watermark>; 2],
-    /// The join's watermark, last sent on.
+    /// The join's watermark, last sent on, and the highest event time sent (an idle
+    /// spell between does not let a lower one through).
     sent: Option<Watermark>,
+    highest: Option<i64>,
 }
 
 impl Held {
@@ -127,6 +129,7 @@ impl WindowRun {
                     marks: [0, 1].map(|_| InputWatermarks::new(upstream.iter().copied())),
                     at: [None, None],
                     sent: None,
+                    highest: None,
                 }))
             }),
             (None, Some(w)) => WindowState::new(w.clone()).and_then(|mut s| {
@@ -347,14 +350,17 @@ impl WindowRun {
                     return Ok(());
                 };
                 // Never backwards (an input back from idle below the other's).
-                let forward = match (j.sent, w) {
-                    (Some(Watermark::EventTime(a)), Watermark::EventTime(b)) => b > a,
-                    (a, b) => a != Some(b),
+                let forward = match w {
+                    Watermark::EventTime(b) => j.highest.is_none_or(|a| b > a),
+                    Watermark::Idle => j.sent != Some(Watermark::Idle),
                 };
                 if !forward {
                     return Ok(());
                 }
                 j.sent = Some(w);
+                if let Watermark::EventTime(b) = w {
+                    j.highest = Some(b);
+                }
                 let _ = sink_tx.send(SinkEvent::Watermark(w));
                 let Watermark::EventTime(ns) = w else {
                     return Ok(());

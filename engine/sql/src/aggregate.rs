@@ -134,36 +134,17 @@ pub(crate) fn plan_windowed_as(
         .map_err(|e| planning_error(e, query, what, &catalog, source, src))?;
     refuse_lossy(&written, &coerced, what)?;
 
-    // Projection / Filter / SubqueryAlias nodes above the Aggregate, top first.
-    let mut above: Vec<&LogicalPlan> = Vec::new();
-    let mut node = &coerced;
-    let agg = loop {
-        match node {
-            LogicalPlan::Aggregate(a) => break a,
-            LogicalPlan::Projection(p) => {
-                above.push(node);
-                node = p.input.as_ref();
-            }
-            LogicalPlan::Filter(f) => {
-                above.push(node);
-                node = f.input.as_ref();
-            }
-            LogicalPlan::SubqueryAlias(s) => {
-                above.push(node);
-                node = s.input.as_ref();
-            }
-            // Window functions over the aggregate's rows (`ranking.rs`).
-            LogicalPlan::Window(w) => {
-                above.push(node);
-                node = w.input.as_ref();
-            }
+    // Projection / Filter / SubqueryAlias nodes above the Aggregate, top first, and the
+    // window functions over its rows (`ranking.rs`).
+    let (above, node) = peel(&coerced, true);
+    let agg = match node {
+        LogicalPlan::Aggregate(a) => a,
             LogicalPlan::TableScan(_) => {
                 return Err(SqlError(format!(
                     "{what}: a subquery in FROM is supported over a windowed aggregate only (SELECT ... FROM (SELECT TUMBLE(...) AS window, ... GROUP BY window, ...))"
                 )))
             }
             other => return Err(unsupported_step(other, what)),
-        }
     };
 
     // Below: [Filter] <- [SubqueryAlias] <- TableScan, or UNNEST in a subquery or a view
@@ -664,6 +645,24 @@ pub(crate) fn plan_windowed_as(
     ))
 }
 
+/// The Projection, Filter and SubqueryAlias nodes (with `windows`, Window nodes too) from
+/// the top of `plan` down, top first, and the first node of another kind below them.
+pub(super) fn peel(plan: &LogicalPlan, windows: bool) -> (Vec<&LogicalPlan>, &LogicalPlan) {
+    let mut above = Vec::new();
+    let mut node = plan;
+    loop {
+        let input = match node {
+            LogicalPlan::Projection(p) => &p.input,
+            LogicalPlan::Filter(f) => &f.input,
+            LogicalPlan::SubqueryAlias(s) => &s.input,
+            LogicalPlan::Window(w) if windows => &w.input,
+            _ => return (above, node),
+        };
+        above.push(node);
+        node = input.as_ref();
+    }
+}
+
 /// Where the first aggregate function of `plan` is written in `query`.
 pub(crate) fn first_aggregate_at(query: &Query, plan: &WindowPlan) -> Option<Location> {
     plan.aggregates
@@ -802,7 +801,11 @@ pub(super) fn fold(
 /// Refuses an implicit conversion that could change a value anywhere in the plan but in
 /// the aggregates' own arguments (an aggregate's coercion is its definition: `avg` of a
 /// BIGINT is a DOUBLE).
-fn refuse_lossy(written: &LogicalPlan, coerced: &LogicalPlan, what: &str) -> Result<(), SqlError> {
+pub(super) fn refuse_lossy(
+    written: &LogicalPlan,
+    coerced: &LogicalPlan,
+    what: &str,
+) -> Result<(), SqlError> {
     let mut w_nodes = Vec::new();
     let mut c_nodes = Vec::new();
     let _ = written.apply(|n| {

@@ -521,6 +521,16 @@ fn check_join(
             ));
         }
     };
+    let keeps_right = matches!(
+        join.join_operator,
+        JoinOperator::Right(_) | JoinOperator::RightOuter(_) | JoinOperator::FullOuter(_)
+    );
+    if keeps_right && matches!(constraint, JoinConstraint::Using(_)) {
+        return Err(at(
+            st.find(Keyword::USING),
+            format!("{what}: USING in a RIGHT or FULL join is not supported: its unqualified columns read the left side, NULL on a row of the right side alone; write ON x.window = y.window AND x.k = y.k and coalesce(x.k, y.k)"),
+        ));
+    }
     if !matches!(constraint, JoinConstraint::On(_) | JoinConstraint::Using(_)) {
         return Err(at(
             st.find(Keyword::JOIN),

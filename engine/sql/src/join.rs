@@ -22,7 +22,7 @@ use datafusion_sql::planner::SqlToRel;
 use sqlparser::ast::{Query, SetExpr, Spanned, Statement, TableFactor};
 use sqlparser::tokenizer::Location;
 
-use super::aggregate::{fold, plan_windowed_as};
+use super::aggregate::{fold, peel, plan_windowed_as};
 use super::catalog::Catalog;
 use super::clauses::at;
 use super::error::SqlError;
@@ -30,7 +30,7 @@ use super::parse::InsertDef;
 use super::plan::{event_time_of, visible};
 use super::select::{output_item, schema_of, select_items, to_physical};
 use super::window_fns::window_type;
-use pubsub_engine_plan::type_words::{field_type, sql_type};
+use pubsub_engine_plan::type_words::sql_type;
 use pubsub_engine_plan::{
     JoinKind, JoinPlan, JoinSide, PlannedQuery, PlannedTable, SelectPlan, WindowKind, WindowPlan,
 };
@@ -227,32 +227,19 @@ pub(crate) fn plan_parts(
     let written = planner
         .sql_statement_to_plan(Statement::Query(ins.query.clone()))
         .map_err(df_err)?;
+    super::select::refuse_replay_unsafe(&written, &ins.query, what)?;
     let coerced = Analyzer::new()
-        .execute_and_check(written, catalog.options(), |_, _| {})
+        .execute_and_check(written.clone(), catalog.options(), |_, _| {})
         .map_err(df_err)?;
-    let mut above: Vec<&LogicalPlan> = Vec::new();
-    let mut node = &coerced;
-    let join = loop {
-        match node {
-            LogicalPlan::Join(j) => break j,
-            LogicalPlan::Projection(p) => {
-                above.push(node);
-                node = p.input.as_ref();
-            }
-            LogicalPlan::Filter(f) => {
-                above.push(node);
-                node = f.input.as_ref();
-            }
-            LogicalPlan::SubqueryAlias(s) => {
-                above.push(node);
-                node = s.input.as_ref();
-            }
-            other => {
-                return Err(SqlError(format!(
-                    "{what}: {} over the joined rows is not supported yet: a join's rows are written as they are (with WHERE and expressions); write them into a table and aggregate that",
-                    step_name(other)
-                )))
-            }
+    super::aggregate::refuse_lossy(&written, &coerced, what)?;
+    let (above, node) = peel(&coerced, false);
+    let join = match node {
+        LogicalPlan::Join(j) => j,
+        other => {
+            return Err(SqlError(format!(
+                "{what}: {} over the joined rows is not supported yet: a join's rows are written as they are (with WHERE and expressions); write them into a table and aggregate that",
+                step_name(other)
+            )))
         }
     };
     let kind = match join.join_type {
@@ -495,17 +482,20 @@ fn after_join(
             pubsub_engine_plan::type_words::message(&e)
         ))
     })?;
-    // A bare column keeps its side's SQL type (JSON stays JSON).
+    // A bare column keeps its side's SQL type (JSON stays JSON) and the join's
+    // nullability; a name both sides hold is looked up by nobody (a bare column is found
+    // by its name alone), so its item takes its expression's type and nullability.
     let sides: Vec<&SourceField> = planned.iter().flat_map(|(a, _)| a.fields.iter()).collect();
+    let unique = |n: &String| join.fields().iter().filter(|f| f.name() == n).count() == 1;
     let src = ConnectionSchema {
         fields: join
             .fields()
             .iter()
             .zip(&sides)
-            .filter(|(f, _)| f.data_type() != &window_type())
+            .filter(|(f, _)| f.data_type() != &window_type() && unique(f.name()))
             .map(|(f, s)| SourceField {
                 name: f.name().clone(),
-                field_type: field_type(f.data_type()).unwrap_or(s.field_type),
+                field_type: s.field_type,
                 required: !f.is_nullable(),
                 metadata_key: None,
             })

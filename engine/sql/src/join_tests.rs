@@ -197,6 +197,31 @@ fn joins_that_are_not_built_are_refused_naming_what_and_where() {
             ),
             "the right side of the join is an aggregate without a window",
         ),
+        (
+            format!(
+                "INSERT INTO out SELECT k FROM {} x FULL JOIN {} y USING (window, k);",
+                side(tumble, "clicks"),
+                side(tumble, "views")
+            ),
+            "USING in a RIGHT or FULL join is not supported",
+        ),
+        // What a stateless SELECT refuses is refused over the joined rows too.
+        (
+            format!(
+                "INSERT INTO out SELECT x.k, random() AS r FROM {} x JOIN {} y ON x.window = y.window AND x.k = y.k;",
+                side(tumble, "clicks"),
+                side(tumble, "views")
+            ),
+            "random is not supported",
+        ),
+        (
+            format!(
+                "INSERT INTO out SELECT x.k FROM {} x JOIN {} y ON x.window = y.window AND x.k = y.k WHERE x.n + 0.5 > 3;",
+                side(tumble, "clicks"),
+                side(tumble, "views")
+            ),
+            "would be converted from BIGINT to",
+        ),
     ];
     let e = plan_sql(&format!("{TABLES}{}", cases[0].0))
         .err()
@@ -439,4 +464,27 @@ proptest! {
             }
         }
     }
+}
+
+/// A name both sides hold (`n`, `k`) reads each side's own column: a LEFT JOIN's right
+/// count is nullable and a DOUBLE average stays DOUBLE, whatever the left side's `n` is.
+#[test]
+fn a_name_on_both_sides_keeps_each_sides_type_and_nullability() {
+    let tumble = "TUMBLE(INTERVAL '10' SECOND)";
+    let q = plan_sql(&format!(
+        "{TABLES}INSERT INTO out SELECT x.k, x.n AS xn, y.n AS yn, y.a FROM
+         (SELECT {tumble} AS window, k, count(*) AS n FROM clicks GROUP BY window, k) x
+         LEFT JOIN (SELECT {tumble} AS window, k, count(*) AS n, avg(w) AS a FROM views GROUP BY window, k) y
+         ON x.window = y.window AND x.k = y.k;"
+    ))
+    .unwrap()
+    .queries[0]
+        .clone();
+    let f = |i: usize| q.sink.connection.schema.fields[i].clone();
+    assert!(f(1).required, "x.n is a left count: never NULL");
+    assert!(
+        !f(2).required,
+        "y.n is NULL where the right side has no row"
+    );
+    assert_eq!(f(3).field_type, pubsub_engine_spi::FieldType::Double);
 }

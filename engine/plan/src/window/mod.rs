@@ -337,6 +337,13 @@ impl WindowState {
             Store::Updating(_) => updating::STATE,
         };
         for s in states {
+            // A join's snapshot holds its sides apart (`join.rs`): not this query's state.
+            if s.values.contains_key("left") || s.values.contains_key("right") {
+                return Err(anyhow!(
+                    "{}: the checkpoint holds a join's state under this query's id, not a window's: the pipeline changed; start a new job (another --job-id or state directory)",
+                    self.shared.plan.text
+                ));
+            }
             if let (Store::Updating(u), Some(c)) = (
                 &mut self.store,
                 s.values.get(SINK_COLUMNS).and_then(|v| v.as_str()),
