@@ -61,6 +61,13 @@ impl Held {
             Held::Join(j) => j.state.bytes(),
         }
     }
+
+    fn take_late(&mut self) -> u64 {
+        match self {
+            Held::Window(s) => s.take_late(),
+            Held::Join(j) => j.state.take_late(),
+        }
+    }
 }
 
 /// The join's watermark from its inputs': the lower of two event times; an idle input's
@@ -189,12 +196,7 @@ impl WindowRun {
                     }
                     _ => self.take(k, payload, watermarks, sink_tx),
                 };
-                let taken = taken.and_then(|()| self.check_bytes());
-                if let Some(s) = &self.state {
-                    self.plumbing.groups.set(s.groups());
-                    self.plumbing.bytes.set(s.bytes());
-                }
-                if let Err(e) = taken {
+                if let Err(e) = taken.and_then(|()| self.account()) {
                     self.fail(e);
                     return;
                 }
@@ -298,7 +300,6 @@ impl WindowRun {
                         }
                     }
                 }
-                self.plumbing.late.add(state.take_late());
             }
             Payload::Mark(mark) => {
                 let Some(w) = watermarks.update(mark) else {
@@ -379,34 +380,40 @@ impl WindowRun {
         }
     }
 
-    /// Counts late rows and checks the state limit (`max_window_state_bytes`).
-    fn check_bytes(&mut self) -> anyhow::Result<()> {
-        let Some(held) = self.state.as_mut() else {
+    /// After each input: counts the rows found late, sets the state gauges and checks
+    /// the state limit (`max_window_state_bytes`).
+    fn account(&mut self) -> anyhow::Result<()> {
+        let Some(state) = self.state.as_mut() else {
             return Ok(());
         };
-        if let Held::Join(j) = held {
-            self.plumbing.late.add(j.state.take_late());
+        self.plumbing.late.add(state.take_late());
+        let (groups, bytes, max) = (state.groups(), state.bytes(), self.plumbing.max_bytes);
+        self.plumbing.groups.set(groups);
+        self.plumbing.bytes.set(bytes);
+        if bytes <= max {
+            return Ok(());
         }
-        let state = &*held;
-        let (bytes, max) = (state.bytes(), self.plumbing.max_bytes);
-        if bytes > max {
-            return Err(pubsub_engine_spi::PermanentError::wrap(anyhow::anyhow!(
-                        "{}: the {} of worker {} hold about {bytes} bytes in {} groups, over the limit of {max} (max_window_state_bytes, `--max-window-state-bytes`): raise it, or make {}",
-                        match (&self.query.window, state) {
-                            (Some(w), Held::Window(_)) => w.text.as_str(),
-                            _ => self.query.text.as_str(),
-                        },
-                        match state { Held::Join(_) => "open windows of both sides of the join", _ if self.query.is_updating() => "groups of the updating aggregate", _ => "open windows" },
-                        self.subtask,
-                        state.groups(),
-                        if self.query.is_updating() {
-                            "keys fewer or 'changelog.state-ttl' shorter"
-                        } else {
-                            "windows shorter or keys fewer"
-                        }
-                    )));
-        }
-        Ok(())
+        let (what, held, way) = match (&self.query.window, &*state) {
+            (Some(w), Held::Window(_)) if self.query.is_updating() => (
+                w.text.as_str(),
+                "groups of the updating aggregate",
+                "keys fewer or 'changelog.state-ttl' shorter",
+            ),
+            (Some(w), Held::Window(_)) => (
+                w.text.as_str(),
+                "open windows",
+                "windows shorter or keys fewer",
+            ),
+            _ => (
+                self.query.text.as_str(),
+                "open windows of both sides of the join",
+                "windows shorter or keys fewer",
+            ),
+        };
+        Err(pubsub_engine_spi::PermanentError::wrap(anyhow::anyhow!(
+            "{what}: the {held} of worker {} hold about {bytes} bytes in {groups} groups, over the limit of {max} (max_window_state_bytes, `--max-window-state-bytes`): raise it, or make {way}",
+            self.subtask,
+        )))
     }
 
     /// Snapshots epochs `next..k`: complete, and their input taken.
