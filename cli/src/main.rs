@@ -11,6 +11,7 @@ mod pipeline;
 mod progress;
 mod quickstart;
 mod quickstart_builds;
+mod quickstart_join;
 mod resources;
 
 use std::path::PathBuf;

@@ -26,6 +26,7 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
     admin::create_subscription(&profile, "bids-out-sub", "bids-out", 60).await?;
 
     let payloads = bid_payloads(bids);
+    let pairs = super::quickstart_join::expected(&payloads)?;
     let published: HashSet<String> = admin::publish_all(&profile, "bids", payloads, 5000)
         .await?
         .into_iter()
@@ -98,6 +99,9 @@ pub async fn run(bids: usize, pipeline_path: PathBuf, workers: usize) -> anyhow:
         Duration::from_secs(10),
     )
     .await?;
+    if changelog && sql.inserts.iter().any(|i| i.joined.is_some()) {
+        return super::quickstart_join::check(&profile, &out, &pairs).await;
+    }
     if changelog {
         return check_changelog(&profile, &out, published.len()).await;
     }

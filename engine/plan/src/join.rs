@@ -16,6 +16,7 @@ use arrow::compute::{concat_batches, take};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 
+use crate::join_rows::RowsJoin;
 use crate::pipeline::PlannedTable;
 use crate::select::SelectPlan;
 use crate::window::{WindowPlan, WindowState};
@@ -49,16 +50,19 @@ impl JoinKind {
     }
 }
 
-/// One side of a join: a windowed aggregate.
+/// One side of a join: a windowed aggregate, or (an updating join) a table's rows.
 pub struct JoinSide {
     /// Its aggregate (rows routed by the join keys, [`WindowPlan::route`]); its output
-    /// carries each group's record key.
+    /// carries each group's record key. An updating join's side uses only its first stage
+    /// (`before`: `[join keys.., the table's columns.., event time]`, then the carried
+    /// record key) and route.
     pub window: Arc<WindowPlan>,
     /// The side's HAVING and select list on the rows its window fires, with the record
-    /// key carried last.
+    /// key carried last; an updating join's: the table's columns as they are.
     pub after: Arc<SelectPlan>,
-    /// The columns of `after`'s rows matched, in pairs, with the other side's: the window
-    /// and group keys, of equal types on both sides.
+    /// The columns matched, in pairs, with the other side's, of equal types on both
+    /// sides: of `after`'s rows, the window and group keys; of an updating join's first
+    /// stage, its leading join keys.
     pub on: Vec<usize>,
 }
 
@@ -74,6 +78,10 @@ pub struct JoinPlan {
     pub schema: SchemaRef,
     /// The statement, for errors.
     pub text: String,
+    /// An updating join of two tables' rows (decision 0056): how long each side's rows
+    /// are kept, in nanoseconds of event time (see [`crate::join_rows`]); `None` for a
+    /// windowed join.
+    pub ttl: Option<i64>,
 }
 
 impl std::fmt::Debug for JoinPlan {
@@ -175,24 +183,47 @@ impl JoinPlan {
     }
 }
 
-/// The state of one subtask of a windowed join: each side's open windows.
+/// The state of one subtask of a join: each side's open windows, or an updating join's
+/// kept rows.
 pub struct JoinState {
     plan: Arc<JoinPlan>,
-    sides: [WindowState; 2],
+    /// A windowed join's sides (none for an updating join).
+    sides: Vec<WindowState>,
+    rows: Option<RowsJoin>,
 }
 
 impl JoinState {
     pub fn new(plan: Arc<JoinPlan>) -> anyhow::Result<Self> {
-        let sides = [
-            WindowState::new(plan.sides[0].window.clone())?,
-            WindowState::new(plan.sides[1].window.clone())?,
-        ];
-        Ok(JoinState { plan, sides })
+        let rows = match plan.ttl {
+            Some(ttl) => Some(RowsJoin::new(plan.clone(), ttl)?),
+            None => None,
+        };
+        let sides = match rows {
+            Some(_) => Vec::new(),
+            None => vec![
+                WindowState::new(plan.sides[0].window.clone())?,
+                WindowState::new(plan.sides[1].window.clone())?,
+            ],
+        };
+        Ok(JoinState { plan, sides, rows })
     }
 
-    /// Folds in rows of side `side`'s first stage (see [`WindowState::update`]).
-    pub fn update(&mut self, side: usize, batch: &RecordBatch) -> anyhow::Result<()> {
-        self.sides[side].update(batch)
+    /// Folds in rows of side `side`'s first stage (see [`WindowState::update`]); an
+    /// updating join joins them at once: the joined rows, in [`JoinPlan::schema`].
+    pub fn update(
+        &mut self,
+        side: usize,
+        batch: &RecordBatch,
+    ) -> anyhow::Result<Option<RecordBatch>> {
+        match &mut self.rows {
+            Some(r) => r.update(side, batch),
+            None => self.sides[side].update(batch).map(|()| None),
+        }
+    }
+
+    /// Whether this is an updating join (rows kept for a TTL, no windows).
+    pub fn is_updating(&self) -> bool {
+        self.rows.is_some()
     }
 
     /// The join's watermark advanced to `w`: fires every window ending at or before it on
@@ -202,6 +233,10 @@ impl JoinState {
     /// Errors: a side's window or select list failed on a row (permanent: a replay fails
     /// alike).
     pub fn advance(&mut self, w: i64) -> anyhow::Result<Option<RecordBatch>> {
+        if let Some(r) = &mut self.rows {
+            r.advance(w);
+            return Ok(None);
+        }
         let mut fired = Vec::new();
         for (side, state) in self.sides.iter_mut().enumerate() {
             let after = &self.plan.sides[side].after;
@@ -223,21 +258,33 @@ impl JoinState {
 
     /// Open groups over both sides' open windows.
     pub fn groups(&self) -> u64 {
+        if let Some(r) = &self.rows {
+            return r.groups();
+        }
         self.sides.iter().map(|s| s.groups()).sum()
     }
 
     /// An estimate of the memory both sides' open windows hold, in bytes.
     pub fn bytes(&self) -> u64 {
+        if let Some(r) = &self.rows {
+            return r.bytes();
+        }
         self.sides.iter().map(|s| s.bytes()).sum()
     }
 
     /// Rows dropped as late on either side since the last call.
     pub fn take_late(&mut self) -> u64 {
+        if let Some(r) = &mut self.rows {
+            return r.take_late();
+        }
         self.sides.iter_mut().map(|s| s.take_late()).sum()
     }
 
     /// Both sides' snapshots (see [`WindowState::snapshot`]) under `left` and `right`.
     pub fn snapshot(&mut self) -> anyhow::Result<OperatorState> {
+        if let Some(r) = &self.rows {
+            return r.snapshot();
+        }
         let mut state = OperatorState::default();
         for (name, side) in SIDES.iter().zip(self.sides.iter_mut()) {
             state
@@ -255,6 +302,9 @@ impl JoinState {
         subtask: u64,
         peers: u64,
     ) -> anyhow::Result<()> {
+        if let Some(r) = &mut self.rows {
+            return r.restore(states, subtask, peers);
+        }
         for (name, side) in SIDES.iter().zip(self.sides.iter_mut()) {
             let mine = states
                 .iter()

@@ -16,6 +16,7 @@ mod dedup;
 pub mod eval;
 mod exact_cast;
 pub mod join;
+mod join_rows;
 pub mod json;
 mod number_text;
 mod pipeline;

@@ -34,8 +34,8 @@ enum Held {
     Join(Joined),
 }
 
-/// A windowed join's subtask: both sides' windows, advanced by the lower of the two
-/// inputs' watermarks (an idle input's is left out).
+/// A join's subtask: both sides' windows (or an updating join's kept rows), advanced by
+/// the lower of the two inputs' watermarks (an idle input's is left out).
 struct Joined {
     state: JoinState,
     /// Each input's watermark over its upstream subtasks.
@@ -341,7 +341,19 @@ impl WindowRun {
     ) -> anyhow::Result<()> {
         let side = usize::from(side).min(1);
         match payload {
-            Payload::Rows(rows) => j.state.update(side, &rows.batch),
+            Payload::Rows(rows) => {
+                // An updating join writes its rows as they match.
+                if let Some(joined) = j.state.update(side, &rows.batch)? {
+                    let batch = query.project(&joined)?;
+                    if batch.num_rows() > 0 {
+                        let _ = sink_tx.send(SinkEvent::Batch(Rows {
+                            batch,
+                            permits: Arc::new(Permits::none()),
+                        }));
+                    }
+                }
+                Ok(())
+            }
             Payload::Mark(mark) => {
                 let Some(w) = j.marks[side].update(mark) else {
                     return Ok(());
@@ -403,6 +415,11 @@ impl WindowRun {
                 w.text.as_str(),
                 "open windows",
                 "windows shorter or keys fewer",
+            ),
+            (_, Held::Join(j)) if j.state.is_updating() => (
+                self.query.text.as_str(),
+                "kept rows of both sides of the join",
+                "'changelog.state-ttl' shorter, or align the two tables' watermarks ('scan.watermark.alignment.group')",
             ),
             _ => (
                 self.query.text.as_str(),

@@ -495,8 +495,9 @@ fn check_from(t: &TableWithJoins, what: &str, st: &StatementTokens) -> Result<()
 }
 
 /// `left JOIN right ON ...`: a windowed join of two subqueries (`join.rs` checks they
-/// are windowed aggregates of one window). A join of tables' rows, which would have to
-/// keep every row and retract rows an outer join wrote, is refused with the reason.
+/// are windowed aggregates of one window), or an inner join of two tables' rows (an
+/// updating join, `join_rows.rs`). An outer join of tables' rows, which would have to
+/// retract the rows with NULLs it wrote, is refused with the reason.
 fn check_join(
     left: &TableFactor,
     join: &sqlparser::ast::Join,
@@ -537,22 +538,26 @@ fn check_join(
             format!("{what}: a join needs ON (or USING) its windows and keys, e.g. ON a.window = b.window AND a.k = b.k"),
         ));
     }
+    let inner = matches!(
+        join.join_operator,
+        JoinOperator::Join(_) | JoinOperator::Inner(_)
+    );
+    let tables = [left, &join.relation].map(|f| matches!(f, TableFactor::Table { .. }));
     for side in [left, &join.relation] {
-        if !matches!(side, TableFactor::Derived { .. }) {
-            let kind = match &join.join_operator {
-                JoinOperator::Join(_) | JoinOperator::Inner(_) => "a join",
-                _ => "an outer join",
-            };
-            let why = match kind {
-                "a join" => "it would keep every row of both tables (an updating join, not built yet)",
-                _ => "without a window it would write a row with NULLs and retract it when a match arrives, which is not built",
-            };
+        let derived = matches!(side, TableFactor::Derived { .. });
+        // Two tables' rows: an updating join, inner only; two windowed aggregates.
+        let refusal = match (derived, tables, inner) {
+            (true, [false, false], _) | (false, [true, true], true) => None,
+            (false, [true, true], false) => Some("an outer join of two tables' rows is not supported: without a window it would write a row with NULLs and retract it when a match arrives, which is not built. Write [INNER] JOIN (an updating join), or join two windowed aggregates with the same window"),
+            _ => Some("a join of a table's rows with a subquery is not supported: join two tables' rows (an updating join, [INNER] JOIN ... ON a.k = b.k into a changelog table), or two windowed aggregates with the same window"),
+        };
+        check_factor(side, what, st)?;
+        if let Some(why) = refusal {
             return Err(at(
                 first_location(side).unwrap_or_else(|| st.start()),
-                format!("{what}: {kind} of a table's rows is not supported: {why}. Join two windowed aggregates with the same window: FROM (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, k, count(*) AS n FROM a GROUP BY window, k) x JOIN (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, k, sum(v) AS total FROM b GROUP BY window, k) y ON x.window = y.window AND x.k = y.k"),
+                format!("{what}: {why}, e.g. FROM (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, k, count(*) AS n FROM a GROUP BY window, k) x JOIN (SELECT TUMBLE(INTERVAL '1' MINUTE) AS window, k, sum(v) AS total FROM b GROUP BY window, k) y ON x.window = y.window AND x.k = y.k"),
             ));
         }
-        check_factor(side, what, st)?;
     }
     Ok(())
 }
@@ -672,8 +677,8 @@ mod tests {
             (" INTERSECT SELECT a, b FROM src2", "INTERSECT", "INTERSECT"),
             (" EXCEPT SELECT a, b FROM src2", "EXCEPT", "EXCEPT"),
             (
-                " JOIN src2 ON src.a = src2.a",
-                "a join of a table's rows",
+                " LEFT JOIN src2 ON src.a = src2.a",
+                "an outer join of two tables' rows",
                 "src ",
             ),
         ];

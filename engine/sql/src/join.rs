@@ -37,7 +37,7 @@ use pubsub_engine_plan::{
 use pubsub_engine_spi::record_id::{RECORD_ID_COLUMN, RECORD_KEY_COLUMN};
 use pubsub_engine_spi::{ConnectionSchema, SourceField};
 
-const SIDE: [&str; 2] = ["left", "right"];
+pub(super) const SIDE: [&str; 2] = ["left", "right"];
 
 /// Plans `ins`, a join reading `tables` (left, right) into `sink`, as query `id`.
 ///
@@ -75,7 +75,19 @@ pub(crate) fn plan_join(
         route,
         joined,
         mut select,
+        updating,
     } = plan_parts(ins, what, [&tables[0], &tables[1]], record_ids)?;
+    // An updating join keeps each side's rows for the changelog's state TTL (event time).
+    let ttl = match (updating, sink.changelog) {
+        (false, _) => None,
+        (true, Some(c)) => Some(i64::try_from(c.state_ttl.as_nanos()).unwrap_or(i64::MAX)),
+        (true, None) => {
+            return Err(SqlError(format!(
+                "{what}: a join of two tables' rows is an updating join, which writes a changelog: declare table '{}' with 'format' = 'debezium_json' (its 'changelog.state-ttl' is how long each side's rows are kept, in event time), or join two windowed aggregates",
+                ins.sink
+            )))
+        }
+    };
     let no_columns = ConnectionSchema {
         fields: Vec::new(),
         ..tables[0].connection.schema.clone()
@@ -122,6 +134,7 @@ pub(crate) fn plan_join(
             sides: [left_side, right_side],
             schema: joined,
             text: ins.to_string(),
+            ttl,
         })),
     })
 }
@@ -129,13 +142,15 @@ pub(crate) fn plan_join(
 /// A join planned up to its sink: each side, the matched columns, the keys each side
 /// routes by, the joined rows' schema and what is written from them.
 pub(crate) struct Parts {
-    kind: JoinKind,
-    planned: Vec<(SelectPlan, WindowPlan)>,
-    pairs: Vec<(usize, usize)>,
-    route: [Vec<usize>; 2],
-    joined: Arc<Schema>,
+    pub(super) kind: JoinKind,
+    pub(super) planned: Vec<(SelectPlan, WindowPlan)>,
+    pub(super) pairs: Vec<(usize, usize)>,
+    pub(super) route: [Vec<usize>; 2],
+    pub(super) joined: Arc<Schema>,
     /// The select list over the joined rows.
     pub select: SelectPlan,
+    /// An updating join of two tables' rows (`join_rows.rs`).
+    pub(super) updating: bool,
 }
 
 /// Plans the join `ins` over `tables` (left, right) up to its sink (see [`plan_join`]).
@@ -145,6 +160,9 @@ pub(crate) fn plan_parts(
     tables: [&PlannedTable; 2],
     record_ids: bool,
 ) -> Result<Parts, SqlError> {
+    if super::join_rows::joins_tables(&ins.query) {
+        return super::join_rows::plan_parts(ins, what, tables, record_ids);
+    }
     let names = [ins.source.clone(), ins.joined.clone().unwrap_or_default()];
     let subqueries = side_queries(&ins.query).ok_or_else(|| {
         SqlError(format!(
@@ -407,6 +425,7 @@ pub(crate) fn plan_parts(
         route,
         joined,
         select,
+        updating: false,
     })
 }
 
@@ -430,7 +449,7 @@ fn derived(f: &TableFactor) -> Option<(&Query, Location)> {
 }
 
 /// `e` without the casts around it.
-fn uncast(e: &Expr) -> Expr {
+pub(super) fn uncast(e: &Expr) -> Expr {
     match e {
         Expr::Cast(c) => uncast(&c.expr),
         Expr::TryCast(c) => uncast(&c.expr),
@@ -439,7 +458,7 @@ fn uncast(e: &Expr) -> Expr {
 }
 
 /// Which side (0 or 1) column `e` is of, and its index there.
-fn column_at(e: &Expr, left: &DFSchema, right: &DFSchema) -> Option<(usize, usize)> {
+pub(super) fn column_at(e: &Expr, left: &DFSchema, right: &DFSchema) -> Option<(usize, usize)> {
     let Expr::Column(c) = e.clone().unalias_nested().data else {
         return None;
     };
@@ -466,7 +485,7 @@ fn group_key(after: &SelectPlan, window: &WindowPlan, i: usize) -> Option<usize>
 /// The select list and WHERE over the joined rows (`join`'s schema: the sides' columns),
 /// with the record key carried from column `record_key_at` when the sink stamps ids.
 #[allow(clippy::too_many_arguments)]
-fn after_join(
+pub(super) fn after_join(
     ins: &InsertDef,
     what: &str,
     above: &[&LogicalPlan],
@@ -553,7 +572,7 @@ fn after_join(
 }
 
 /// A plan step in words, for a refusal.
-fn step_name(p: &LogicalPlan) -> &'static str {
+pub(super) fn step_name(p: &LogicalPlan) -> &'static str {
     match p {
         LogicalPlan::Aggregate(_) => "an aggregate (GROUP BY)",
         LogicalPlan::Window(_) => "a window function",

@@ -15,6 +15,7 @@ mod dialect;
 mod error;
 pub mod graph;
 mod join;
+mod join_rows;
 mod late;
 mod memory;
 mod parse;
@@ -36,6 +37,8 @@ mod changelog_source_tests;
 mod derive_tests;
 #[cfg(test)]
 mod expr_tests;
+#[cfg(test)]
+mod join_rows_tests;
 #[cfg(test)]
 mod join_tests;
 #[cfg(test)]

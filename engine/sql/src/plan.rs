@@ -66,7 +66,8 @@ pub(crate) fn give_event_time(
     tables: &mut [(String, PlannedTable)],
     ins: &InsertDef,
 ) -> Result<(), SqlError> {
-    if !super::aggregate::is_windowed(&ins.query) {
+    // Windows need it, and an updating join keeps each row for a TTL of event time.
+    if !super::aggregate::is_windowed(&ins.query) && !super::join_rows::joins_tables(&ins.query) {
         return Ok(());
     }
     for source in std::iter::once(&ins.source).chain(&ins.joined) {

@@ -609,7 +609,7 @@ fn state_batch(columns: Vec<ArrayRef>) -> anyhow::Result<RecordBatch> {
 }
 
 /// `batch` as Arrow IPC stream bytes in base64.
-fn encode(batch: &RecordBatch) -> anyhow::Result<String> {
+pub(crate) fn encode(batch: &RecordBatch) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     {
         let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut buf, &batch.schema())?;
@@ -619,7 +619,7 @@ fn encode(batch: &RecordBatch) -> anyhow::Result<String> {
     Ok(base64::engine::general_purpose::STANDARD.encode(buf))
 }
 
-fn decode(text: &str) -> anyhow::Result<Vec<RecordBatch>> {
+pub(crate) fn decode(text: &str) -> anyhow::Result<Vec<RecordBatch>> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
         .context("window state is not base64")?;

@@ -1,0 +1,375 @@
+//! An updating join (issue 48, part 1; decision 0056): `SELECT ... FROM a [INNER] JOIN b
+//! ON a.k = b.k [AND ...] [WHERE ...]`, two tables' rows joined as they arrive, each row
+//! kept for the sink's `changelog.state-ttl` of event time (see
+//! `pubsub_engine_plan::join_rows`), written into a changelog table.
+//!
+//! DataFusion plans the whole statement (the join's type, its condition, what is written
+//! from the joined rows); each side's first stage is its join keys, its columns and its
+//! event time, routed by the keys.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema};
+use datafusion_expr::planner::ContextProvider;
+use datafusion_expr::utils::split_conjunction;
+use datafusion_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
+use datafusion_optimizer::analyzer::Analyzer;
+use datafusion_physical_expr::expressions::Column as ColumnExpr;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_sql::planner::SqlToRel;
+use sqlparser::ast::{Query, SetExpr, Statement, TableFactor};
+
+use super::catalog::Catalog;
+use super::error::SqlError;
+use super::join::{after_join, column_at, step_name, uncast, Parts, SIDE};
+use super::parse::InsertDef;
+use super::plan::{event_time_of, record_key_index, visible};
+use pubsub_engine_plan::type_words::sql_type;
+use pubsub_engine_plan::{JoinKind, PlannedTable, SelectPlan, WindowKind, WindowPlan};
+use pubsub_engine_spi::record_id::RECORD_KEY_COLUMN;
+use pubsub_engine_spi::SourceField;
+
+/// Whether `query` joins two tables (not subqueries): an updating join.
+pub(crate) fn joins_tables(query: &Query) -> bool {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    let Some(from) = select.from.first() else {
+        return false;
+    };
+    let table = |f: &TableFactor| matches!(f, TableFactor::Table { .. });
+    table(&from.relation) && from.joins.first().is_some_and(|j| table(&j.relation))
+}
+
+/// Plans the updating join `ins` over `tables` (left, right) up to its sink.
+///
+/// Errors: a changelog or late-rows table read, a table without an event time, a join
+/// that is not inner, a condition that is not equalities of a column of each side (of one
+/// type), no condition, an aggregate or window function over the joined rows, and the
+/// errors of the select list over the joined rows.
+pub(crate) fn plan_parts(
+    ins: &InsertDef,
+    what: &str,
+    tables: [&PlannedTable; 2],
+    record_ids: bool,
+) -> Result<Parts, SqlError> {
+    let names = [ins.source.clone(), ins.joined.clone().unwrap_or_default()];
+    let mut event_times = Vec::new();
+    for s in 0..2 {
+        let (table, name) = (tables[s], &names[s]);
+        let refuse = |m: String| SqlError(format!("{what}: the {} side of the join {m}", SIDE[s]));
+        if table.connection.schema.format == pubsub_engine_spi::Format::DebeziumJson {
+            return Err(refuse(format!(
+                "reads table '{name}', a changelog (format 'debezium_json'), which joins do not read yet"
+            )));
+        }
+        if let Some(late) = &table.late_rows {
+            return Err(refuse(format!(
+                "reads table '{name}', which writes its late rows to '{late}' ('scan.late-rows.table'): a join does not write late rows yet; drop the option or read another table"
+            )));
+        }
+        event_times.push(event_time_of(&table.connection.schema).ok_or_else(|| {
+            SqlError(format!(
+                "{what}: table '{name}' gives its rows no event time (plan its tables with plan_pipeline)"
+            ))
+        })?);
+    }
+
+    let arrow = |t: &PlannedTable| visible(&t.connection.schema).arrow_schema();
+    let catalog = Catalog::new([
+        (names[0].clone(), arrow(tables[0])),
+        (names[1].clone(), arrow(tables[1])),
+    ])
+    // Its aggregate functions, so that one over the joined rows is refused by name.
+    .with_windows();
+    let planner = SqlToRel::new(&catalog);
+    let df_err = |e: datafusion_common::DataFusionError| {
+        SqlError(format!(
+            "{what}: {}",
+            pubsub_engine_plan::type_words::message(&e)
+        ))
+    };
+    let written = planner
+        .sql_statement_to_plan(Statement::Query(ins.query.clone()))
+        .map_err(df_err)?;
+    super::select::refuse_replay_unsafe(&written, &ins.query, what)?;
+    let coerced = Analyzer::new()
+        .execute_and_check(written.clone(), catalog.options(), |_, _| {})
+        .map_err(df_err)?;
+    super::aggregate::refuse_lossy(&written, &coerced, what)?;
+    let (above, node) = super::aggregate::peel(&coerced, false);
+    let join = match node {
+        LogicalPlan::Join(j) => j,
+        other => {
+            return Err(SqlError(format!(
+                "{what}: {} over the joined rows is not supported yet: a join's rows are written as they are (with WHERE and expressions); write them into a table and aggregate that",
+                step_name(other)
+            )))
+        }
+    };
+    if join.join_type != JoinType::Inner {
+        return Err(SqlError(format!(
+            "{what}: a {} join of two tables' rows is not supported: without a window it would write a row with NULLs and retract it when a match arrives; write [INNER] JOIN, or join two windowed aggregates",
+            join.join_type
+        )));
+    }
+    let visible_of = |s: usize| visible(&tables[s].connection.schema);
+    for (s, input) in [&join.left, &join.right].into_iter().enumerate() {
+        let theirs: Vec<&DataType> = input
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.data_type())
+            .collect();
+        let table = visible_of(s).arrow_schema();
+        let ours: Vec<&DataType> = table.fields().iter().map(|f| f.data_type()).collect();
+        if theirs != ours {
+            return Err(SqlError(format!(
+                "{what}: internal error: the {} side's columns are {ours:?}, joined as {theirs:?} (please report this)",
+                SIDE[s]
+            )));
+        }
+    }
+
+    // The condition: equalities of a column of each side, ANDed.
+    let mut conditions: Vec<Expr> = join
+        .on
+        .iter()
+        .map(|(l, r)| l.clone().eq(r.clone()))
+        .collect();
+    if let Some(f) = &join.filter {
+        conditions.extend(split_conjunction(f).into_iter().cloned());
+    }
+    let (ls, rs) = (join.left.schema(), join.right.schema());
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    for c in &conditions {
+        let pair = match c {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) => match (
+                column_at(&uncast(left), ls, rs),
+                column_at(&uncast(right), ls, rs),
+            ) {
+                (Some((0, l)), Some((1, r))) | (Some((1, r)), Some((0, l))) => Some((l, r)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some((l, r)) = pair else {
+            return Err(SqlError(format!(
+                "{what}: the join condition `{c}` is not supported: ON takes equalities of a column of each side, ANDed (write other conditions in WHERE)"
+            )));
+        };
+        let types = [ls.field(l).data_type(), rs.field(r).data_type()];
+        if types[0] != types[1] {
+            return Err(SqlError(format!(
+                "{what}: the join matches '{}' ({}) with '{}' ({}): columns of one type match; join through a view that CASTs one of them",
+                ls.field(l).name(),
+                sql_type(types[0]),
+                rs.field(r).name(),
+                sql_type(types[1]),
+            )));
+        }
+        pairs.push((l, r));
+    }
+    if pairs.is_empty() {
+        return Err(SqlError(format!(
+            "{what}: a join of two tables' rows needs ON equalities of a column of each side (its keys), e.g. ON a.k = b.k"
+        )));
+    }
+
+    // Each side: its first stage and its columns as joined.
+    let mut planned = Vec::new();
+    for s in 0..2 {
+        let keys: Vec<usize> = pairs
+            .iter()
+            .map(|p| if s == 0 { p.0 } else { p.1 })
+            .collect();
+        planned.push(side(
+            ins,
+            what,
+            tables[s],
+            &names[s],
+            &keys,
+            &event_times[s],
+            record_ids,
+        )?);
+    }
+
+    let mut fields: Vec<Field> = Vec::new();
+    for (after, _) in &planned {
+        fields.extend(after.schema.fields().iter().map(|f| f.as_ref().clone()));
+    }
+    let record_key_at = fields.len();
+    fields.push(Field::new(RECORD_KEY_COLUMN, DataType::Utf8, false));
+    let joined = Arc::new(Schema::new(fields));
+    let select = after_join(
+        ins,
+        what,
+        &above,
+        &join.schema,
+        &planned,
+        &tables[0].connection.schema,
+        record_ids,
+        record_key_at,
+    )?;
+    let n = pairs.len();
+    Ok(Parts {
+        kind: JoinKind::Inner,
+        planned,
+        pairs: (0..n).map(|i| (i, i)).collect(),
+        route: [(0..n).collect(), (0..n).collect()],
+        joined,
+        select,
+        updating: true,
+    })
+}
+
+/// One side of an updating join: its columns as joined (`after`, reading the first
+/// stage's rows) and its first stage (`[keys.., columns.., event time]`, the record key
+/// carried when the sink stamps record ids) as a window plan's (used for its first stage
+/// and routing only).
+fn side(
+    ins: &InsertDef,
+    what: &str,
+    table: &PlannedTable,
+    name: &str,
+    keys: &[usize],
+    event_time: &(usize, String),
+    record_ids: bool,
+) -> Result<(SelectPlan, WindowPlan), SqlError> {
+    let schema = &table.connection.schema;
+    let shown = visible(schema);
+    let arrow = schema.arrow_schema();
+    // A visible column's index among the table's rows (hidden columns trail, but look).
+    let at = |f: &SourceField| -> usize {
+        schema
+            .fields
+            .iter()
+            .position(|g| g.name == f.name)
+            .expect("a visible column is a column")
+    };
+    let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = Vec::new();
+    let mut fields: Vec<SourceField> = Vec::new();
+    let mut push = |f: &SourceField, out_name: String, text: String, exprs: &mut Vec<_>| {
+        exprs.push((
+            Arc::new(ColumnExpr::new(&f.name, at(f))) as Arc<dyn PhysicalExpr>,
+            text,
+        ));
+        fields.push(SourceField {
+            name: out_name,
+            ..f.clone()
+        });
+    };
+    for (i, &k) in keys.iter().enumerate() {
+        let f = &shown.fields[k];
+        push(
+            f,
+            format!("__key{i}"),
+            format!("{name}.{}", f.name),
+            &mut exprs,
+        );
+    }
+    for f in &shown.fields {
+        push(f, f.name.clone(), format!("{name}.{}", f.name), &mut exprs);
+    }
+    exprs.push((
+        Arc::new(ColumnExpr::new(&event_time.1, event_time.0)),
+        format!("event time ({})", event_time.1),
+    ));
+    fields.push(SourceField {
+        name: "__event_time".into(),
+        field_type: pubsub_engine_spi::FieldType::Timestamp,
+        required: true,
+        metadata_key: None,
+    });
+    let field_of = |f: &SourceField, i: usize| {
+        Field::new(&f.name, arrow.field(i).data_type().clone(), !f.required)
+    };
+    let sources: Vec<usize> = keys
+        .iter()
+        .map(|&k| at(&shown.fields[k]))
+        .chain(shown.fields.iter().map(at))
+        .chain([event_time.0])
+        .collect();
+    let before_schema = Arc::new(Schema::new(
+        fields
+            .iter()
+            .zip(&sources)
+            .map(|(f, &i)| field_of(f, i))
+            .collect::<Vec<_>>(),
+    ));
+    let carry = match record_ids {
+        false => None,
+        true => {
+            let i = record_key_index(schema).ok_or_else(|| {
+                SqlError(format!(
+                    "{what}: the source table '{name}' gives its rows no record key (plan its tables with plan_pipeline)"
+                ))
+            })?;
+            let mut fs: Vec<Field> = before_schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
+            fs.push(Field::new(RECORD_KEY_COLUMN, DataType::Utf8, false));
+            Some((i, Arc::new(Schema::new(fs))))
+        }
+    };
+    let before = SelectPlan {
+        filter: None,
+        untyped_null: vec![false; exprs.len()],
+        exprs,
+        fields,
+        schema: before_schema.clone(),
+        message_id: schema
+            .fields
+            .iter()
+            .position(|f| f.metadata_key.as_deref() == Some("message-id")),
+        carry,
+        keep_source: false,
+        unnest: None,
+    };
+    // Its columns as joined: the first stage's after the keys.
+    let n = keys.len();
+    let after = SelectPlan {
+        filter: None,
+        exprs: shown
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(j, f)| {
+                (
+                    Arc::new(ColumnExpr::new(&f.name, n + j)) as Arc<dyn PhysicalExpr>,
+                    f.name.clone(),
+                )
+            })
+            .collect(),
+        untyped_null: vec![false; shown.fields.len()],
+        fields: shown.fields.clone(),
+        schema: shown.arrow_schema(),
+        message_id: None,
+        carry: None,
+        keep_source: false,
+        unnest: None,
+    };
+    let window = WindowPlan {
+        kind: WindowKind::Updating {
+            interval: 0,
+            ttl: 0,
+        },
+        before: Arc::new(before),
+        keys: n,
+        aggregates: Vec::new(),
+        output: before_schema,
+        window_at: None,
+        having: None,
+        text: ins.to_string(),
+        retracting: false,
+        route: None,
+        rank: None,
+    };
+    Ok((after, window))
+}
