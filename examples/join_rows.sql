@@ -1,5 +1,5 @@
--- A bidder raising their own bid: each bid joined with the later, higher bids of the same
--- bidder on the same auction, as they arrive (an updating join of two tables' rows, issue
+-- A bidder raising their own bid: each bid joined with the higher bids of the same bidder
+-- on the same auction within 10 minutes of it, as they arrive (an updating join of two tables' rows, issue
 -- 48). Each side's rows are kept for the changelog's 'changelog.state-ttl' (10 minutes)
 -- of event time (here publish time), and every pair is written once as a create into a
 -- Debezium changelog. `quickstart --pipeline examples/join_rows.sql` runs it and checks

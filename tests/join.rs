@@ -294,7 +294,11 @@ async fn backlog_beside_live(aligned: bool) -> (i32, String, String, Vec<(i64, i
                'changelog.state-ttl' = '5s');
          INSERT INTO pairs SELECT s.n AS slow_n, f.n AS fast_n
          FROM slow s JOIN fast f ON s.k = f.k;",
-        table("slow", &slow.input_sub, ", 'scan.rate-limit.messages-per-second' = '50'"),
+        table(
+            "slow",
+            &slow.input_sub,
+            ", 'scan.rate-limit.messages-per-second' = '50'"
+        ),
         table("fast", &fast.input_sub, ""),
         out = slow.output,
         e = endpoint()

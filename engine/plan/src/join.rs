@@ -101,7 +101,7 @@ impl JoinPlan {
     /// NULL never matching. Rows come in the left side's order with its matches in the
     /// right's order, then the right's rows without a match (a right or full join): the
     /// same rows in the same order on every run. Each row's record key is made of its
-    /// sides' (`join/<left>/<right>`, `-` for a side it lacks): one per pair of groups.
+    /// sides' ([`pair_key`]): one per pair of groups.
     pub fn join(&self, left: &RecordBatch, right: &RecordBatch) -> anyhow::Result<RecordBatch> {
         let key_types: Vec<SortField> = self.sides[0]
             .on
@@ -173,14 +173,19 @@ impl JoinPlan {
                 record_keys[k][side] = i.map(|i| ks.value(i as usize));
             }
         }
-        let ids: StringArray = record_keys
-            .iter()
-            .map(|[l, r]| Some(format!("join/{}/{}", l.unwrap_or("-"), r.unwrap_or("-"))))
-            .collect();
+        let ids: StringArray = record_keys.iter().map(|k| Some(pair_key(*k))).collect();
         columns.push(Arc::new(ids));
         RecordBatch::try_new(self.schema.clone(), columns)
             .with_context(|| format!("{}: the joined rows do not fit", self.text))
     }
+}
+
+/// The record key of a joined row from its sides' (`None`: a side an outer join lacks):
+/// `join/<left>/<right>`, each side as `<length>:<key>` or `-`, so that no two pairs give
+/// one string whatever their keys hold.
+pub fn pair_key([l, r]: [Option<&str>; 2]) -> String {
+    let side = |k: Option<&str>| k.map_or("-".to_string(), |k| format!("{}:{k}", k.len()));
+    format!("join/{}/{}", side(l), side(r))
 }
 
 /// The state of one subtask of a join: each side's open windows, or an updating join's

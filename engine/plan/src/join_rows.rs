@@ -8,8 +8,8 @@
 //! away from it. A row behind the watermark is late: counted and dropped, as a window's.
 //! So the joined rows are the batch join, with the time bound, of the rows that were not
 //! late, whatever order they arrive in; and each pair of rows is one joined row whose
-//! record key names both rows (`join/<left row's>/<right row's>`), so a replay writes
-//! the same row under the same record id.
+//! record key names both rows ([`pair_key`]), so a replay writes the same row under the
+//! same record id.
 //!
 //! A side's rows arrive as its first stage writes them (see [`JoinSide`]): `[join keys..,
 //! the table's columns.., event time]`, then the carried record key when the sink stamps
@@ -24,7 +24,7 @@ use arrow::compute::take;
 use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
 use arrow::row::{RowConverter, SortField};
 
-use crate::join::JoinPlan;
+use crate::join::{pair_key, JoinPlan};
 use crate::window::{decode, encode, owner};
 use pubsub_engine_spi::OperatorState;
 
@@ -70,7 +70,11 @@ impl Kept {
     fn expire(&mut self, before: i64) {
         let later = self.by_time.split_off(&before);
         let gone = std::mem::replace(&mut self.by_time, later);
-        for key in gone.into_values().flatten() {
+        // Each key once: its list is filtered in one pass however many of its rows go.
+        let mut keys: Vec<Box<[u8]>> = gone.into_values().flatten().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
             let Some(list) = self.by_key.get_mut(&key) else {
                 continue;
             };
@@ -190,16 +194,13 @@ impl RowsJoin {
             record_keys[s] = key_at.and_then(|k| cols[k].as_string_opt::<i32>());
         }
         let n = left.first().map_or(0, |c| c.len());
-        let part = |k: Option<&StringArray>, i: usize| k.map_or("-", |k| k.value(i)).to_string();
-        let ids: StringArray = (0..n)
-            .map(|i| {
-                Some(format!(
-                    "join/{}/{}",
-                    part(record_keys[0], i),
-                    part(record_keys[1], i)
-                ))
-            })
-            .collect();
+        let ids: StringArray = match record_keys {
+            // The sink stamps no record ids: the key is never read.
+            [None, None] => std::iter::repeat_n(Some("join"), n).collect(),
+            [l, r] => (0..n)
+                .map(|i| Some(pair_key([l.map(|k| k.value(i)), r.map(|k| k.value(i))])))
+                .collect(),
+        };
         columns.push(Arc::new(ids));
         RecordBatch::try_new(self.plan.schema.clone(), columns)
             .with_context(|| format!("{}: the joined rows do not fit", self.plan.text))

@@ -34,7 +34,8 @@ pub struct ChangelogOptions {
     /// (processing time; default 1 s, Arroyo's).
     pub flush_interval: std::time::Duration,
     /// `changelog.state-ttl`: a group no row reached for this long is forgotten
-    /// (processing time; default 24 h, Arroyo's `updating_ttl`).
+    /// (processing time; default 24 h, Arroyo's `updating_ttl`); an updating join keeps
+    /// each side's rows this long in event time (decision 0056).
     pub state_ttl: std::time::Duration,
 }
 
@@ -93,7 +94,7 @@ pub struct PlannedQuery {
     /// The query writing the late rows of windowed query `late_of`: fed by that query's
     /// window, never by the source directly.
     pub late_of: Option<String>,
-    /// A windowed join: its left side reads `source`, its right side
+    /// A join (windowed, or an updating join of two tables' rows): its left side reads `source`, its right side
     /// [`JoinPlan::right_source`](crate::join::JoinPlan::right_source); `select` runs on
     /// the joined rows. `window` is then `None`.
     pub join: Option<Arc<crate::join::JoinPlan>>,

@@ -1,6 +1,6 @@
 //! A window subtask inside its query's sink operator (`dataflow.rs`): a windowed or
-//! updating aggregate's state, or a windowed join's two sides, fed in epoch order and
-//! snapshotted once an epoch is complete.
+//! updating aggregate's state, or a join's two sides (windowed, or an updating join's
+//! kept rows), fed in epoch order and snapshotted once an epoch is complete.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -330,8 +330,9 @@ impl WindowRun {
         Ok(())
     }
 
-    /// A join's input: rows of side `side` fold into its windows; a watermark may advance
-    /// the join's, which fires and joins both sides' windows that it closed.
+    /// A join's input: rows of side `side` fold into its windows (an updating join's are
+    /// joined at once and kept); a watermark may advance the join's, which fires and joins
+    /// both sides' windows that it closed (or forgets an updating join's expired rows).
     fn take_joined(
         j: &mut Joined,
         query: &PlannedQuery,

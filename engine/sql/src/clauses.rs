@@ -535,7 +535,7 @@ fn check_join(
     if !matches!(constraint, JoinConstraint::On(_) | JoinConstraint::Using(_)) {
         return Err(at(
             st.find(Keyword::JOIN),
-            format!("{what}: a join needs ON (or USING) its windows and keys, e.g. ON a.window = b.window AND a.k = b.k"),
+            format!("{what}: a join needs ON (or USING) its keys: e.g. ON a.k = b.k for two tables' rows, ON a.window = b.window AND a.k = b.k for two windowed aggregates"),
         ));
     }
     let inner = matches!(

@@ -80,6 +80,12 @@ pub(crate) fn plan_join(
     // An updating join keeps each side's rows for the changelog's state TTL (event time).
     let ttl = match (updating, sink.changelog) {
         (false, _) => None,
+        (true, Some(c)) if c.flush_interval != pubsub_engine_plan::ChangelogOptions::default().flush_interval => {
+            return Err(SqlError(format!(
+                "{what}: option 'changelog.flush-interval' of table '{}' does not apply to a join of two tables' rows: it writes each pair as it matches; drop the option",
+                ins.sink
+            )))
+        }
         (true, Some(c)) => Some(i64::try_from(c.state_ttl.as_nanos()).unwrap_or(i64::MAX)),
         (true, None) => {
             return Err(SqlError(format!(

@@ -98,7 +98,7 @@ fn give_event_time_to(
             ""
         };
         return Err(SqlError(format!(
-            "INSERT INTO {}: windows need an event time, and table '{}' (connector '{}') gives its rows none{how}",
+            "INSERT INTO {}: windows and joins of tables' rows need an event time, and table '{}' (connector '{}') gives its rows none{how}",
             ins.sink,
             source,
             src.connector.name()
