@@ -70,6 +70,23 @@ impl Held {
     }
 }
 
+/// Joined rows (in the join's schema) through the query's WHERE and select list to the
+/// sink.
+fn write_joined(
+    query: &PlannedQuery,
+    joined: &arrow::array::RecordBatch,
+    sink_tx: &UnboundedSender<SinkEvent>,
+) -> anyhow::Result<()> {
+    let batch = query.project(joined)?;
+    if batch.num_rows() > 0 {
+        let _ = sink_tx.send(SinkEvent::Batch(Rows {
+            batch,
+            permits: Arc::new(Permits::none()),
+        }));
+    }
+    Ok(())
+}
+
 /// The join's watermark from its inputs': the lower of two event times; an idle input's
 /// is left out; `None` until both inputs said something.
 fn join_watermark(at: [Option<Watermark>; 2]) -> Option<Watermark> {
@@ -344,16 +361,10 @@ impl WindowRun {
         match payload {
             Payload::Rows(rows) => {
                 // An updating join writes its rows as they match.
-                if let Some(joined) = j.state.update(side, &rows.batch)? {
-                    let batch = query.project(&joined)?;
-                    if batch.num_rows() > 0 {
-                        let _ = sink_tx.send(SinkEvent::Batch(Rows {
-                            batch,
-                            permits: Arc::new(Permits::none()),
-                        }));
-                    }
+                match j.state.update(side, &rows.batch)? {
+                    Some(joined) => write_joined(query, &joined, sink_tx),
+                    None => Ok(()),
                 }
-                Ok(())
             }
             Payload::Mark(mark) => {
                 let Some(w) = j.marks[side].update(mark) else {
@@ -379,16 +390,10 @@ impl WindowRun {
                 let Watermark::EventTime(ns) = w else {
                     return Ok(());
                 };
-                if let Some(joined) = j.state.advance(ns)? {
-                    let batch = query.project(&joined)?;
-                    if batch.num_rows() > 0 {
-                        let _ = sink_tx.send(SinkEvent::Batch(Rows {
-                            batch,
-                            permits: Arc::new(Permits::none()),
-                        }));
-                    }
+                match j.state.advance(ns)? {
+                    Some(joined) => write_joined(query, &joined, sink_tx),
+                    None => Ok(()),
                 }
-                Ok(())
             }
         }
     }

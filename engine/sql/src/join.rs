@@ -235,37 +235,8 @@ pub(crate) fn plan_parts(
     }
 
     // The whole statement, for the join's type, condition and select list.
-    let arrow = |t: &PlannedTable| visible(&t.connection.schema).arrow_schema();
-    let catalog = Catalog::new([
-        (names[0].clone(), arrow(&tables[0])),
-        (names[1].clone(), arrow(&tables[1])),
-    ])
-    .with_windows();
-    let planner = SqlToRel::new(&catalog);
-    let df_err = |e: datafusion_common::DataFusionError| {
-        SqlError(format!(
-            "{what}: {}",
-            pubsub_engine_plan::type_words::message(&e)
-        ))
-    };
-    let written = planner
-        .sql_statement_to_plan(Statement::Query(ins.query.clone()))
-        .map_err(df_err)?;
-    super::select::refuse_replay_unsafe(&written, &ins.query, what)?;
-    let coerced = Analyzer::new()
-        .execute_and_check(written.clone(), catalog.options(), |_, _| {})
-        .map_err(df_err)?;
-    super::aggregate::refuse_lossy(&written, &coerced, what)?;
-    let (above, node) = peel(&coerced, false);
-    let join = match node {
-        LogicalPlan::Join(j) => j,
-        other => {
-            return Err(SqlError(format!(
-                "{what}: {} over the joined rows is not supported yet: a join's rows are written as they are (with WHERE and expressions); write them into a table and aggregate that",
-                step_name(other)
-            )))
-        }
-    };
+    let coerced = plan_statement(ins, what, &names, tables)?;
+    let (above, join) = join_of(&coerced, what)?;
     let kind = match join.join_type {
         JoinType::Inner => JoinKind::Inner,
         JoinType::Left => JoinKind::Left,
@@ -278,38 +249,15 @@ pub(crate) fn plan_parts(
         }
     };
     // Each side's columns as DataFusion sees them are its select list's, in order.
-    for (s, input) in [&join.left, &join.right].into_iter().enumerate() {
-        let theirs: Vec<&DataType> = input
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.data_type())
-            .collect();
-        let ours: Vec<&DataType> = planned[s]
-            .0
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.data_type())
-            .collect();
-        if theirs != ours {
-            return Err(SqlError(format!(
-                "{what}: internal error: the {} side's columns planned as {ours:?}, joined as {theirs:?} (please report this)",
-                SIDE[s]
-            )));
-        }
-    }
+    check_sides(
+        join,
+        [planned[0].0.schema.as_ref(), planned[1].0.schema.as_ref()],
+        what,
+    )?;
 
     // The condition: equalities of a column of each side, ANDed.
     let mut pairs: Vec<(usize, usize)> = Vec::new();
-    let mut conditions: Vec<Expr> = join
-        .on
-        .iter()
-        .map(|(l, r)| l.clone().eq(r.clone()))
-        .collect();
-    if let Some(f) = &join.filter {
-        conditions.extend(split_conjunction(f).into_iter().cloned());
-    }
+    let conditions = conditions(join);
     let ls = join.left.schema();
     let rs = join.right.schema();
     for c in &conditions {
@@ -433,6 +381,98 @@ pub(crate) fn plan_parts(
         select,
         updating: false,
     })
+}
+
+/// The join statement `ins` over `tables` (read as `names`: left, right) as DataFusion
+/// plans it, its implicit casts applied. Errors: DataFusion's, and a replay-unsafe
+/// function or a lossy implicit cast (refused as in any SELECT).
+pub(super) fn plan_statement(
+    ins: &InsertDef,
+    what: &str,
+    names: &[String; 2],
+    tables: [&PlannedTable; 2],
+) -> Result<LogicalPlan, SqlError> {
+    let arrow = |t: &PlannedTable| visible(&t.connection.schema).arrow_schema();
+    // With the aggregate functions, so that one over the joined rows is refused by name.
+    let catalog = Catalog::new([
+        (names[0].clone(), arrow(tables[0])),
+        (names[1].clone(), arrow(tables[1])),
+    ])
+    .with_windows();
+    let df_err = |e: datafusion_common::DataFusionError| {
+        SqlError(format!(
+            "{what}: {}",
+            pubsub_engine_plan::type_words::message(&e)
+        ))
+    };
+    let written = SqlToRel::new(&catalog)
+        .sql_statement_to_plan(Statement::Query(ins.query.clone()))
+        .map_err(df_err)?;
+    super::select::refuse_replay_unsafe(&written, &ins.query, what)?;
+    let coerced = Analyzer::new()
+        .execute_and_check(written.clone(), catalog.options(), |_, _| {})
+        .map_err(df_err)?;
+    super::aggregate::refuse_lossy(&written, &coerced, what)?;
+    Ok(coerced)
+}
+
+/// The join under `plan`'s projections, filters and aliases, and those nodes (top
+/// first). Errors: an aggregate, ORDER BY, LIMIT or window function over the joined rows.
+pub(super) fn join_of<'a>(
+    plan: &'a LogicalPlan,
+    what: &str,
+) -> Result<
+    (
+        Vec<&'a LogicalPlan>,
+        &'a datafusion_expr::logical_plan::Join,
+    ),
+    SqlError,
+> {
+    match peel(plan, false) {
+        (above, LogicalPlan::Join(j)) => Ok((above, j)),
+        (_, other) => Err(SqlError(format!(
+            "{what}: {} over the joined rows is not supported yet: a join's rows are written as they are (with WHERE and expressions); write them into a table and aggregate that",
+            step_name(other)
+        ))),
+    }
+}
+
+/// Checks that each side's columns as the join reads them are `ours` (left, right), in
+/// order: an internal error otherwise.
+pub(super) fn check_sides(
+    join: &datafusion_expr::logical_plan::Join,
+    ours: [&Schema; 2],
+    what: &str,
+) -> Result<(), SqlError> {
+    for (s, input) in [&join.left, &join.right].into_iter().enumerate() {
+        let types = |fs: &arrow::datatypes::Fields| -> Vec<DataType> {
+            fs.iter().map(|f| f.data_type().clone()).collect()
+        };
+        let (theirs, ours) = (
+            types(input.schema().as_arrow().fields()),
+            types(ours[s].fields()),
+        );
+        if theirs != ours {
+            return Err(SqlError(format!(
+                "{what}: internal error: the {} side's columns planned as {ours:?}, joined as {theirs:?} (please report this)",
+                SIDE[s]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The join's condition as its ANDed terms: ON's equalities, then the rest of it.
+pub(super) fn conditions(join: &datafusion_expr::logical_plan::Join) -> Vec<Expr> {
+    let mut out: Vec<Expr> = join
+        .on
+        .iter()
+        .map(|(l, r)| l.clone().eq(r.clone()))
+        .collect();
+    if let Some(f) = &join.filter {
+        out.extend(split_conjunction(f).into_iter().cloned());
+    }
+    out
 }
 
 /// The two sides' subqueries of `query`'s join, with where each starts.

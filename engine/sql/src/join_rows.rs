@@ -10,18 +10,15 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema};
-use datafusion_expr::planner::ContextProvider;
-use datafusion_expr::utils::split_conjunction;
-use datafusion_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
-use datafusion_optimizer::analyzer::Analyzer;
+use datafusion_expr::{BinaryExpr, Expr, JoinType, Operator};
 use datafusion_physical_expr::expressions::Column as ColumnExpr;
 use datafusion_physical_expr::PhysicalExpr;
-use datafusion_sql::planner::SqlToRel;
-use sqlparser::ast::{Query, SetExpr, Statement, TableFactor};
+use sqlparser::ast::{Query, SetExpr, TableFactor};
 
-use super::catalog::Catalog;
 use super::error::SqlError;
-use super::join::{after_join, column_at, step_name, uncast, Parts, SIDE};
+use super::join::{
+    after_join, check_sides, column_at, conditions, join_of, plan_statement, uncast, Parts, SIDE,
+};
 use super::parse::InsertDef;
 use super::plan::{event_time_of, record_key_index, visible};
 use pubsub_engine_plan::type_words::sql_type;
@@ -75,71 +72,19 @@ pub(crate) fn plan_parts(
         })?);
     }
 
-    let arrow = |t: &PlannedTable| visible(&t.connection.schema).arrow_schema();
-    let catalog = Catalog::new([
-        (names[0].clone(), arrow(tables[0])),
-        (names[1].clone(), arrow(tables[1])),
-    ])
-    // Its aggregate functions, so that one over the joined rows is refused by name.
-    .with_windows();
-    let planner = SqlToRel::new(&catalog);
-    let df_err = |e: datafusion_common::DataFusionError| {
-        SqlError(format!(
-            "{what}: {}",
-            pubsub_engine_plan::type_words::message(&e)
-        ))
-    };
-    let written = planner
-        .sql_statement_to_plan(Statement::Query(ins.query.clone()))
-        .map_err(df_err)?;
-    super::select::refuse_replay_unsafe(&written, &ins.query, what)?;
-    let coerced = Analyzer::new()
-        .execute_and_check(written.clone(), catalog.options(), |_, _| {})
-        .map_err(df_err)?;
-    super::aggregate::refuse_lossy(&written, &coerced, what)?;
-    let (above, node) = super::aggregate::peel(&coerced, false);
-    let join = match node {
-        LogicalPlan::Join(j) => j,
-        other => {
-            return Err(SqlError(format!(
-                "{what}: {} over the joined rows is not supported yet: a join's rows are written as they are (with WHERE and expressions); write them into a table and aggregate that",
-                step_name(other)
-            )))
-        }
-    };
+    let coerced = plan_statement(ins, what, &names, tables)?;
+    let (above, join) = join_of(&coerced, what)?;
     if join.join_type != JoinType::Inner {
         return Err(SqlError(format!(
             "{what}: a {} join of two tables' rows is not supported: without a window it would write a row with NULLs and retract it when a match arrives; write [INNER] JOIN, or join two windowed aggregates",
             join.join_type
         )));
     }
-    let visible_of = |s: usize| visible(&tables[s].connection.schema);
-    for (s, input) in [&join.left, &join.right].into_iter().enumerate() {
-        let theirs: Vec<&DataType> = input
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.data_type())
-            .collect();
-        let table = visible_of(s).arrow_schema();
-        let ours: Vec<&DataType> = table.fields().iter().map(|f| f.data_type()).collect();
-        if theirs != ours {
-            return Err(SqlError(format!(
-                "{what}: internal error: the {} side's columns are {ours:?}, joined as {theirs:?} (please report this)",
-                SIDE[s]
-            )));
-        }
-    }
+    let visible_of = |s: usize| visible(&tables[s].connection.schema).arrow_schema();
+    check_sides(join, [visible_of(0).as_ref(), visible_of(1).as_ref()], what)?;
 
     // The condition: equalities of a column of each side, ANDed.
-    let mut conditions: Vec<Expr> = join
-        .on
-        .iter()
-        .map(|(l, r)| l.clone().eq(r.clone()))
-        .collect();
-    if let Some(f) = &join.filter {
-        conditions.extend(split_conjunction(f).into_iter().cloned());
-    }
+    let conditions = conditions(join);
     let (ls, rs) = (join.left.schema(), join.right.schema());
     let mut pairs: Vec<(usize, usize)> = Vec::new();
     for c in &conditions {
