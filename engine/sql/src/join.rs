@@ -261,39 +261,22 @@ pub(crate) fn plan_parts(
     let ls = join.left.schema();
     let rs = join.right.schema();
     for c in &conditions {
-        let pair = match c {
-            Expr::BinaryExpr(BinaryExpr {
-                left,
-                op: Operator::Eq,
-                right,
-            }) => match (column_at(left, ls, rs), column_at(right, ls, rs)) {
-                (Some((0, l)), Some((1, r))) | (Some((1, r)), Some((0, l))) => Some((l, r)),
-                _ => {
-                    // DataFusion casts one side to compare columns of two types.
-                    if let (Some((a, i)), Some((b, j))) = (
-                        column_at(&uncast(left), ls, rs),
-                        column_at(&uncast(right), ls, rs),
-                    ) {
-                        if a != b {
-                            let (l, r) = if a == 0 { (i, j) } else { (j, i) };
-                            return Err(SqlError(format!(
-                                "{what}: the join matches '{}' ({}) with '{}' ({}): group keys of one type match; CAST one side's key in its GROUP BY",
-                                ls.field(l).name(),
-                                sql_type(ls.field(l).data_type()),
-                                rs.field(r).name(),
-                                sql_type(rs.field(r).data_type()),
-                            )));
-                        }
-                    }
-                    None
-                }
-            },
-            _ => None,
-        };
-        let Some(pair) = pair else {
-            return Err(SqlError(format!(
-                "{what}: the join condition `{c}` is not supported: ON takes equalities of a column of each side (their windows and group keys), ANDed"
-            )));
+        let pair = match equated(c, ls, rs) {
+            Equated::Columns(l, r) => (l, r),
+            Equated::Cast(l, r) => {
+                return Err(SqlError(format!(
+                    "{what}: the join matches '{}' ({}) with '{}' ({}): group keys of one type match; CAST one side's key in its GROUP BY",
+                    ls.field(l).name(),
+                    sql_type(ls.field(l).data_type()),
+                    rs.field(r).name(),
+                    sql_type(rs.field(r).data_type()),
+                )))
+            }
+            Equated::Other => {
+                return Err(SqlError(format!(
+                    "{what}: the join condition `{c}` is not supported: ON takes equalities of a column of each side (their windows and group keys), ANDed"
+                )))
+            }
         };
         pairs.push(pair);
     }
@@ -462,6 +445,39 @@ pub(super) fn check_sides(
     Ok(())
 }
 
+/// What a term of a join's condition equates.
+pub(super) enum Equated {
+    /// Column `l` of the left side with column `r` of the right, of one type.
+    Columns(usize, usize),
+    /// The same, of two types (DataFusion casts one side to compare them).
+    Cast(usize, usize),
+    /// Anything else.
+    Other,
+}
+
+/// What term `c` of a join's condition equates, over its sides' columns `left`, `right`.
+pub(super) fn equated(c: &Expr, left: &DFSchema, right: &DFSchema) -> Equated {
+    let Expr::BinaryExpr(BinaryExpr {
+        left: a,
+        op: Operator::Eq,
+        right: b,
+    }) = c
+    else {
+        return Equated::Other;
+    };
+    let sides = |a: &Expr, b: &Expr| match (column_at(a, left, right), column_at(b, left, right)) {
+        (Some((0, l)), Some((1, r))) | (Some((1, r)), Some((0, l))) => Some((l, r)),
+        _ => None,
+    };
+    if let Some((l, r)) = sides(a, b) {
+        return Equated::Columns(l, r);
+    }
+    match sides(&uncast(a), &uncast(b)) {
+        Some((l, r)) => Equated::Cast(l, r),
+        None => Equated::Other,
+    }
+}
+
 /// The join's condition as its ANDed terms: ON's equalities, then the rest of it.
 pub(super) fn conditions(join: &datafusion_expr::logical_plan::Join) -> Vec<Expr> {
     let mut out: Vec<Expr> = join
@@ -495,7 +511,7 @@ fn derived(f: &TableFactor) -> Option<(&Query, Location)> {
 }
 
 /// `e` without the casts around it.
-pub(super) fn uncast(e: &Expr) -> Expr {
+fn uncast(e: &Expr) -> Expr {
     match e {
         Expr::Cast(c) => uncast(&c.expr),
         Expr::TryCast(c) => uncast(&c.expr),
@@ -504,7 +520,7 @@ pub(super) fn uncast(e: &Expr) -> Expr {
 }
 
 /// Which side (0 or 1) column `e` is of, and its index there.
-pub(super) fn column_at(e: &Expr, left: &DFSchema, right: &DFSchema) -> Option<(usize, usize)> {
+fn column_at(e: &Expr, left: &DFSchema, right: &DFSchema) -> Option<(usize, usize)> {
     let Expr::Column(c) = e.clone().unalias_nested().data else {
         return None;
     };

@@ -10,14 +10,14 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema};
-use datafusion_expr::{BinaryExpr, Expr, JoinType, Operator};
+use datafusion_expr::JoinType;
 use datafusion_physical_expr::expressions::Column as ColumnExpr;
 use datafusion_physical_expr::PhysicalExpr;
 use sqlparser::ast::{Query, SetExpr, TableFactor};
 
 use super::error::SqlError;
 use super::join::{
-    after_join, check_sides, column_at, conditions, join_of, plan_statement, uncast, Parts, SIDE,
+    after_join, check_sides, conditions, equated, join_of, plan_statement, Equated, Parts, SIDE,
 };
 use super::parse::InsertDef;
 use super::plan::{event_time_of, record_key_index, visible};
@@ -88,36 +88,23 @@ pub(crate) fn plan_parts(
     let (ls, rs) = (join.left.schema(), join.right.schema());
     let mut pairs: Vec<(usize, usize)> = Vec::new();
     for c in &conditions {
-        let pair = match c {
-            Expr::BinaryExpr(BinaryExpr {
-                left,
-                op: Operator::Eq,
-                right,
-            }) => match (
-                column_at(&uncast(left), ls, rs),
-                column_at(&uncast(right), ls, rs),
-            ) {
-                (Some((0, l)), Some((1, r))) | (Some((1, r)), Some((0, l))) => Some((l, r)),
-                _ => None,
-            },
-            _ => None,
-        };
-        let Some((l, r)) = pair else {
-            return Err(SqlError(format!(
-                "{what}: the join condition `{c}` is not supported: ON takes equalities of a column of each side, ANDed (write other conditions in WHERE)"
-            )));
-        };
-        let types = [ls.field(l).data_type(), rs.field(r).data_type()];
-        if types[0] != types[1] {
-            return Err(SqlError(format!(
-                "{what}: the join matches '{}' ({}) with '{}' ({}): columns of one type match; join through a view that CASTs one of them",
-                ls.field(l).name(),
-                sql_type(types[0]),
-                rs.field(r).name(),
-                sql_type(types[1]),
-            )));
+        match equated(c, ls, rs) {
+            Equated::Columns(l, r) => pairs.push((l, r)),
+            Equated::Cast(l, r) => {
+                return Err(SqlError(format!(
+                    "{what}: the join matches '{}' ({}) with '{}' ({}): columns of one type match; declare both tables' columns with one type",
+                    ls.field(l).name(),
+                    sql_type(ls.field(l).data_type()),
+                    rs.field(r).name(),
+                    sql_type(rs.field(r).data_type()),
+                )))
+            }
+            Equated::Other => {
+                return Err(SqlError(format!(
+                    "{what}: the join condition `{c}` is not supported: ON takes equalities of a column of each side, ANDed (write other conditions in WHERE)"
+                )))
+            }
         }
-        pairs.push((l, r));
     }
     if pairs.is_empty() {
         return Err(SqlError(format!(
